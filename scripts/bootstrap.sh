@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Set up everything the controller needs, idempotently, on a fresh Debian 12 machine:
+#   1. apt packages (podman, runc, debootstrap, promtool)
+#   2. .venv: pinned ansible-core and tools (requirements/controller.txt) + this repo's vllm_fleet package
+#   3. collections from requirements.yml (Galaxy, else the copies bundled in PyPI's `ansible` wheel)
+#   4. the Podman configuration for this machine kind and the Debian 12 systemd base image
+# Each phase is skipped when its result is already there. Usage: scripts/bootstrap.sh [--no-image]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+# shellcheck source=scripts/env.sh
+source scripts/env.sh
+
+phase() { printf '\n=== bootstrap: %s\n' "$*"; PHASE_START=$SECONDS; }
+done_phase() { printf '=== bootstrap: done in %ss\n' "$((SECONDS - PHASE_START))"; }
+
+APT_PACKAGES=(podman runc debootstrap uidmap prometheus)
+phase "apt packages: ${APT_PACKAGES[*]}"
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # prometheus is only wanted for promtool: do not let its service start on the controller.
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi
+done_phase
+
+phase "controller venv ($VENV)"
+PY=${PYTHON:-$(command -v python3.11 || command -v python3)}
+if [[ ! -x $VENV/bin/python ]]; then
+  "$PY" -m venv "$VENV"
+fi
+stamp=$VENV/.requirements.sha256
+want=$(cat requirements/controller.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q -r requirements/controller.txt
+  "$VENV/bin/pip" install -q --no-deps -e .
+  echo "$want" >"$stamp"
+fi
+done_phase
+
+phase "collections ($COLLECTIONS_DIR)"
+scripts/install-collections.sh
+done_phase
+
+phase "podman configuration and base image ($LAB_IMAGE)"
+mkdir -p "$(dirname "$CONTAINERS_CONF")"
+cp scripts/containers.conf "$CONTAINERS_CONF"
+if [[ ${1:-} != --no-image ]]; then
+  scripts/build-image.sh
+fi
+done_phase

@@ -1,0 +1,1 @@
+# vllm_fleet: controller-side logic (profiles, rendering, planning, metrics).
