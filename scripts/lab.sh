@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The main job on the embedded default, the lab (real systemd hosts on this machine serving a real
+# vLLM on CPU):
+#   scripts/lab.sh up      set up the controller, build the wheelhouse and the tiny model, start the
+#                          lab hosts, run `ansible-playbook site.yml` against them
+#   scripts/lab.sh down    remove the lab hosts, the mirror and the network
+#   scripts/lab.sh status  the lab containers and each host's service
+# Extra arguments after `up` go to ansible-playbook (e.g. scripts/lab.sh up --check --diff).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+cmd=${1:-up}; shift || true
+case $cmd in
+  up)
+    scripts/bootstrap.sh
+    scripts/wheelhouse.sh
+    "$VENV/bin/python" scripts/build-tiny-model.py "$CACHE_DIR/mirror/models/tiny-qwen2" >/dev/null
+    ansible-playbook -i inventories/lab playbooks/lab.yml
+    ansible-playbook -i inventories/lab site.yml "$@"
+    first=$(awk '/ansible_host:/ {print $2; exit}' inventories/lab/hosts.yml)
+    served=$(curl -s -m 5 "http://$first:8000/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])' 2>/dev/null || echo MODEL)
+    cat <<EOT
+
+The lab serves. Query it from this machine:
+  curl -s http://$first:8000/v1/chat/completions -H 'Content-Type: application/json' \\
+    -d '{"model": "$served", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 32}'
+  curl -s http://$first:8000/metrics | grep '^vllm:'
+Reports: reports/   Tear down: scripts/lab.sh down
+EOT
+    ;;
+  down)
+    [[ -x $VENV/bin/ansible-playbook ]] || { echo "nothing to tear down (no venv)"; exit 0; }
+    ansible-playbook -i inventories/lab playbooks/lab.yml -e lab_state=absent
+    ;;
+  status)
+    podman ps --all --filter network=vllm-lab --format '{{.Names}}\t{{.Status}}\t{{.Networks}}'
+    ansible -i inventories/lab lab_nodes -m ansible.builtin.command -a 'systemctl is-active vllm@main.service' || true
+    ;;
+  *) echo "usage: $0 up|down|status [ansible-playbook args]" >&2; exit 2 ;;
+esac
