@@ -311,7 +311,8 @@ def table(plan: Mapping[str, Any]) -> list[str]:
     header = ("host", "profile", "vllm", "weights", "draft", "KV cache", "KV tokens", "conc@len",
               "decode t/s", "status")
     rows = [header]
-    notes = []
+    notes: list[str] = []
+    dropped: dict[tuple[str, str], list[str]] = {}
     for host, e in plan["hosts"].items():
         c = e["capacity"]
         status = "ERROR" if e["errors"] else ("warn" if e["warnings"] else "ok")
@@ -327,8 +328,11 @@ def table(plan: Mapping[str, Any]) -> list[str]:
             f"{status} ({len(e['errors'])}E {len(e['warnings'])}W)" if status != "ok" else "ok",
         ))
         notes += [f"ERROR {m}" for m in e["errors"]] + [f"warn  {m}" for m in e["warnings"]]
-        notes += [f"note  {host}: dropped {d['flag']}: {d['reason']}" for d in e["dropped"]]
+        for d in e["dropped"]:
+            dropped.setdefault((d["flag"], d["reason"]), []).append(host)
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    for (flag, reason), hosts in dropped.items():
+        notes.append(f"note  dropped {flag} ({len(hosts)} host{'s' if len(hosts) > 1 else ''}): {reason}")
     return lines + ([""] + notes if notes else [])
