@@ -1,0 +1,366 @@
+"""Unit tests of plugins/module_utils/nvidia_smi.py and the nvidia_gpu_facts module.
+
+Real outputs: tests/unit/fixtures/gpu/h200/ (verbatim copies of ../shared/fixtures/gpu/h200/).
+Constructed outputs in the same format: rtx4090/, l40/, errors/ (see fixtures/gpu/README.md).
+"""
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "gpu"
+SHARED_H200 = REPO / ".." / "shared" / "fixtures" / "gpu" / "h200"
+ROLE = REPO / "roles" / "nvidia_driver"
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+nvidia_smi = _load("nvidia_smi", REPO / "plugins" / "module_utils" / "nvidia_smi.py")
+
+
+def fixture(*parts):
+    return (FIXTURES.joinpath(*parts)).read_text()
+
+
+# --- the real H200 capture ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["query-gpu-nounits.csv", "query-gpu.csv", "nvidia-smi-q.txt"])
+def test_h200_copies_are_verbatim(name):
+    original = SHARED_H200 / name
+    if not original.exists():
+        pytest.skip("../shared is not beside this checkout")
+    assert (FIXTURES / "h200" / name).read_bytes() == original.read_bytes()
+
+
+def test_query_fields_match_the_real_capture():
+    # The nounits capture has one value per QUERY_FIELDS entry: the module asks for exactly what was captured.
+    line = fixture("h200", "query-gpu-nounits.csv").strip()
+    assert len(line.split(", ")) == len(nvidia_smi.QUERY_FIELDS)
+    header = fixture("h200", "query-gpu.csv").splitlines()[0]
+    names = [nvidia_smi._HEADER_UNIT_RE.sub("", field).strip() for field in header.split(", ")]
+    assert tuple(names[: len(nvidia_smi.QUERY_FIELDS)]) == nvidia_smi.QUERY_FIELDS
+
+
+def test_h200_nounits():
+    facts = nvidia_smi.parse_gpus(fixture("h200", "query-gpu-nounits.csv"))
+    assert facts["count"] == 1
+    assert facts["names"] == ["NVIDIA H200"]
+    assert facts["short_names"] == ["H200"]
+    assert facts["memory_mib"] == [143771]
+    assert facts["memory_mib_min"] == 143771
+    assert facts["driver_version"] == "580.159.04"
+    assert facts["compute_caps"] == ["9.0"]
+    assert facts["persistence_mode"] is True
+    assert facts["homogeneous"] is True
+    gpu = facts["gpus"][0]
+    assert gpu["index"] == 0
+    assert gpu["pci_bus_id"] == "00000000:00:06.0"
+    assert gpu["memory_used_mib"] == 0
+    assert gpu["uuid"] == "GPU-00000000-0000-0000-0000-000000000000"
+
+
+def test_h200_with_header_and_units_gives_the_same_facts():
+    rows = nvidia_smi.parse_csv(fixture("h200", "query-gpu.csv"))
+    assert rows[0]["memory.total"] == "143771"
+    assert rows[0]["power.limit"] == "700.00"
+    assert rows[0]["clocks.max.memory"] == "3201"
+    with_units = nvidia_smi.summarize([nvidia_smi.gpu_from_row(row) for row in rows])
+    assert with_units == nvidia_smi.parse_gpus(fixture("h200", "query-gpu-nounits.csv"))
+
+
+def test_h200_query_header():
+    header = nvidia_smi.parse_query_header(fixture("h200", "nvidia-smi-q.txt"))
+    assert header == {"driver_version": "580.159.04", "cuda_version": "13.0", "attached_gpus": 1}
+
+
+# --- constructed RTX 4090 and L40 outputs ------------------------------------------------------
+
+
+def test_rtx4090_two_cards():
+    facts = nvidia_smi.parse_gpus(fixture("rtx4090", "query-gpu-nounits.csv"))
+    assert facts["count"] == 2
+    assert facts["short_names"] == ["RTX 4090", "RTX 4090"]
+    assert facts["memory_mib"] == [24564, 24564]
+    assert facts["memory_mib_total"] == 49128
+    assert facts["compute_caps"] == ["8.9"]
+    assert facts["persistence_mode"] is False
+    assert [gpu["index"] for gpu in facts["gpus"]] == [0, 1]
+
+
+def test_rtx4090_query_header():
+    header = nvidia_smi.parse_query_header(fixture("rtx4090", "nvidia-smi-q-compute.txt"))
+    assert header == {"driver_version": "580.95.05", "cuda_version": "13.0", "attached_gpus": 2}
+
+
+def test_l40_four_cards_and_header_form():
+    facts = nvidia_smi.parse_gpus(fixture("l40", "query-gpu-nounits.csv"))
+    assert facts["count"] == 4
+    assert set(facts["names"]) == {"NVIDIA L40"}
+    assert facts["memory_mib_min"] == 46068
+    assert facts["persistence_mode"] is True
+    rows = nvidia_smi.parse_csv(fixture("l40", "query-gpu.csv"))
+    assert [row["pci.bus_id"] for row in rows] == ["00000000:17:00.0", "00000000:31:00.0"]
+
+
+def test_mixed_cards_are_not_homogeneous():
+    text = fixture("l40", "query-gpu-nounits.csv").splitlines()[0] + "\n" + fixture("rtx4090", "query-gpu-nounits.csv").splitlines()[1]
+    facts = nvidia_smi.parse_gpus(text)
+    assert facts["homogeneous"] is False
+    assert facts["memory_mib_min"] == 24564
+
+
+# --- edge cases ---------------------------------------------------------------------------------
+
+
+def test_missing_values_become_none():
+    row = nvidia_smi.parse_csv("0, GPU-1, NVIDIA L40, 46068, [N/A], 580.95.05, [Not Supported], 00000000:17:00.0, [N/A]\n", nvidia_smi.QUERY_FIELDS)[0]
+    gpu = nvidia_smi.gpu_from_row(row)
+    assert gpu["memory_used_mib"] is None
+    assert gpu["compute_cap"] is None
+    assert gpu["persistence_mode"] is None
+
+
+def test_wrong_field_count_names_the_line():
+    with pytest.raises(nvidia_smi.NvidiaSmiParseError, match="has 3 fields, expected 9"):
+        nvidia_smi.parse_csv("0, GPU-1, NVIDIA L40\n", nvidia_smi.QUERY_FIELDS)
+
+
+def test_non_numeric_memory_is_an_error():
+    with pytest.raises(nvidia_smi.NvidiaSmiParseError, match="memory.total is not a number"):
+        nvidia_smi.parse_gpus("0, GPU-1, NVIDIA L40, lots, 0, 580.95.05, 8.9, 00000000:17:00.0, Enabled\n")
+
+
+def test_empty_output_has_no_gpus():
+    facts = nvidia_smi.parse_gpus("")
+    assert facts["count"] == 0
+    assert facts["memory_mib_min"] is None
+    assert facts["driver_version"] is None
+    assert facts["persistence_mode"] is False
+
+
+def test_mask_uuid_keeps_the_shape():
+    assert nvidia_smi.mask_uuid("GPU-3f2a9c1e-77b0-4d2e-9a51-0c8e11aa42fd") == "GPU-00000000-0000-0000-0000-000000000000"
+    facts = nvidia_smi.parse_gpus(fixture("rtx4090", "query-gpu-nounits.csv").replace("0000-000000000001", "9abc-def012345678"), mask=True)
+    assert facts["uuids"] == ["GPU-00000000-0000-0000-0000-000000000000"] * 2
+
+
+@pytest.mark.parametrize(
+    "name, status",
+    [
+        ("nvml-mismatch.txt", "nvml_mismatch"),
+        ("driver-not-loaded.txt", "driver_not_loaded"),
+        ("no-devices.txt", "no_devices"),
+    ],
+)
+def test_error_outputs_are_classified(name, status):
+    assert nvidia_smi.classify_error(fixture("errors", name)) == status
+
+
+def test_unknown_error_and_nvml_library_version():
+    assert nvidia_smi.classify_error("Segmentation fault") == "error"
+    assert nvidia_smi.nvml_library_version(fixture("errors", "nvml-mismatch.txt")) == "580.105"
+    assert nvidia_smi.nvml_library_version("No devices were found") is None
+
+
+def test_proc_version_open_and_proprietary():
+    assert nvidia_smi.parse_proc_version(fixture("errors", "proc-version-open-580.txt")) == {"version": "580.95.05", "open": True}
+    assert nvidia_smi.parse_proc_version(fixture("errors", "proc-version-proprietary-535.txt")) == {"version": "535.261.03", "open": False}
+    assert nvidia_smi.parse_proc_version("") is None
+
+
+@pytest.mark.parametrize(
+    "version, minimum, expected",
+    [
+        ("580.159.04", "580.65.06", True),
+        ("580.65.06", "580.65.06", True),
+        ("575.57.08", "580.65.06", False),
+        ("535.261.03", "580.65.06", False),
+        ("590.44", "580.65.06", True),
+    ],
+)
+def test_version_at_least(version, minimum, expected):
+    assert nvidia_smi.version_at_least(version, minimum) is expected
+
+
+def test_query_command_runs_the_captured_query():
+    argv = nvidia_smi.query_command("/usr/bin/nvidia-smi")
+    assert argv == [
+        "/usr/bin/nvidia-smi",
+        "--query-gpu=index,uuid,name,memory.total,memory.used,driver_version,compute_cap,pci.bus_id,persistence_mode",
+        "--format=csv,noheader,nounits",
+    ]
+
+
+# --- the module's probe, with run_command replaced ---------------------------------------------
+
+
+def _load_module():
+    """Import plugins/modules/nvidia_gpu_facts.py with its module_utils import satisfied."""
+    pytest.importorskip("ansible")
+    sys.modules.setdefault("ansible.module_utils.nvidia_smi", nvidia_smi)
+    return _load("nvidia_gpu_facts", REPO / "plugins" / "modules" / "nvidia_gpu_facts.py")
+
+
+class FakeModule:
+    def __init__(self, answers, params=None, nvidia_smi_path="/usr/bin/nvidia-smi"):
+        self.params = {"nvidia_smi": None, "require": True, "mask_uuids": False, "proc_version_path": "/nonexistent"}
+        self.params.update(params or {})
+        self.answers = answers
+        self.calls = []
+        self.path = nvidia_smi_path
+
+    def get_bin_path(self, name, required=False, opt_dirs=None):
+        return self.path
+
+    def run_command(self, argv, environ_update=None):
+        self.calls.append((argv, environ_update))
+        return self.answers[argv[1]]
+
+
+def test_probe_ok_runs_with_c_locale(tmp_path):
+    module_code = _load_module()
+    proc = tmp_path / "version"
+    proc.write_text(fixture("errors", "proc-version-open-580.txt"))
+    fake = FakeModule(
+        {
+            nvidia_smi.query_command()[1]: (0, fixture("h200", "query-gpu-nounits.csv"), ""),
+            "-q": (0, fixture("h200", "nvidia-smi-q.txt"), ""),
+        },
+        params={"proc_version_path": str(proc)},
+    )
+    result = module_code.probe(fake)
+    assert result["status"] == "ok"
+    assert result["changed"] is False
+    assert result["count"] == 1 and result["driver_version"] == "580.159.04" and result["cuda_version"] == "13.0"
+    assert result["kernel_module"] == {"loaded": True, "version": "580.95.05", "open": True}
+    assert all(env == {"LC_ALL": "C", "LANG": "C"} for dummy, env in fake.calls)
+
+
+def test_probe_missing_nvidia_smi():
+    module_code = _load_module()
+    result = module_code.probe(FakeModule({}, nvidia_smi_path=None))
+    assert result["status"] == "missing"
+    assert result["count"] == 0
+    assert "not installed" in result["message"]
+
+
+def test_probe_nvml_mismatch_says_reboot():
+    module_code = _load_module()
+    fake = FakeModule({nvidia_smi.query_command()[1]: (18, "", fixture("errors", "nvml-mismatch.txt"))})
+    result = module_code.probe(fake)
+    assert result["status"] == "nvml_mismatch"
+    assert "reboot" in result["message"]
+    assert "Driver/library version mismatch" in result["message"]
+    assert result["nvml_library_version"] == "580.105"
+
+
+def test_probe_unparsable_output_is_an_error_not_a_crash():
+    module_code = _load_module()
+    fake = FakeModule({nvidia_smi.query_command()[1]: (0, "garbage\n", "")})
+    result = module_code.probe(fake)
+    assert result["status"] == "error"
+    assert "could not read nvidia-smi output" in result["message"]
+
+
+# --- the module end to end, through ansible, against a stand-in nvidia-smi ----------------------
+
+
+def _ansible(tmp_path, args):
+    config = tmp_path / "ansible.cfg"
+    config.write_text("[defaults]\n")
+    ansible = shutil.which("ansible") or str(Path(sys.executable).parent / "ansible")
+    if not os.path.exists(ansible):
+        pytest.skip("ansible is not installed")
+    env = dict(
+        os.environ,
+        ANSIBLE_LIBRARY=str(REPO / "plugins" / "modules"),
+        ANSIBLE_MODULE_UTILS=str(REPO / "plugins" / "module_utils"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_CONFIG=str(config),
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
+    )
+    proc = subprocess.run(
+        [ansible, "localhost", "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable,
+         "-m", "nvidia_gpu_facts", "-a", json.dumps(args)],
+        env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=120,
+    )
+    # minimal callback: "localhost | SUCCESS => {json}" (or FAILED!)
+    assert " => " in proc.stdout, proc.stdout + proc.stderr
+    head, body = proc.stdout.split(" => ", 1)
+    result = json.loads(body)
+    result["failed"] = "FAILED" in head
+    return result
+
+
+def _standin(tmp_path, body):
+    script = tmp_path / "nvidia-smi"
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_module_end_to_end_ok(tmp_path):
+    csv = FIXTURES / "rtx4090" / "query-gpu-nounits.csv"
+    header = FIXTURES / "rtx4090" / "nvidia-smi-q-compute.txt"
+    path = _standin(tmp_path, '[ "$LC_ALL" = C ] || exit 3\ncase "$1" in -q) cat %s;; *) cat %s;; esac\n' % (header, csv))
+    result = _ansible(tmp_path, {"nvidia_smi": path, "mask_uuids": True})
+    assert not result["failed"], result
+    assert result["changed"] is False
+    assert result["count"] == 2 and result["cuda_version"] == "13.0"
+    assert result["ansible_facts"]["nvidia_gpu"]["short_names"] == ["RTX 4090", "RTX 4090"]
+    assert set(result["uuids"]) == {"GPU-00000000-0000-0000-0000-000000000000"}
+
+
+def test_module_end_to_end_mismatch_fails_clearly(tmp_path):
+    path = _standin(tmp_path, "cat %s >&2; exit 18\n" % (FIXTURES / "errors" / "nvml-mismatch.txt"))
+    result = _ansible(tmp_path, {"nvidia_smi": path})
+    assert result["failed"] is True
+    assert "Driver/library version mismatch" in result["msg"]
+    assert result["status"] == "nvml_mismatch"
+    probe = _ansible(tmp_path, {"nvidia_smi": path, "require": False})
+    assert not probe["failed"] and probe["status"] == "nvml_mismatch"
+
+
+# --- the role's data agrees with the parser and its own spec ------------------------------------
+
+
+def test_role_catalog_knows_the_fixture_cards():
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    names = {name: model for model, card in defaults["nvidia_driver_gpu_catalog"].items() for name in card["names"]}
+    for folder, model in (("h200", "H200"), ("rtx4090", "RTX 4090"), ("l40", "L40")):
+        facts = nvidia_smi.parse_gpus(fixture(folder, "query-gpu-nounits.csv"))
+        assert {names[name] for name in facts["names"]} == {model}
+        card = defaults["nvidia_driver_gpu_catalog"][model]
+        assert facts["memory_mib_min"] == card["memory_mib"]
+        assert facts["compute_caps"] == [card["compute_cap"]]
+    for group, models in defaults["nvidia_driver_group_gpus"].items():
+        assert set(models) <= set(defaults["nvidia_driver_gpu_catalog"]), group
+
+
+def test_role_argument_specs_match_defaults():
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    for entry in ("main", "check"):
+        options = specs[entry]["options"]
+        assert set(options) == set(defaults), entry
+        for name, option in options.items():
+            assert option.get("description"), name
+            if "default" in option:
+                assert option["default"] == defaults[name], name
