@@ -1,0 +1,137 @@
+"""profiles: the shipped profiles, resolution (name + overrides) and every bad input's message."""
+
+import os
+import re
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
+
+from vllm_fleet import catalogue, profiles  # noqa: E402
+
+GUIDE_PROFILES = {
+    "rtx4090-7b-decode", "rtx4090-7b-prefill", "rtx4090-7b-awq", "rtx4090-7b-prefix-heavy",
+    "l40-14b-decode", "l40-14b-awq-prefill",
+}
+
+
+def test_every_reference_configuration_of_the_guide_is_shipped():
+    assert GUIDE_PROFILES | {"cpu-lab-tiny"} <= set(profiles.names())
+
+
+@pytest.mark.parametrize("name", profiles.names())
+def test_shipped_profiles_are_valid_and_documented(name):
+    entry = profiles.shipped()[name]
+    assert entry["description"] and entry["guide"]
+    assert profiles.validate(name, profiles.resolve(name, name)) == []
+    settings = entry["settings"]
+    assert settings["model"] in catalogue.catalogue()
+    if "speculative" in settings and "model" in settings["speculative"]:
+        assert settings["speculative"]["model"] in catalogue.catalogue()
+
+
+def test_guide_values_are_encoded_as_the_guide_gives_them():
+    decode = profiles.resolve("h", "rtx4090-7b-decode")
+    assert decode == {
+        "model": "Qwen/Qwen2.5-7B-Instruct", "dtype": "bfloat16", "gpu_memory_utilization": 0.92,
+        "max_model_len": 8192, "max_num_seqs": 64, "max_num_batched_tokens": 8192,
+        "enable_chunked_prefill": True, "enable_prefix_caching": True, "kv_cache_dtype": "fp8",
+        "calculate_kv_scales": True, "swap_space": 0,
+        "speculative": {"model": "Qwen/Qwen2.5-0.5B-Instruct", "num_speculative_tokens": 5,
+                        "draft_tensor_parallel_size": 1},
+    }
+    l40 = profiles.resolve("h", "l40-14b-decode")
+    assert (l40["gpu_memory_utilization"], l40["max_model_len"], l40["max_num_seqs"]) == (0.90, 16384, 128)
+    assert l40["speculative"] == {"model": "Qwen/Qwen2.5-1.5B-Instruct", "num_speculative_tokens": 5}
+    awq = profiles.resolve("h", "rtx4090-7b-awq")
+    assert (awq["model"], awq["quantization"], awq["gpu_memory_utilization"]) == \
+        ("Qwen/Qwen2.5-7B-Instruct-AWQ", "awq", 0.94)
+    assert profiles.resolve("h", "rtx4090-7b-prefix-heavy")["max_num_batched_tokens"] == 4096
+    assert "swap_space" not in profiles.resolve("h", "rtx4090-7b-prefill")
+    assert profiles.resolve("h", "l40-14b-awq-prefill")["model"] == "Qwen/Qwen2.5-14B-Instruct-AWQ"
+
+
+def test_overrides_merge_key_by_key_and_null_removes():
+    profile = profiles.resolve("h", "rtx4090-7b-decode", {"max_num_seqs": 32, "speculative": {"num_speculative_tokens": 3},
+                                                          "swap_space": None})
+    assert profile["max_num_seqs"] == 32
+    assert profile["speculative"] == {"model": "Qwen/Qwen2.5-0.5B-Instruct", "num_speculative_tokens": 3,
+                                      "draft_tensor_parallel_size": 1}
+    assert "swap_space" not in profile
+    assert "speculative" not in profiles.resolve("h", "rtx4090-7b-decode", {"speculative": None})
+
+
+def test_resolve_does_not_change_the_shipped_profile():
+    profiles.resolve("h", "rtx4090-7b-decode", {"speculative": {"num_speculative_tokens": 2}})
+    assert profiles.resolve("h", "rtx4090-7b-decode")["speculative"]["num_speculative_tokens"] == 5
+
+
+def test_custom_profile_without_a_name():
+    assert profiles.resolve("h", "", {"model": "m"}) == {"model": "m"}
+    assert profiles.validate("h", {"model": "m"}) == []
+
+
+@pytest.mark.parametrize("name,overrides,message", [
+    ("rtx4090-7b-decoded", None,
+     "h1: vllm_profile_name='rtx4090-7b-decoded' is not a shipped profile; fix: use one of cpu-lab-tiny"),
+    ("rtx4090-7b-decode", ["max_num_seqs", 32],
+     "h1: vllm_profile=['max_num_seqs', 32] is a list, not a dict; fix: give vllm_profile as a mapping"),
+])
+def test_resolve_errors(name, overrides, message):
+    with pytest.raises(profiles.ProfileError, match=re.escape(message)):
+        profiles.resolve("h1", name, overrides)
+
+
+# (overrides of rtx4090-7b-decode, the message expected): each names host, key, value and fix.
+BAD_INPUTS = [
+    ({"max_num_seq": 32}, "h1: unknown profile key max_num_seq=32; fix: remove it, or use one of model, "),
+    ({"max_num_seqs": "64"}, "h1: max_num_seqs='64' must be an integer (requests scheduled at once); fix: set "
+                             "max_num_seqs to an integer"),
+    ({"max_model_len": 8192.0}, "h1: max_model_len=8192.0 must be an integer"),
+    ({"max_num_seqs": True}, "h1: max_num_seqs=True must be an integer"),
+    ({"enable_prefix_caching": "yes"}, "h1: enable_prefix_caching='yes' must be true or false"),
+    ({"gpu_memory_utilization": "0.9"}, "h1: gpu_memory_utilization='0.9' must be a number"),
+    ({"gpu_memory_utilization": 92}, "h1: gpu_memory_utilization=92 is impossible: it is a share of the GPU's total "
+                                     "memory; fix: use a value in (0, 1]"),
+    ({"gpu_memory_utilization": 0}, "h1: gpu_memory_utilization=0 is impossible"),
+    ({"max_model_len": 0}, "h1: max_model_len=0 is impossible; fix: use a positive integer"),
+    ({"max_num_seqs": -1}, "h1: max_num_seqs=-1 is impossible; fix: use a positive integer"),
+    ({"tensor_parallel_size": 0}, "h1: tensor_parallel_size=0 is impossible"),
+    ({"swap_space": -4}, "h1: swap_space=-4 is negative; fix: use 0 (no swapping) or GiB > 0"),
+    ({"kv_cache_dtype": "fp4"}, "h1: kv_cache_dtype='fp4' is not supported; fix: use one of auto, bfloat16, "
+                                "float16, fp8, fp8_e4m3, fp8_e5m2"),
+    ({"dtype": "bf16"}, "h1: dtype='bf16' is not supported; fix: use one of auto, half, float16, bfloat16"),
+    ({"quantization": "int4"}, "h1: quantization='int4' is not supported; fix: use one of awq,"),
+    ({"model": ""}, "h1: model='' must be a non-empty string"),
+    ({"model": None}, "h1: the profile has no model; fix: set vllm_profile_name to a shipped profile"),
+    ({"max_num_batched_tokens": 32}, "h1: max_num_batched_tokens=32 is below max_num_seqs=64: vLLM refuses it"),
+    ({"kv_cache_dtype": "auto"}, "h1: calculate_kv_scales=true with kv_cache_dtype='auto': scales only exist for "
+                                 "an FP8 KV cache; fix: set kv_cache_dtype: fp8 or drop calculate_kv_scales"),
+    ({"speculative": "Qwen/Qwen2.5-0.5B-Instruct"}, "h1: speculative='Qwen/Qwen2.5-0.5B-Instruct' must be a mapping"),
+    ({"speculative": {"num_tokens": 5}}, "h1: unknown key speculative.num_tokens=5; fix: use model, method, "),
+    ({"speculative": {"num_speculative_tokens": 0}}, "h1: speculative.num_speculative_tokens=0 is outside 1-16"),
+    ({"speculative": {"num_speculative_tokens": "5"}}, "h1: speculative.num_speculative_tokens='5' must be an integer"),
+    ({"speculative": {"method": "lookahead"}}, "h1: speculative.method='lookahead' is not supported; fix: use one of"),
+    ({"speculative": {"model": None, "method": "eagle"}}, "h1: speculative has no model (method='eagle'); fix: set "
+                                                          "speculative.model"),
+    ({"speculative": {"num_speculative_tokens": None}}, "h1: speculative.num_speculative_tokens is missing; fix: "),
+    ({"speculative": {"draft_tensor_parallel_size": 0}}, "h1: speculative.draft_tensor_parallel_size=0 is impossible"),
+    ({"dtype": "bfloat16", "model": "Qwen/Qwen2.5-7B-Instruct-AWQ", "quantization": "awq"},
+     "h1: dtype='bfloat16' with quantization='awq': vLLM's awq kernels run in float16; fix: set dtype: auto"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", BAD_INPUTS, ids=[m.split(":")[1][:40] for _, m in BAD_INPUTS])
+def test_bad_inputs_name_host_key_value_and_fix(overrides, message):
+    errors = profiles.validate("h1", profiles.resolve("h1", "rtx4090-7b-decode", overrides))
+    assert any(e.startswith(message) for e in errors), errors
+    assert all(e.startswith("h1: ") and "fix:" in e for e in errors)
+
+
+def test_at_least_fifteen_bad_inputs_are_covered():
+    assert len(BAD_INPUTS) >= 15
+
+
+def test_model_free_speculation_needs_no_model():
+    assert profiles.validate("h", profiles.resolve("h", "cpu-lab-tiny-ngram")) == []
