@@ -18,6 +18,8 @@ description:
     renders the C(vllm serve) arguments for the host's C(vllm_version) and sizes the instance against C(vllm_gpu)
     the way vLLM does (C(gpu_memory_utilization) is a share of the GPU's total memory).
   - Returns the host's entry of C(plan.json); problems are in its C(errors) and C(warnings), never raised.
+  - "C(hostvars | vllm_plan_hosts(ansible_play_hosts, typical_prompt_tokens, typical_output_tokens)) plans many hosts
+    in one pass and returns the whole C(plan.json), a dict with one key C(hosts): host name to plan."
   - The same file holds C(vllm_profile_resolve) (name | vllm_profile_resolve(overrides, host=...)),
     C(vllm_render_args) (profile | vllm_render_args(version, model_path=, draft_model_path=, extra_args=))
     and C(vllm_plan_table) (plan | vllm_plan_table); those raise AnsibleFilterError naming the bad value.
@@ -76,6 +78,28 @@ def vllm_plan_host(hostvars, host):
     return planner.plan_host(str(host), hostvars)
 
 
+_PLAN_VARS = ("vllm_profile_name", "vllm_profile", "vllm_gpu", "vllm_version", "vllm_model_config",
+              "vllm_draft_model_config", "vllm_extra_args")
+
+
+def vllm_plan_hosts(hostvars, hosts, typical_prompt_tokens=None, typical_output_tokens=None):
+    """plan.json for `hosts`, reading each host's planning variables from `hostvars` in one pass."""
+    if isinstance(hosts, str) or not hasattr(hosts, "__iter__"):
+        raise AnsibleFilterError(f"vllm_plan_hosts: expected a list of host names, got {hosts!r}")
+    inputs = {}
+    for host in hosts:
+        try:
+            variables = hostvars[host]
+        except KeyError:
+            raise AnsibleFilterError(f"vllm_plan_hosts: host {host!r} is not in hostvars") from None
+        inputs[str(host)] = {name: variables.get(name) for name in _PLAN_VARS}
+        if typical_prompt_tokens is not None:
+            inputs[str(host)]["vllm_typical_prompt_tokens"] = typical_prompt_tokens
+        if typical_output_tokens is not None:
+            inputs[str(host)]["vllm_typical_output_tokens"] = typical_output_tokens
+    return planner.plan_hosts(inputs)
+
+
 def vllm_profile_resolve(name, overrides=None, host="host", validate=True):
     try:
         profile = profiles.resolve(str(host), name or None, overrides or {})
@@ -110,6 +134,7 @@ class FilterModule:
     def filters(self):
         return {
             "vllm_plan_host": vllm_plan_host,
+            "vllm_plan_hosts": vllm_plan_hosts,
             "vllm_profile_resolve": vllm_profile_resolve,
             "vllm_render_args": vllm_render_args,
             "vllm_plan_table": vllm_plan_table,

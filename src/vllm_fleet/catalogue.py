@@ -117,7 +117,9 @@ class Architecture:
 def _int(config: Mapping[str, Any], key: str, name: str) -> int:
     value = config.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ModelError(f"model {name}: config.json field {key}={value!r} is not a positive integer")
+        raise ModelError(
+            f"model {name}: config.json field {key}={value!r} is not a positive integer; fix: point at the model's own config.json"
+        )
     return value
 
 
@@ -127,11 +129,11 @@ def architecture(name: str, config: Mapping[str, Any]) -> Architecture:
     if model_type not in _ARCHITECTURES:
         raise ModelError(
             f"model {name}: architecture model_type={model_type!r} is not one the planner can size "
-            f"(supported: {', '.join(sorted(_ARCHITECTURES))})"
+            f"(supported: {', '.join(sorted(_ARCHITECTURES))}); fix: plan it by hand, or extend vllm_fleet.catalogue"
         )
     missing = [k for k in _REQUIRED if k not in config]
     if missing:
-        raise ModelError(f"model {name}: config.json lacks {', '.join(missing)}")
+        raise ModelError(f"model {name}: config.json lacks {', '.join(missing)}; fix: point at the model's own config.json")
     heads = _int(config, "num_attention_heads", name)
     hidden = _int(config, "hidden_size", name)
     kv_heads = _int(config, "num_key_value_heads", name) if "num_key_value_heads" in config else heads
@@ -185,9 +187,9 @@ def _file_architecture(path: str, mtime: float) -> Architecture:
         with open(path, encoding="utf-8") as f:
             config = json.load(f)
     except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot read the model config {path}: {exc}") from exc
+        raise ModelError(f"cannot read the model config {path}: {exc}; fix: give a JSON config.json") from exc
     if not isinstance(config, dict):
-        raise ModelError(f"the model config {path} is not a JSON object")
+        raise ModelError(f"the model config {path} is not a JSON object; fix: give the model's config.json")
     return architecture(path, config)
 
 
@@ -199,11 +201,14 @@ def lookup(model_id: str, config_path: str | None = None) -> Architecture:
         try:
             mtime = os.stat(path).st_mtime
         except OSError as exc:
-            raise ModelError(f"model config {config_path!r} cannot be read: {exc.strerror}") from exc
+            raise ModelError(
+                f"model config {config_path!r} cannot be read: {exc.strerror}; "
+                "fix: point vllm_model_config at the model's config.json (or its folder) on the controller"
+            ) from exc
         return _file_architecture(path, mtime)
     if model_id in catalogue():
         return _catalogue_architecture(model_id)
     raise ModelError(
         f"model {model_id!r} is not in the catalogue ({', '.join(sorted(catalogue()))}); "
-        "set vllm_model_config (or the profile's model_config) to the path of its config.json on the controller"
+        "fix: set vllm_model_config (or the profile's model_config) to the path of its config.json on the controller"
     )

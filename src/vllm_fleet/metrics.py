@@ -338,20 +338,25 @@ def check_families(facts: MetricsFacts | Mapping[str, Any], speculative: bool = 
 
 
 def is_speculative(profile: Mapping[str, Any] | None, args: Iterable[str] | None = None) -> bool:
-    """Whether a profile (or the rendered arguments) turns speculative decoding on."""
+    """Whether a profile (or the rendered arguments) turns speculative decoding on.
+
+    The profile's ``speculative`` dict (profiles.py), or ``speculative_config`` / the article's
+    ``speculative_model`` in a hand-made profile; in the arguments, ``--speculative-config`` (0.33 and
+    recent releases), ``--speculative-model`` (older ones) or the ``--spec-*`` shorthands.
+    """
     profile = profile or {}
-    spec = profile.get("speculative_config")
-    if isinstance(spec, str):
-        spec = spec.strip()
-        if spec.lower() in ("", "none", "null", "{}"):
+    for key in ("speculative", "speculative_config"):
+        spec = profile.get(key)
+        if isinstance(spec, str) and spec.strip().lower() in ("", "none", "null", "{}"):
             spec = None
-    if spec:
-        return True
+        if spec:
+            return True
     if profile.get("speculative_model") or profile.get("num_speculative_tokens"):
         return True
     for arg in args or ():
         flag = str(arg).split("=", 1)[0]
-        if flag in ("--speculative-config", "--spec-model", "--spec-method", "--spec-tokens", "-sc"):
+        if flag in ("--speculative-config", "-sc", "--speculative-model", "--spec-model", "--spec-method",
+                    "--spec-tokens"):
             return True
     return False
 

@@ -165,7 +165,7 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
         try:
             draft = catalogue.lookup(spec["model"], hostvars.get("vllm_draft_model_config"))
         except catalogue.ModelError as exc:
-            errors.append(f"{host}: draft {exc} (for the draft: vllm_draft_model_config)")
+            errors.append(f"{host}: draft {exc} (for a draft model: vllm_draft_model_config)")
             return
 
     device = "cpu" if str(gpu["name"]).lower() == "cpu" else "gpu"

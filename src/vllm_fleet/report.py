@@ -199,8 +199,9 @@ def host_entry(
       ``metrics_before``, ``metrics_after``: ``uri`` results with ``content`` (or parsed facts).
     ``expect``:
       ``vllm_version`` (pinned), ``served_model_name`` (``""``: take what /v1/models lists),
-      ``profile_name``, ``profile`` (the effective profile dict or ``None``), ``plan`` (the planner's
-      host entry or ``None``), ``speculative`` (``None``: from the profile/plan), ``latency_budget_s``,
+      ``profile_name``, ``profile`` (the effective profile dict or ``None``), ``extra_args``
+      (``vllm_extra_args``: its ``block_size``, ``kv_cache_memory_bytes``... are read back too),
+      ``plan`` (the planner's host entry, or the whole plan with ``hosts``, or ``None``), ``speculative`` (``None``: from the profile/plan), ``latency_budget_s``,
       ``smoke_requests`` (how many smoke requests were sent, default 1), ``readback`` (default true),
       ``fail_on_findings`` (default false), and ``unit``/``url`` (shown in the report).
     ``thresholds``: keyword arguments of :func:`vllm_fleet.metrics.findings`.
@@ -210,6 +211,8 @@ def host_entry(
     warnings: list[str] = []
     profile = expect.get("profile") or None
     plan = expect.get("plan") or None
+    if plan and isinstance(plan.get("hosts"), Mapping):  # the whole plan (vllm_plan of the plan role)
+        plan = plan["hosts"].get(host) or None
     plan_args = (plan or {}).get("args") or []
 
     # health -------------------------------------------------------------------------------------
@@ -296,7 +299,9 @@ def host_entry(
             readback_state = "skipped: no vllm_profile_effective fact on this host (run the planning role first)"
         else:
             dropped = [d.get("flag", "") for d in (plan or {}).get("dropped") or [] if isinstance(d, Mapping)]
-            drifts = _metrics.readback(after, profile, skip=dropped)
+            wanted = dict(profile)
+            wanted.update(expect.get("extra_args") or {})
+            drifts = _metrics.readback(after, wanted, skip=dropped)
             errors.extend("read-back: %s" % d["message"] for d in drifts)
             readback_state = "drift" if drifts else "matches the profile"
     if readback_state.startswith("skipped"):

@@ -1,0 +1,389 @@
+"""planner: hand-computed capacity of the guide's models, the H200 calibration point, the checks,
+the filter plugin, the vllm_plan role and playbooks/plan.yml against unreachable hosts."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+
+from vllm_fleet import catalogue, planner  # noqa: E402
+
+GIB, MIB = 1 << 30, 1 << 20
+RTX4090 = {"name": "NVIDIA GeForce RTX 4090", "memory_mib": 24564, "bandwidth_gb_s": 1008, "count": 1}
+L40 = {"name": "NVIDIA L40", "memory_mib": 46068, "bandwidth_gb_s": 864, "count": 1}
+H200 = {"name": "NVIDIA H200", "memory_mib": 143771, "bandwidth_gb_s": 4800, "count": 1}
+LAB = {"name": "cpu", "memory_mib": 4096, "bandwidth_gb_s": 20, "count": 1}
+NON_TORCH, CUDA_GRAPHS = 402653184, 429496730  # data/memory_model.yml, gpu
+
+
+def plan(profile_name=None, profile=None, gpu=RTX4090, version="0.33.0", **more):
+    hostvars = {"vllm_profile_name": profile_name, "vllm_profile": profile or {}, "vllm_gpu": gpu,
+                "vllm_version": version, **more}
+    return planner.plan_host("h1", hostvars)
+
+
+# --- the models' own numbers ----------------------------------------------------------------------
+def test_qwen25_7b_parameters_match_the_hubs_count():
+    arch = catalogue.lookup("Qwen/Qwen2.5-7B-Instruct")
+    # per layer: q 3584*3584+3584, k and v 3584*512+512 each, o 3584*3584, MLP 3*3584*18944, 2 norms of 3584
+    layer = (3584 * 3584 + 3584) + 2 * (3584 * 512 + 512) + 3584 * 3584 + 3 * 3584 * 18944 + 2 * 3584
+    # 28 layers, embeddings and LM head (not tied) 152064*3584 each, final norm
+    assert arch.parameters() == 28 * layer + 2 * 152064 * 3584 + 3584 == 7_615_616_512
+    assert arch.parameters() == catalogue.catalogue()["Qwen/Qwen2.5-7B-Instruct"]["safetensors_parameters"]["BF16"]
+
+
+@pytest.mark.parametrize("model,params", [
+    ("Qwen/Qwen2.5-14B-Instruct", 14_770_033_664),  # model card: 14.7B
+    ("Qwen/Qwen2.5-0.5B-Instruct", 494_032_768),    # model card: 0.49B
+    ("Qwen/Qwen2.5-1.5B-Instruct", 1_543_714_304),  # model card: 1.54B
+])
+def test_other_guide_models_match_their_model_cards(model, params):
+    assert catalogue.lookup(model).parameters() == params
+
+
+def test_kv_bytes_per_token_fp8_against_auto():
+    arch = catalogue.lookup("Qwen/Qwen2.5-7B-Instruct")
+    # 2 (K, V) x 4 KV heads x head_dim 3584/28=128 x 28 layers x bytes
+    assert arch.kv_bytes_per_token(2) == 2 * 4 * 128 * 28 * 2 == 57_344
+    assert arch.kv_bytes_per_token(1) == 28_672
+    l14 = catalogue.lookup("Qwen/Qwen2.5-14B-Instruct")
+    assert l14.kv_bytes_per_token(1) == 2 * 8 * 128 * 48 == 98_304
+
+
+def test_awq_weights_are_packed_int4_plus_scales_and_zeros():
+    arch = catalogue.lookup("Qwen/Qwen2.5-7B-Instruct-AWQ")
+    other = 2 * 152064 * 3584 + 28 * (2 * 3584 + (28 + 2 * 4) * 128) + 3584  # fp16: embeddings, head, norms, biases
+    linear = 7_615_616_512 - other                                            # 4-bit: the projections
+    expected = linear // 2 + (linear // 128) * 2 + (linear // 128) // 2 + other * 2  # packed + scales + zeros + fp16
+    assert arch.weight_bytes(2) == expected == 5_570_747_392  # 5.19 GiB (bf16: 14.19 GiB)
+
+
+# --- hand-computed plans of the guide's configurations ----------------------------------------------
+def test_rtx4090_7b_decode_by_hand():
+    entry = plan("rtx4090-7b-decode")
+    c = entry["capacity"]
+    budget = math.ceil(24564 * MIB * 0.92)                           # 23,696,643,195 B usable
+    weights = 7_615_616_512 * 2                                      # bf16
+    draft = 494_032_768 * 2                                          # Qwen2.5-0.5B bf16
+    activation = 8192 * (3 * 18944 + 4 * 3584) * 2 + 64 * 152064 * 4  # max_num_batched_tokens pass + logits
+    kv = budget - weights - draft - activation - NON_TORCH - CUDA_GRAPHS
+    per_token = 2 * 4 * 128 * 28 * 1 + 2 * 2 * 64 * 24 * 1             # fp8: 7B 28,672 + 0.5B draft 6,144
+    tokens = kv // per_token // 16 * 16
+    assert c == {
+        "gpu_memory_bytes": 24564 * MIB, "weights_bytes": weights, "draft_weights_bytes": draft,
+        "kv_bytes_per_token": per_token, "kv_cache_bytes": kv, "kv_cache_tokens": tokens,
+        "max_concurrency_at_max_len": tokens // 8192,
+        "decode_ceiling_tokens_per_s": int(1008e9 // (weights + draft)), "fits": True,
+    }
+    assert (kv, tokens, tokens // 8192, c["decode_ceiling_tokens_per_s"]) == (5_440_249_825, 156_256, 19, 62)
+    assert entry["errors"] == []
+    assert len(entry["warnings"]) == 1
+    assert entry["warnings"][0].startswith("h1: speculative decoding with max_num_seqs=64 (> 32)")
+
+
+def test_l40_14b_decode_by_hand():
+    entry = plan("l40-14b-decode", gpu=L40)
+    c = entry["capacity"]
+    budget = math.ceil(46068 * MIB * 0.90)
+    weights, draft = 14_770_033_664 * 2, 1_543_714_304 * 2
+    activation = 16384 * (3 * 13824 + 4 * 5120) * 2 + 128 * 152064 * 4
+    kv = budget - weights - draft - activation - NON_TORCH - CUDA_GRAPHS
+    per_token = 2 * 8 * 128 * 48 + 2 * 2 * 128 * 28                   # fp8: 98,304 + 1.5B draft 14,336
+    assert (c["kv_cache_bytes"], c["kv_bytes_per_token"]) == (kv, per_token)
+    assert c["kv_cache_tokens"] == kv // per_token // 16 * 16 == 70_192
+    assert c["max_concurrency_at_max_len"] == 4                          # 70,192 // 16,384
+    assert c["decode_ceiling_tokens_per_s"] == 26                        # 864e9 / 32.6e9 B: below the guide's 25-40 per user at batch
+    assert entry["errors"] == []
+    text = " ".join(entry["warnings"])
+    assert "max_num_seqs=128 (> 32)" in text
+    assert "holds 70,192 tokens, less than max_num_seqs=128 requests of typical length 768" in text
+
+
+def test_fp8_kv_holds_twice_the_tokens_of_auto():
+    fp8 = plan("rtx4090-7b-prefill")["capacity"]
+    auto = plan("rtx4090-7b-prefill", {"kv_cache_dtype": "auto", "calculate_kv_scales": None})["capacity"]
+    assert fp8["kv_cache_bytes"] == auto["kv_cache_bytes"]
+    assert auto["kv_bytes_per_token"] == 2 * fp8["kv_bytes_per_token"] == 57_344
+    assert fp8["kv_cache_tokens"] == 224_192 and auto["kv_cache_tokens"] == 112_096
+
+
+def test_awq_on_the_rtx4090_frees_memory_for_the_kv_cache():
+    awq = plan("rtx4090-7b-awq")
+    c = awq["capacity"]
+    assert c["weights_bytes"] == 5_570_747_392 and c["fits"] and awq["errors"] == []
+    assert c["kv_cache_tokens"] > 2 * plan("rtx4090-7b-prefill")["capacity"]["kv_cache_tokens"]
+    assert c["decode_ceiling_tokens_per_s"] == 180  # 1008e9 / 5.57e9: AWQ raises the decode ceiling most
+
+
+def test_h200_calibration_point():
+    """vLLM 0.26 on a real H200: gpu_memory_utilization 0.92 of 143,771 MiB, Qwen2.5-7B bf16 dims:
+    weights 14.29 GiB, KV cache 112.98 GiB = 2,115,440 tokens (assumed run settings:
+    max_num_batched_tokens 8192, max_num_seqs 256, max_model_len 8192). The prediction must be within 5 %."""
+    entry = plan(profile={"model": "Qwen/Qwen2.5-7B-Instruct", "gpu_memory_utilization": 0.92, "max_model_len": 8192,
+                          "max_num_seqs": 256, "max_num_batched_tokens": 8192}, gpu=H200, version="0.26.0")
+    c = entry["capacity"]
+    assert entry["errors"] == []
+    assert abs(c["weights_bytes"] / GIB - 14.29) / 14.29 < 0.05
+    assert abs(c["kv_cache_bytes"] / GIB - 112.98) / 112.98 < 0.005
+    assert abs(c["kv_cache_tokens"] - 2_115_440) / 2_115_440 < 0.005
+    assert c["kv_cache_tokens"] == 2_115_456  # measured 2,115,440: 16 tokens (one block) apart
+
+
+def test_h200_fp8_kv_with_kv_cache_memory_bytes_matches_vllms_metrics():
+    """shared/fixtures/vllm/0.26.0-cuda-h200/metrics_fp8_kv_after_bench.txt: kv_cache_memory_bytes 6.3e9, fp8,
+    kv_cache_size_tokens 219712 (13732 blocks of 16), kv_cache_max_concurrency 26.82 at max_model_len 8192."""
+    entry = plan(profile={"model": "Qwen/Qwen2.5-7B-Instruct", "kv_cache_dtype": "fp8", "max_model_len": 8192,
+                          "max_num_batched_tokens": 8192}, gpu=H200, version="0.26.0",
+                 vllm_extra_args={"kv_cache_memory_bytes": 6300000000})
+    c = entry["capacity"]
+    assert c["kv_cache_bytes"] == 6_300_000_000
+    assert c["kv_cache_tokens"] == 219_712 == 13_732 * 16
+    assert c["max_concurrency_at_max_len"] == 26
+
+
+def test_cpu_lab_uses_the_kv_size_it_is_given():
+    entry = plan("cpu-lab-tiny", gpu=LAB, version="0.32.0", vllm_extra_args={"kv_cache_memory_bytes": "1G"})
+    c = entry["capacity"]
+    # tiny-qwen2: 2 (K, V) x 2 KV heads x 64 x 2 layers x 2 bytes = 1,024 B/token; 1G = 1,073,741,824 B
+    assert (c["kv_bytes_per_token"], c["kv_cache_bytes"]) == (1024, 1_073_741_824)
+    assert c["kv_cache_tokens"] == 1_048_576 and c["kv_cache_tokens"] % 128 == 0  # CPU blocks of 128
+    assert c["fits"] and entry["errors"] == [] and "--kv-cache-memory-bytes" in entry["args"]
+
+
+def test_cpu_lab_that_gives_more_kv_than_its_memory_does_not_fit():
+    entry = plan("cpu-lab-tiny", gpu=LAB, version="0.32.0", vllm_extra_args={"kv_cache_memory_bytes": "8G"})
+    assert not entry["capacity"]["fits"]
+    assert "h1: lab/tiny-qwen2 does not fit: cpu memory 4.00 GiB; weights 0.00 GiB" in entry["errors"][0]
+
+
+@pytest.mark.parametrize("text,value", [("1k", 1000), ("1K", 1024), ("25.6k", 25600), ("2M", 2 * MIB), ("1g", 10**9),
+                                        (1073741824, 1073741824)])
+def test_human_readable_bytes_as_vllm_reads_them(text, value):
+    assert planner.parse_bytes(text) == value
+
+
+# --- the checks ------------------------------------------------------------------------------------
+def test_a_model_that_does_not_fit():
+    entry = plan(profile={"model": "Qwen/Qwen2.5-14B-Instruct", "gpu_memory_utilization": 0.92,
+                          "max_model_len": 8192, "max_num_seqs": 64, "max_num_batched_tokens": 8192})
+    c = entry["capacity"]
+    assert c["fits"] is False and c["kv_cache_bytes"] < 0 and c["kv_cache_tokens"] == 0
+    assert c["weights_bytes"] == 29_540_067_328  # 27.51 GiB of bf16 weights on a 24 GiB card
+    (error,) = entry["errors"]
+    assert error.startswith("h1: Qwen/Qwen2.5-14B-Instruct does not fit: NVIDIA GeForce RTX 4090 23.99 GiB x "
+                            "gpu_memory_utilization 0.92 = 22.07 GiB; weights 27.51 GiB")
+    assert "fix: a quantized checkpoint (AWQ)" in error
+
+
+def test_kv_cache_below_max_model_len():
+    entry = plan(profile={"model": "Qwen/Qwen2.5-7B-Instruct", "gpu_memory_utilization": 0.72,
+                          "max_model_len": 32768, "max_num_seqs": 64, "max_num_batched_tokens": 8192})
+    # 0.72 x 24564 MiB - 15.23e9 weights - 1.20e9 activations - 0.83e9 runtime = 1.28e9 B / 57,344 B = 22,256 tokens
+    assert entry["capacity"]["kv_cache_tokens"] == 22_256
+    assert entry["errors"] == [
+        "h1: the KV cache holds 22,256 tokens (1.19 GiB at 57,344 B/token), below max_model_len=32,768: vLLM refuses "
+        "to start; fix: max_model_len <= 22,256, kv_cache_dtype: fp8, a quantized checkpoint or a higher "
+        "gpu_memory_utilization"]
+
+
+def test_utilization_above_095():
+    entry = plan("rtx4090-7b-prefill", {"gpu_memory_utilization": 0.97})
+    assert entry["errors"] == ["h1: gpu_memory_utilization=0.97 is above 0.95: the guide's limit (the CUDA context, "
+                               "fragmentation and other processes need the rest); fix: 0.90-0.95"]
+
+
+def test_token_budget_below_max_model_len_without_chunked_prefill():
+    entry = plan("rtx4090-7b-prefix-heavy", {"enable_chunked_prefill": False})
+    assert entry["errors"] == [
+        "h1: max_num_batched_tokens=4,096 < max_model_len=8,192 with chunked prefill off: a prompt longer than 4,096 "
+        "tokens can never be scheduled; fix: enable_chunked_prefill: true or max_num_batched_tokens >= 8,192"]
+    assert plan("rtx4090-7b-prefix-heavy")["errors"] == []
+
+
+def test_token_budget_that_max_num_seqs_cannot_fill():
+    entry = plan("rtx4090-7b-prefill", {"max_num_seqs": 4}, vllm_typical_prompt_tokens=512)
+    assert entry["warnings"] == [
+        "h1: max_num_seqs=4 x typical prompt 512 tokens = 2,048 < max_num_batched_tokens=8,192: the token budget "
+        "never fills; fix: max_num_seqs >= 16 or max_num_batched_tokens = 2,048"]
+
+
+def test_max_model_len_beyond_the_models_positions():
+    entry = plan("cpu-lab-tiny", {"max_model_len": 8192, "max_num_batched_tokens": 8192}, gpu=LAB, version="0.32.0",
+                 vllm_extra_args={"kv_cache_memory_bytes": 1 << 28})
+    assert "h1: max_model_len=8,192 exceeds lab/tiny-qwen2's max_position_embeddings=4,096: vLLM refuses it; fix: " \
+           "max_model_len <= 4,096" in entry["errors"]
+
+
+@pytest.mark.parametrize("hostvars,message", [
+    ({"vllm_gpu": None}, "h1: vllm_gpu=None is not a mapping; fix: set vllm_gpu to {name: ..., memory_mib: ..."),
+    ({"vllm_gpu": {"name": "RTX 4090", "memory_mib": "24 GB", "bandwidth_gb_s": 1008, "count": 1}},
+     "h1: vllm_gpu.memory_mib='24 GB' must be a positive integer"),
+    ({"vllm_gpu": {"name": "RTX 4090", "memory_mib": 24564, "count": 1}}, "h1: vllm_gpu.bandwidth_gb_s is missing"),
+    ({"vllm_version": None}, "h1: vllm_version is not set; fix: set it in group_vars, e.g. vllm_version: \"0.33.0\""),
+    ({"vllm_version": 0.33}, "h1: vllm_version=0.33 is a float, not a string; fix: quote it"),
+    ({"vllm_typical_prompt_tokens": 0}, "h1: vllm_typical_prompt_tokens=0 must be a positive integer"),
+    ({"vllm_profile": {"model": "mistralai/Mistral-7B-Instruct-v0.3"}},
+     "h1: model 'mistralai/Mistral-7B-Instruct-v0.3' is not in the catalogue"),
+    ({"vllm_model_config": "/nonexistent/config.json"}, "h1: model config '/nonexistent/config.json' cannot be read"),
+    ({"vllm_profile": {"tensor_parallel_size": 2}}, "h1: tensor_parallel_size=2 but the host has 1 GPU(s)"),
+    ({"vllm_profile": {"quantization": "awq", "dtype": None}}, "h1: quantization='awq' but Qwen/Qwen2.5-7B-Instruct's config.json has "
+                                                "no quantization_config: vLLM refuses to start"),
+    ({"vllm_profile": {"speculative": {"model": "Qwen/Qwen2.5-3B-Instruct"}}},
+     "h1: draft model 'Qwen/Qwen2.5-3B-Instruct' is not in the catalogue"),
+    ({"vllm_extra_args": {"max_model_len": 4096}}, "h1: vllm_extra_args.max_model_len duplicates a profile key"),
+    ({"vllm_extra_args": {"kv_cache_memory_bytes": "lots"}}, "h1: vllm_extra_args.kv_cache_memory_bytes: 'lots' is not"),
+    ({"vllm_profile_name": "l40-14b"}, "h1: vllm_profile_name='l40-14b' is not a shipped profile"),
+])
+def test_bad_host_inputs(hostvars, message):
+    base = {"vllm_profile_name": "rtx4090-7b-decode", "vllm_gpu": RTX4090, "vllm_version": "0.33.0"}
+    entry = planner.plan_host("h1", {**base, **hostvars})
+    assert any(e.startswith(message) for e in entry["errors"]), entry["errors"]
+    assert all("fix" in e for e in entry["errors"])
+
+
+def test_model_outside_the_catalogue_from_its_config_json(tmp_path):
+    config = dict(catalogue.catalogue()["Qwen/Qwen2.5-7B-Instruct"]["config"], num_hidden_layers=14)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    entry = plan(profile={"model": "acme/half-qwen", "max_model_len": 8192, "max_num_batched_tokens": 8192,
+                          "max_num_seqs": 64}, vllm_model_config=str(tmp_path))
+    assert entry["errors"] == [] and entry["capacity"]["kv_bytes_per_token"] == 57_344 // 2
+    (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "mamba"}))
+    entry = plan(profile={"model": "acme/mamba"}, vllm_model_config=str(tmp_path / "config.json"))
+    assert "architecture model_type='mamba' is not one the planner can size" in entry["errors"][0]
+
+
+def test_plan_json_contract():
+    result = planner.plan_hosts({"b": {"vllm_profile_name": "rtx4090-7b-decode", "vllm_gpu": RTX4090,
+                                       "vllm_version": "0.33.0"},
+                                 "a": {"vllm_profile_name": "nope", "vllm_gpu": RTX4090, "vllm_version": "0.33.0"}})
+    assert list(result) == ["hosts"] and list(result["hosts"]) == ["a", "b"]
+    for entry in result["hosts"].values():
+        assert {"profile", "vllm_version", "args", "dropped", "errors", "warnings", "capacity"} <= set(entry)
+        assert set(entry["capacity"]) == set(planner.CAPACITY_KEYS)
+    good = result["hosts"]["b"]["capacity"]
+    assert all(isinstance(good[k], int) and not isinstance(good[k], bool) for k in planner.CAPACITY_KEYS if k != "fits")
+    assert result["hosts"]["a"]["capacity"]["fits"] is False
+    json.dumps(result)
+    lines = planner.table(result)
+    assert lines[0].split()[:3] == ["host", "profile", "vllm"]
+    assert any(line.startswith("b ") and "156,256" in line for line in lines)
+    assert any(line.startswith("ERROR h1") or line.startswith("ERROR a: ") for line in lines)
+
+
+# --- the filter plugin --------------------------------------------------------------------------------
+def load_filters():
+    pytest.importorskip("ansible", reason="the filter plugin needs ansible-core (the .venv)")
+    sys.path.insert(0, os.path.join(ROOT, "plugins", "filter"))
+    import vllm_plan
+
+    return vllm_plan
+
+
+def test_filter_plugin_filters():
+    vllm_plan = load_filters()
+    from ansible.errors import AnsibleFilterError
+
+    filters = vllm_plan.FilterModule().filters()
+    assert set(filters) == {"vllm_plan_host", "vllm_plan_hosts", "vllm_profile_resolve", "vllm_render_args",
+                            "vllm_plan_table"}
+    hostvars = {"a": {"vllm_profile_name": "rtx4090-7b-decode", "vllm_gpu": RTX4090, "vllm_version": "0.33.0",
+                      "ansible_host": "10.0.0.1"},
+                "b": {"vllm_profile_name": "l40-14b-awq-prefill", "vllm_gpu": L40, "vllm_version": "0.32.0"}}
+    whole = filters["vllm_plan_hosts"](hostvars, ["b", "a"], 512, 256)
+    assert list(whole["hosts"]) == ["a", "b"] and whole["hosts"]["a"]["capacity"]["kv_cache_tokens"] == 156_256
+    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_hosts: host 'c' is not in hostvars"):
+        filters["vllm_plan_hosts"](hostvars, ["c"])
+    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_hosts: expected a list of host names, got 'a'"):
+        filters["vllm_plan_hosts"](hostvars, "a")
+    profile = filters["vllm_profile_resolve"]("rtx4090-7b-decode", {"max_num_seqs": 32}, host="h1")
+    assert profile["max_num_seqs"] == 32
+    rendered = filters["vllm_render_args"](profile, "0.33.0", model_path="/m", draft_model_path="", extra_args={})
+    assert rendered["args"][0] == "/m" and {d["flag"] for d in rendered["dropped"]} == {"--swap-space",
+                                                                                        "--calculate-kv-scales"}
+    with pytest.raises(AnsibleFilterError, match=r"vllm_profile_resolve: h1: max_num_seqs='32' must be an integer"):
+        filters["vllm_profile_resolve"]("rtx4090-7b-decode", {"max_num_seqs": "32"}, host="h1")
+    with pytest.raises(AnsibleFilterError, match=r"vllm_render_args: vllm_version='next' is not a release number"):
+        filters["vllm_render_args"](profile, "next")
+    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_host: expected a dict of the host's variables, got 'x'"):
+        filters["vllm_plan_host"]("x", "h1")
+    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_table: expected plan.json's"):
+        filters["vllm_plan_table"]([])
+    for doc in (vllm_plan.DOCUMENTATION, vllm_plan.EXAMPLES, vllm_plan.RETURN):
+        yaml.safe_load(doc)
+
+
+# --- the role and the playbook --------------------------------------------------------------------------
+def test_argument_specs_cover_the_role_defaults():
+    role = os.path.join(ROOT, "roles", "vllm_plan")
+    with open(os.path.join(role, "defaults", "main.yml"), encoding="utf-8") as f:
+        defaults = yaml.safe_load(f)
+    with open(os.path.join(role, "meta", "argument_specs.yml"), encoding="utf-8") as f:
+        options = yaml.safe_load(f)["argument_specs"]["main"]["options"]
+    for name, value in defaults.items():
+        assert name in options, f"{name} has no argument spec"
+        assert options[name]["default"] == value, name
+
+
+def write_inventory(path, rtx_profile="rtx4090-7b-decode", l40_overrides=None):
+    (path / "group_vars").mkdir(parents=True)
+    (path / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"vllm_nodes": {"children": {
+        "rtx4090_nodes": {"hosts": {"gpu-4090-01.invalid": {}, "gpu-4090-02.invalid": {}}},
+        "l40_nodes": {"hosts": {"gpu-l40-01.invalid": {}}}}}}}}))
+    (path / "group_vars" / "all.yml").write_text(yaml.safe_dump(
+        {"vllm_version": "0.33.0", "ansible_user": "nobody", "ansible_become": True}))
+    (path / "group_vars" / "rtx4090_nodes.yml").write_text(yaml.safe_dump(
+        {"vllm_profile_name": rtx_profile, "vllm_gpu": RTX4090}))
+    (path / "group_vars" / "l40_nodes.yml").write_text(yaml.safe_dump(
+        {"vllm_profile_name": "l40-14b-awq-prefill", "vllm_gpu": L40, "vllm_profile": l40_overrides or {}}))
+
+
+def run_plan(inventory, report_dir):
+    ansible_playbook = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+    if not os.path.exists(ansible_playbook):
+        pytest.skip("ansible-playbook is not in this Python's venv")
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run([ansible_playbook, "-i", str(inventory), os.path.join(ROOT, "playbooks", "plan.yml"),
+                           "-e", f"vllm_report_dir={report_dir}"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_plan_playbook_on_unreachable_hosts(tmp_path):
+    pytest.importorskip("ansible")
+    write_inventory(tmp_path / "inv")
+    result = run_plan(tmp_path / "inv", tmp_path / "out")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "unreachable=0" in result.stdout and "failed=0" in result.stdout
+    assert "gpu-4090-01.invalid  rtx4090-7b-decode" in result.stdout  # the table
+    with open(tmp_path / "out" / "plan.json", encoding="utf-8") as f:
+        written = json.load(f)
+    assert sorted(written["hosts"]) == ["gpu-4090-01.invalid", "gpu-4090-02.invalid", "gpu-l40-01.invalid"]
+    assert written["hosts"]["gpu-4090-01.invalid"]["capacity"]["kv_cache_tokens"] == 156_256
+
+
+def test_plan_playbook_fails_on_a_host_error_after_writing_the_report(tmp_path):
+    pytest.importorskip("ansible")
+    write_inventory(tmp_path / "inv", l40_overrides={"gpu_memory_utilization": 0.99})
+    result = run_plan(tmp_path / "inv", tmp_path / "out")
+    assert result.returncode != 0
+    assert "gpu-l40-01.invalid: gpu_memory_utilization=0.99 is above 0.95" in result.stdout
+    assert "1 planning error(s)" in result.stdout and "failed=1" in result.stdout
+    with open(tmp_path / "out" / "plan.json", encoding="utf-8") as f:
+        written = json.load(f)
+    assert written["hosts"]["gpu-l40-01.invalid"]["errors"]
+
+
+@pytest.mark.skipif(shutil.which("true") is None, reason="needs a POSIX userland")
+def test_benchmark_script_runs_quickly():
+    script = os.path.join(ROOT, "benchmarks", "plan_200_hosts.py")
+    result = subprocess.run([sys.executable, script, "--hosts", "20"], capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src")))
+    assert result.returncode == 0, result.stderr
+    assert "20 hosts" in result.stdout
