@@ -190,7 +190,9 @@ def verify_run(tmp_path_factory):
                  "vllm_verify_health_timeout": 3},
     }
     inventory = {"all": {"vars": base, "children": {"vllm_nodes": {"children": {
-        "vllm_planned": {"hosts": planned, "vars": {"vllm_profile_effective": PROFILE, "vllm_plan": PLAN}},
+        # vllm_plan as the plan role sets it: the whole plan, one entry per host.
+        "vllm_planned": {"hosts": planned, "vars": {"vllm_profile_effective": PROFILE,
+                                                    "vllm_plan": {"hosts": {h: PLAN for h in planned}}}},
         "vllm_bare": {"hosts": bare},
     }}}}}
     inv_path = tmp / "inventory.yml"
