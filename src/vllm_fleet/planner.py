@@ -259,6 +259,7 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
     })
     entry["estimates"] = {"activation_peak_bytes": activation, "runtime_reserve_bytes": runtime}
 
+    fp8_fix = "" if kv_elem == 1 else "kv_cache_dtype: fp8, "
     # --- errors: vLLM would refuse to start, or the guide forbids it --------------------------------
     if util > MAX_UTILIZATION:
         errors.append(
@@ -284,7 +285,7 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
         errors.append(
             f"{host}: the KV cache holds {kv_tokens:,} tokens ({gib(kv_bytes)} at {kv_per_token:,} B/token), "
             f"below max_model_len={max_len:,}: vLLM refuses to start; fix: max_model_len <= {kv_tokens:,}, "
-            "kv_cache_dtype: fp8, a quantized checkpoint or a higher gpu_memory_utilization"
+            f"{fp8_fix}a quantized checkpoint or a higher gpu_memory_utilization"
         )
     if arch.max_position_embeddings and profile.get("max_model_len", 0) > arch.max_position_embeddings:
         errors.append(
@@ -317,7 +318,8 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
         warnings.append(
             f"{host}: the KV cache holds {kv_tokens:,} tokens, less than max_num_seqs={seqs} requests of typical "
             f"length {typical} ({prompt_tokens} prompt + {output_tokens} output) = {seqs * typical:,}: expect "
-            f"preemptions; fix: max_num_seqs <= {kv_tokens // typical}, kv_cache_dtype: fp8 or a quantized model"
+            f"preemptions; fix: max_num_seqs <= {kv_tokens // typical}, {fp8_fix}"
+            + ("a quantized model or no draft model" if draft else "or a quantized model")
         )
 
 

@@ -404,3 +404,13 @@ def test_benchmark_script_runs_quickly():
                             env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src")))
     assert result.returncode == 0, result.stderr
     assert "20 hosts" in result.stdout
+
+
+def test_kv_cache_that_cannot_hold_max_num_seqs_typical_requests():
+    entry = plan("rtx4090-7b-prefill", {"kv_cache_dtype": "auto", "calculate_kv_scales": None, "max_num_seqs": 256})
+    # 110,064 tokens of bf16 KV < 256 requests x (512 + 256) tokens = 196,608
+    assert entry["warnings"] == [
+        "h1: the KV cache holds 110,064 tokens, less than max_num_seqs=256 requests of typical length 768 (512 prompt "
+        "+ 256 output) = 196,608: expect preemptions; fix: max_num_seqs <= 143, kv_cache_dtype: fp8, or a quantized "
+        "model"]
+    assert plan("rtx4090-7b-prefill", {"max_num_seqs": 256})["warnings"] == []  # fp8 KV: 224,192 tokens hold them
