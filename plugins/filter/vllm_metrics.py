@@ -6,27 +6,28 @@ name: vllm_metrics_facts
 short_description: Parse a vLLM /metrics page into facts, and the other vllm_metrics_* / vllm_report_* filters
 description:
   - C(vllm_metrics_facts) parses the Prometheus text of a vLLM C(/metrics) page with prometheus_client's
-    parser into a dict of facts (see RETURN). The filters below take those facts, or the raw text.
-  - C(vllm_metrics_check(speculative=false, profile=none, skip=[])) returns the list of errors, missing
-    required metric families (today's names; the speculative-decoding families only when I(speculative))
-    and, when I(profile) is given, read-back drifts of C(vllm:cache_config_info) against it.
-  - C(vllm_metrics_readback(profile, skip=[])) returns the drifts as dicts
-    C({key, label, expected, actual, message}). C(skip) lists profile keys or flags (the plan's dropped
-    flags) not to compare.
-  - C(before | vllm_metrics_findings(after, min_acceptance_rate=0.6, min_draft_tokens=100,
-    min_prefix_hit_rate=0.3, min_prefix_queries=1000, max_preemption_increase=0)) returns the day-2
-    findings from two scrapes; I(before) may be null.
-  - C(facts | vllm_metrics_kv_error(predicted_tokens)) returns the planner's KV-token prediction error in
-    percent against C(kv_cache_size_tokens) (positive = over-predicted), or null.
-  - C(speculative | vllm_metrics_required) returns the required families, name to type.
-  - C(probes | vllm_verify_result(host, expect, thresholds={})) builds the per-host verification result
-    (see C(vllm_fleet.report.host_entry)).
-  - C(stdout | vllm_verify_unit_verdict(unit, max_restarts=0)) judges the output of C(systemctl show
-    --property=LoadState,ActiveState,SubState,Result,NRestarts): the properties, C(restarts) and C(error)
-    (empty while the unit may still come up; else not installed, failed, stopped or crash-looping).
-  - C(data | vllm_report_fragment(host, kind)), C(fragment | vllm_report_fragment_name),
-    C(fragments | vllm_report_merge(run_id, meta={})) and C(report | vllm_report_markdown) build the run
-    report (see C(vllm_fleet.report)).
+    parser into a dict of facts (see RETURN). The other C(vllm_metrics_*) filters take those facts or
+    the raw text.
+  - C(vllm_metrics_check) returns the list of errors, missing required metric families (today's names;
+    the speculative-decoding families only with O(speculative=true)) and, when O(profile) is given,
+    read-back drifts of C(vllm:cache_config_info) against it. Options speculative, profile, skip.
+  - C(vllm_metrics_readback) returns the drifts as dicts with key, label, expected, actual and message.
+    Arguments profile and skip (profile keys or flags not to compare, such as the plan's dropped flags).
+  - C(vllm_metrics_findings) is applied to the first scrape (or null) with the second as argument and
+    returns the day-2 findings. Keyword thresholds min_acceptance_rate (0.6), min_draft_tokens (100),
+    min_prefix_hit_rate (0.3), min_prefix_queries (1000), max_preemption_increase (0).
+  - C(vllm_metrics_kv_error) with the planner's predicted KV tokens as argument returns the error in
+    percent against C(kv_cache_size_tokens) (positive means over-predicted), or null.
+  - C(vllm_metrics_required) applied to a boolean (speculation on) returns the required families,
+    name to type.
+  - C(vllm_verify_result) applied to the probe results, with host, expect and thresholds, builds the
+    per-host verification result (see C(vllm_fleet.report.host_entry)).
+  - C(vllm_verify_unit_verdict) applied to the output of C(systemctl show) for the properties LoadState,
+    ActiveState, SubState, Result and NRestarts, with the unit and max_restarts, returns the properties,
+    restarts and error (empty while the unit may still come up; else not installed, failed, stopped or
+    crash-looping).
+  - C(vllm_report_fragment) (data, host, kind), C(vllm_report_fragment_name), C(vllm_report_merge)
+    (fragments, run_id, meta) and C(vllm_report_markdown) build the run report (see C(vllm_fleet.report)).
   - Every filter raises AnsibleFilterError naming the value it could not use.
 options:
   _input:

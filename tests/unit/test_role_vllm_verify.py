@@ -333,3 +333,21 @@ def test_check_mode_verifies_nothing(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "Check mode: verification of h skipped" in proc.stdout
     assert not (tmp_path / "reports").exists()
+
+
+def test_argument_specs_and_defaults_are_in_step():
+    role = ROOT / "roles" / "vllm_verify"
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
+    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    options = specs["main"]["options"]
+    # vllm_verify_speculative is null by default (taken from the profile) and so not in defaults/main.yml
+    # as anything but null.
+    assert set(defaults) == set(options), set(defaults) ^ set(options)
+    for name, spec in options.items():
+        assert spec.get("type") and spec.get("description"), name
+        value = defaults[name]
+        if isinstance(value, str) and "{{" in value:
+            continue  # a template: the spec's default describes it in words
+        assert spec.get("default") == value, "%s: spec default %r, defaults/main.yml %r" % (name, spec.get("default"), value)
+    assert set(specs["fragment"]["options"]) == {"vllm_verify_fragment_kind", "vllm_verify_fragment_data",
+                                                 "vllm_verify_report_dir"}
