@@ -232,6 +232,8 @@ def test_playbook_fails_because_some_hosts_fail(verify_run):
     proc = verify_run["proc"]
     assert proc.returncode != 0, proc.stdout[-3000:]
     assert "vLLM verification failed on drift" in proc.stdout
+    recap = proc.stdout[proc.stdout.index("PLAY RECAP"):]
+    assert recap.count("changed=0") == len(re.findall(r"ok=\d+", recap)) == 9  # read-only, report included
 
 
 def test_good_host_passes_with_real_window(verify_run):
@@ -351,3 +353,59 @@ def test_argument_specs_and_defaults_are_in_step():
         assert spec.get("default") == value, "%s: spec default %r, defaults/main.yml %r" % (name, spec.get("default"), value)
     assert set(specs["fragment"]["options"]) == {"vllm_verify_fragment_kind", "vllm_verify_fragment_data",
                                                  "vllm_verify_report_dir"}
+
+
+def test_fragment_entry_point_adds_rollout_and_rollback_to_the_run(verify_run, tmp_path):
+    """What the rollout does after verifying: record the load loop and a rollback, report rewritten."""
+    playbook = tmp_path / "events.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "name": "Record rollout events", "hosts": "good", "gather_facts": False,
+        "tasks": [
+            {"name": "Record the load loop", "ansible.builtin.include_role": {"name": "vllm_verify", "tasks_from": "fragment"},
+             "vars": {"vllm_verify_fragment_kind": "rollout",
+                      "vllm_verify_fragment_data": {"unhealthy_seconds": 27.4, "failed_requests": 0, "total_requests": 180}}},
+            {"name": "Record a rollback", "ansible.builtin.include_role": {"name": "vllm_verify", "tasks_from": "fragment"},
+             "vars": {"vllm_verify_fragment_kind": "rollback",
+                      "vllm_verify_fragment_data": {"action": "restored", "from": "0.33.0", "to": "0.32.0",
+                                                    "reason": "drill", "ok": True}}},
+        ],
+    }]))
+    inventory = {"all": {"hosts": {"good": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"), str(playbook),
+         "-e", "vllm_verify_report_dir=%s" % verify_run["reports"], "-e", "vllm_verify_report_run_id=test-run"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "changed=0" in proc.stdout  # the report is output, not state
+    run = verify_run["reports"] / "test-run"
+    report = json.loads((run / "report.json").read_text())
+    good = report["hosts"]["good"]
+    assert good["ok"] is True  # the verification is kept
+    assert good["rollout"] == {"unhealthy_seconds": 27.4, "failed_requests": 0, "total_requests": 180}
+    assert good["rollback"][0]["reason"] == "drill"
+    markdown = (run / "report.md").read_text()
+    assert "| good | ok, rolled back | 0.32.0 | lab-cpu-tiny |" in markdown
+    assert "| 27.4 s | 0 / 180 |" in markdown
+
+
+def test_bad_fragment_is_refused_by_the_argument_spec(tmp_path):
+    playbook = tmp_path / "bad.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "name": "Bad event", "hosts": "h", "gather_facts": False,
+        "tasks": [{"name": "Record", "ansible.builtin.include_role": {"name": "vllm_verify", "tasks_from": "fragment"},
+                   "vars": {"vllm_verify_fragment_kind": "rollout", "vllm_verify_fragment_data": "27 s"}}],
+    }]))
+    inventory = {"all": {"hosts": {"h": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"), str(playbook),
+         "-e", "vllm_verify_report_dir=%s" % (tmp_path / "reports")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "vllm_verify_fragment_data" in proc.stdout
+    assert not (tmp_path / "reports").exists()
