@@ -168,7 +168,9 @@ def vllm_metrics_readback(facts, profile, skip=None):
     parsed = _facts(facts, "vllm_metrics_readback")
     if profile is None:
         raise AnsibleFilterError("vllm_metrics_readback needs the effective profile dict, got None")
-    return _metrics.readback(parsed, _profile(profile, "vllm_metrics_readback"), skip=_skip(skip, "vllm_metrics_readback"))
+    return _metrics.readback(
+        parsed, _profile(profile, "vllm_metrics_readback"), skip=_skip(skip, "vllm_metrics_readback")
+    )
 
 
 _THRESHOLDS = tuple(_metrics.DEFAULTS) if _metrics else ()
@@ -199,7 +201,9 @@ def vllm_metrics_findings(before, after, **thresholds):
 def vllm_metrics_kv_error(facts, predicted_tokens):
     parsed = _facts(facts, "vllm_metrics_kv_error")
     if predicted_tokens is not None and (isinstance(predicted_tokens, bool) or not _is_number(predicted_tokens)):
-        raise AnsibleFilterError("vllm_metrics_kv_error: predicted_tokens must be a number, got %s" % _short(predicted_tokens))
+        raise AnsibleFilterError(
+            "vllm_metrics_kv_error: predicted_tokens must be a number, got %s" % _short(predicted_tokens)
+        )
     return _metrics.kv_prediction_error(predicted_tokens, parsed)
 
 
@@ -231,7 +235,9 @@ def vllm_verify_unit_verdict(show_output, unit, max_restarts=0):
             "vllm_verify_unit_verdict expects the stdout of systemctl show, got %s" % _short(show_output)
         )
     if isinstance(max_restarts, bool) or not _is_number(max_restarts) or int(max_restarts) < 0:
-        raise AnsibleFilterError("vllm_verify_unit_verdict: max_restarts must be 0 or more, got %s" % _short(max_restarts))
+        raise AnsibleFilterError(
+            "vllm_verify_unit_verdict: max_restarts must be 0 or more, got %s" % _short(max_restarts)
+        )
     return _report.unit_verdict(str(show_output), str(unit), int(max_restarts))
 
 
@@ -266,7 +272,9 @@ def vllm_report_merge(fragments, run_id=None, meta=None):
 def vllm_report_markdown(report):
     _need_lib("vllm_report_markdown")
     if not isinstance(report, Mapping) or "hosts" not in report:
-        raise AnsibleFilterError("vllm_report_markdown expects the output of vllm_report_merge, got %s" % _short(report))
+        raise AnsibleFilterError(
+            "vllm_report_markdown expects the output of vllm_report_merge, got %s" % _short(report)
+        )
     return _report.render_markdown(report)
 
 

@@ -201,7 +201,8 @@ def host_entry(
       ``vllm_version`` (pinned), ``served_model_name`` (``""``: take what /v1/models lists),
       ``profile_name``, ``profile`` (the effective profile dict or ``None``), ``extra_args``
       (``vllm_extra_args``: its ``block_size``, ``kv_cache_memory_bytes``... are read back too),
-      ``plan`` (the planner's host entry, or the whole plan with ``hosts``, or ``None``), ``speculative`` (``None``: from the profile/plan), ``latency_budget_s``,
+      ``plan`` (the planner's host entry, or the whole plan with ``hosts``, or ``None``),
+      ``speculative`` (``None``: from the profile/plan), ``latency_budget_s``,
       ``smoke_requests`` (how many smoke requests were sent, default 1), ``readback`` (default true),
       ``fail_on_findings`` (default false), and ``unit``/``url`` (shown in the report).
     ``thresholds``: keyword arguments of :func:`vllm_fleet.metrics.findings`.

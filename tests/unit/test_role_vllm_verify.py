@@ -171,6 +171,7 @@ def verify_run(tmp_path_factory):
         "crashloop": FakeVllm(healthy_after=3600),
     }
     no_plan_server = FakeVllm()
+    resolved_servers = {"resolved": FakeVllm(), "resolved_ngram": FakeVllm()}
     base = {
         "ansible_connection": "local",
         "ansible_python_interpreter": sys.executable,
@@ -188,6 +189,14 @@ def verify_run(tmp_path_factory):
         "no_plan": {"vllm_port": no_plan_server.port, "vllm_instance": "noplan"},
         "down": {"vllm_port": free_port(), "vllm_instance": "down", "vllm_verify_check_unit": False,
                  "vllm_verify_health_timeout": 3},
+        # Inventory only (as playbooks/verify.yml alone sees a host): it resolves the shipped profile.
+        # The recording served "tiny" with the default gpu_memory_utilization, hence the overrides.
+        "resolved": {"vllm_port": resolved_servers["resolved"].port, "vllm_instance": "resolved",
+                     "vllm_profile_name": "cpu-lab-tiny",
+                     "vllm_profile": {"served_model_name": "tiny", "gpu_memory_utilization": 0.92}},
+        "resolved_ngram": {"vllm_port": resolved_servers["resolved_ngram"].port, "vllm_instance": "ngram",
+                           "vllm_profile_name": "cpu-lab-tiny-ngram",
+                           "vllm_profile": {"served_model_name": "tiny", "gpu_memory_utilization": 0.92}},
     }
     inventory = {"all": {"vars": base, "children": {"vllm_nodes": {"children": {
         # vllm_plan as the plan role sets it: the whole plan, one entry per host.
@@ -205,6 +214,7 @@ def verify_run(tmp_path_factory):
     env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
     reports = tmp / "reports"
     servers["no_plan"] = no_plan_server
+    servers.update(resolved_servers)
     for srv in servers.values():
         srv.__enter__()
     try:
@@ -233,7 +243,7 @@ def test_playbook_fails_because_some_hosts_fail(verify_run):
     assert proc.returncode != 0, proc.stdout[-3000:]
     assert "vLLM verification failed on drift" in proc.stdout
     recap = proc.stdout[proc.stdout.index("PLAY RECAP"):]
-    assert recap.count("changed=0") == len(re.findall(r"ok=\d+", recap)) == 9  # read-only, report included
+    assert recap.count("changed=0") == len(re.findall(r"ok=\d+", recap)) == 11  # read-only, report included
 
 
 def test_good_host_passes_with_real_window(verify_run):
@@ -310,11 +320,29 @@ def test_without_plan_facts_readback_is_skipped_visibly(verify_run):
     assert "has no vllm_profile_effective fact" in verify_run["proc"].stdout
 
 
+def test_verify_alone_resolves_the_profile_from_the_inventory(verify_run):
+    host = _host(verify_run, "resolved")
+    assert host["ok"], host["errors"]
+    assert host["profile"]["name"] == "cpu-lab-tiny"
+    assert host["profile"]["readback"] == "matches the profile"
+
+
+def test_speculation_in_the_resolved_profile_requires_the_spec_families(verify_run):
+    host = _host(verify_run, "resolved_ngram")
+    assert host["profile"]["speculative"] is True
+    assert [e.split(" (")[0] for e in host["errors"]] == [
+        "required metric family vllm:spec_decode_num_drafts",
+        "required metric family vllm:spec_decode_num_draft_tokens",
+        "required metric family vllm:spec_decode_num_accepted_tokens",
+    ]
+
+
 def test_report_has_every_host_and_fragments(verify_run):
     report = verify_run["report"]
     assert report["run_id"] == "test-run"
-    assert set(report["summary"]["failed"]) == {"missing_family", "drift", "wrong_version", "down", "crashloop"}
-    assert set(report["summary"]["ok"]) == {"good", "api_key", "no_plan"}
+    assert set(report["summary"]["failed"]) == {"missing_family", "drift", "wrong_version", "down", "crashloop",
+                                                "resolved_ngram"}
+    assert set(report["summary"]["ok"]) == {"good", "api_key", "no_plan", "resolved"}
     fragments = sorted((verify_run["reports"] / "test-run" / "hosts").glob("*.json"))
     assert len(fragments) == len(report["hosts"])
     assert "| good | ok | 0.32.0 | lab-cpu-tiny |" in verify_run["markdown"]
