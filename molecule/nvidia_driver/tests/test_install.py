@@ -50,3 +50,4 @@ def test_install_host_recorded_the_simulated_transaction(host):
     assert found["nvidia_driver_present"] is False
     assert found["nvidia_driver_reboot_required"] is False
     assert found["vllm_gpu"] is None  # verification waits for a real install
+    assert found["nvidia_driver_detected"] is False
