@@ -1,0 +1,528 @@
+#!/usr/bin/env python3
+"""Device-side runner of the real-GPU experiments (the lent H200 host; see docs/gpu-results.md).
+
+    harness.py stage                          copy the carried .gpu/part-NN into /tmp/gpu-bundle/parts
+    harness.py run --call N [--only A,B]      install if needed, build the dummy models, run the plan's
+                                              experiments not yet done on this machine, in order, while
+                                              they fit in the call's budget; results into $OUT
+
+What `run` does, in order, writing $OUT/results-callN.json and $OUT/raw-callN.tar.gz after every
+experiment (so a call stopped at its limit still returns what it measured):
+1. assembles the bundle (bundle.py: sha256 of every part and of the joined file) and installs it with
+   `pip install --no-deps --no-index --target` into /tmp/gpu-site/{vllm,ansible} (once per machine);
+2. writes one folder per catalogue model holding only config.json (the planner's catalogue values:
+   real dimensions, served with --load-format dummy) and one WordLevel tokenizer folder (GPU-HOST.md);
+3. per experiment: starts `vllm serve` with the plan's exact arguments, waits for /health or for the
+   process to exit (a refusal: the log's error lines are recorded), reads vllm:cache_config_info and
+   the start-up memory lines, runs the experiment's actions (`vllm bench serve` loads, the verification
+   playbook, the benchmark playbook), stops the server and waits for the GPU memory to be released.
+
+Stdlib only (the image's python3 3.12); the plan (experiments.json) is written on the controller by
+plan.py with the project's renderer and planner, so nothing here decides an argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+import bundle  # noqa: E402  (benchmarks/gpu/bundle.py)
+
+# Everything lives under /tmp on the host (kept while the machine stays warm); GPU_HARNESS_TMP moves
+# it (the local dry run, tests).
+TMP = Path(os.environ.get("GPU_HARNESS_TMP", "/tmp"))
+BUNDLE_DIR = TMP / "gpu-bundle"
+SITE = TMP / "gpu-site"
+MODELS = TMP / "gpu-models"
+WORK = TMP / "gpu-work"
+TOKENIZER_SPECIALS = ("<unk>", "<|endoftext|>", "<|im_start|>", "<|im_end|>")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|> {% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant {% endif %}"
+)
+# Start-up lines worth keeping: the engine's own account of memory and time.
+LOG_PATTERNS = (
+    r"Model loading took", r"Available KV cache memory", r"GPU KV cache size", r"Maximum concurrency",
+    r"CUDA graph memory profiling", r"Graph capturing finished", r"torch\.compile takes",
+    r"init engine .* took", r"memory profiling", r"VocabMapping", r"Using .* backend", r"attention backend",
+    r"[Ee]rror", r"Traceback", r"Exception",
+)
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# --- models ---------------------------------------------------------------------------------------
+
+def model_dir(model_id: str) -> Path:
+    return MODELS / model_id.replace("/", "--")
+
+
+def model_config(config: dict) -> dict:
+    """The config.json of a dummy-weight model: the catalogue's values (what the planner sizes), plus
+    the few fields transformers needs to read it, at Qwen2's own values."""
+    out = dict(config)
+    out.setdefault("bos_token_id", 1)
+    out.setdefault("eos_token_id", 3)
+    out.setdefault("hidden_act", "silu")
+    out.setdefault("rms_norm_eps", 1e-6)
+    out.setdefault("rope_theta", 1000000.0)
+    out.setdefault("use_sliding_window", False)
+    out.setdefault("attention_dropout", 0.0)
+    return out
+
+
+def tokenizer_files(vocab_size: int, max_len: int = 32768) -> dict[str, dict]:
+    """A WordLevel tokenizer with one token per id below vocab_size (specials first, then t<N>), so
+    that every id random weights emit decodes, and decode/encode round-trips (whitespace split)."""
+    if vocab_size <= len(TOKENIZER_SPECIALS):
+        raise ValueError(f"vocab_size={vocab_size} is too small for a tokenizer")
+    vocab = {t: i for i, t in enumerate(TOKENIZER_SPECIALS)}
+    vocab.update((f"t{i}", i) for i in range(len(TOKENIZER_SPECIALS), vocab_size))
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [
+            {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": True}
+            for i, t in enumerate(TOKENIZER_SPECIALS)
+        ],
+        "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
+    }
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "<unk>", "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>", "model_max_length": max_len, "chat_template": CHAT_TEMPLATE,
+    }
+    return {"tokenizer.json": tokenizer, "tokenizer_config.json": config}
+
+
+def write_models(plan: dict, root: Path = MODELS) -> dict[str, str]:
+    """Write every plan model's folder and the tokenizer folder; returns {name: path}."""
+    paths = {}
+    tok_dir = root / "tokenizer"
+    tok_dir.mkdir(parents=True, exist_ok=True)
+    files = tokenizer_files(plan["tokenizer_vocab_size"])
+    for name, content in files.items():
+        (tok_dir / name).write_text(json.dumps(content), encoding="utf-8")
+    paths["tokenizer"] = str(tok_dir)
+    for model_id, entry in plan["models"].items():
+        folder = root / model_id.replace("/", "--")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps(model_config(entry["config"]), indent=1), encoding="utf-8")
+        if entry.get("tokenizer_in_folder"):  # a draft loaded with its own tokenizer (heterogeneous vocab)
+            for name in files:
+                shutil.copy(tok_dir / name, folder / name)
+        paths[model_id] = str(folder)
+    return paths
+
+
+def substitute(args: list[str], paths: dict[str, str]) -> list[str]:
+    """Replace {model:ID} and {tokenizer} placeholders (also inside JSON arguments)."""
+    out = []
+    for arg in args:
+        for key, path in paths.items():
+            arg = arg.replace("{tokenizer}" if key == "tokenizer" else "{model:%s}" % key, path)
+        if "{model:" in arg or "{tokenizer}" in arg:
+            raise ValueError(f"unresolved placeholder in argument {arg!r}")
+        out.append(arg)
+    return out
+
+
+# --- metrics and logs -----------------------------------------------------------------------------
+
+def cache_config(metrics_text: str) -> dict[str, str]:
+    """The labels of vllm:cache_config_info (raw strings), {} when absent."""
+    for line in metrics_text.splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            return {k: v for k, v in _LABEL.findall(line[: line.rindex("}") + 1])}
+    return {}
+
+
+def counter(metrics_text: str, name: str) -> float | None:
+    """Sum of a counter's series (name without _total), None when absent."""
+    total, seen = 0.0, False
+    for line in metrics_text.splitlines():
+        if line.startswith(name + "_total{") or line.startswith(name + "_total "):
+            total += float(line.rsplit(None, 1)[1])
+            seen = True
+    return total if seen else None
+
+
+def interesting_lines(text: str, limit: int = 60) -> list[str]:
+    pattern = re.compile("|".join(LOG_PATTERNS))
+    lines = [line.strip()[:400] for line in text.splitlines() if pattern.search(line)]
+    return lines[:limit]
+
+
+def refusal_reason(text: str) -> str | None:
+    """The last line of a failed start that says why (an exception message), if any."""
+    candidates = [
+        line.strip() for line in text.splitlines()
+        if re.search(r"(Error|Exception)\b.*:", line) and "Traceback" not in line
+    ]
+    return candidates[-1][:600] if candidates else None
+
+
+def parse_memory_lines(lines: list[str]) -> dict[str, float]:
+    """Numbers out of the start-up lines: weights GiB, KV GiB, KV tokens, CUDA graph estimate."""
+    out: dict[str, float] = {}
+    for line in lines:
+        if m := re.search(r"Model loading took ([\d.]+) GiB", line):
+            out["weights_gib"] = out.get("weights_gib", 0.0) + float(m.group(1))
+        if m := re.search(r"Available KV cache memory: ([\d.]+) GiB", line):
+            out["kv_gib"] = float(m.group(1))
+        if m := re.search(r"GPU KV cache size: ([\d,]+) tokens", line):
+            out["kv_tokens"] = float(m.group(1).replace(",", ""))
+        if m := re.search(r"current --gpu-memory-utilization=([\d.]+) is equivalent to "
+                          r"--gpu-memory-utilization=([\d.]+)", line):
+            out["cuda_graph_util"] = round(float(m.group(1)) - float(m.group(2)), 4)
+    return out
+
+
+def bench_summary(result: dict) -> dict:
+    """The numbers the docs compare, from a `vllm bench serve --save-result` JSON."""
+    keys = ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
+            "request_throughput", "output_throughput", "total_token_throughput",
+            "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
+            "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "p99_e2el_ms",
+            "max_concurrency", "max_concurrent_requests", "spec_decode_acceptance_rate")
+    return {k: result.get(k) for k in keys if k in result}
+
+
+# --- processes ------------------------------------------------------------------------------------
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+    except (OSError, ValueError):
+        return -1, ""
+
+
+def gpu_used_mib() -> int | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+        return int(out.split()[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def stop(proc: subprocess.Popen, grace: float = 20.0) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    # The engine core is a child process: wait until the GPU memory is back.
+    for _ in range(30):
+        used = gpu_used_mib()
+        if used is None or used < 2048:
+            return
+        time.sleep(1)
+
+
+class Runner:
+    def __init__(self, plan: dict, call: int, out: Path, deadline: float, python: str = sys.executable,
+                 only: list[str] | None = None):
+        self.plan, self.call, self.out, self.deadline, self.python = plan, call, out, deadline, python
+        self.only = set(only or [])
+        self.work = WORK / f"call{call}"
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.results: dict = {"call": call, "plan_date": plan.get("date"), "started": time.time(),
+                              "install": None, "environment": None, "experiments": []}
+        self.paths: dict[str, str] = {}
+        self.port = int(plan.get("port", 8000))
+
+    # environment
+    def env(self, site: str = "vllm") -> dict:
+        env = dict(os.environ)
+        env.update(self.plan.get("environment", {}))
+        env["PYTHONPATH"] = str(SITE / site) + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def left(self) -> float:
+        return self.deadline - time.time()
+
+    def save(self) -> None:
+        self.results["saved"] = time.time()
+        (self.out / f"results-call{self.call}.json").write_text(json.dumps(self.results, indent=1), encoding="utf-8")
+        with tarfile.open(self.out / f"raw-call{self.call}.tar.gz", "w:gz") as tar:
+            tar.add(self.work, arcname=f"call{self.call}")
+
+    # steps
+    def install(self) -> dict:
+        marker = SITE / ".installed"
+        if marker.exists():
+            return json.loads(marker.read_text())
+        t0 = time.time()
+        sums = REPO / ".gpu" / bundle.SUMS
+        wheels = bundle.assemble([BUNDLE_DIR / "parts", REPO / ".gpu"], sums, BUNDLE_DIR / "unpacked")
+        t1 = time.time()
+        for section in ("vllm", "ansible"):
+            target = SITE / section
+            subprocess.run([self.python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-compile",
+                            "--no-cache-dir", "--target", str(target), *sorted(map(str, (wheels / section).glob("*.whl")))],
+                           check=True)
+        version = subprocess.run([self.python, "-c", "import vllm; print(vllm.__version__)"], env=self.env(),
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        info = {"assemble_s": round(t1 - t0, 1), "pip_s": round(time.time() - t1, 1), "vllm_version": version,
+                "manifest": json.loads((wheels / bundle.MANIFEST).read_text())["sections"]}
+        shutil.rmtree(BUNDLE_DIR / "unpacked", ignore_errors=True)
+        marker.write_text(json.dumps(info))
+        return info
+
+    def environment(self) -> dict:
+        def run(cmd: list[str], env: dict | None = None) -> str:
+            try:
+                return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env).stdout.strip()
+            except (OSError, subprocess.SubprocessError) as exc:
+                return f"failed: {exc}"
+        torch_info = run([self.python, "-c", "import torch; p = torch.cuda.get_device_properties(0); "
+                          "print(torch.__version__, p.name, p.total_memory, torch.cuda.mem_get_info()[1])"])
+        return {
+            "nvidia_smi": run(["nvidia-smi", "--query-gpu=name,memory.total,memory.used,driver_version,clocks.max.sm,"
+                               "clocks.max.mem", "--format=csv,noheader"]),
+            "torch": torch_info,
+            "python": sys.version.split()[0],
+            "transformers": run([self.python, "-c", "import transformers; print(transformers.__version__)"]),
+        }
+
+    def run_experiment(self, exp: dict) -> dict:
+        name = exp["name"]
+        rec: dict = {"name": name, "kind": exp.get("kind"), "profile": exp.get("profile"), "status": "started"}
+        wanted = exp.get("est_s", 150)
+        if self.left() < wanted:
+            rec.update(status="skipped", reason=f"{self.left():.0f} s left in this call, the experiment needs ~{wanted} s")
+            return rec
+        folder = self.work / name
+        folder.mkdir(parents=True, exist_ok=True)
+        args = substitute(exp["args"], self.paths) + substitute(self.plan["harness_args"], self.paths)
+        args += ["--port", str(self.port)]
+        rec["argv"] = ["vllm", "serve", *args]
+        logfile = folder / "server.log"
+        t0 = time.time()
+        with open(logfile, "w", encoding="utf-8") as logf:
+            proc = subprocess.Popen([self.python, "-m", "vllm.entrypoints.cli.main", "serve", *args],
+                                    stdout=logf, stderr=subprocess.STDOUT, env=self.env(), start_new_session=True,
+                                    cwd=str(self.work))
+        base = f"http://127.0.0.1:{self.port}"
+        timeout = min(exp.get("start_timeout_s", 300), max(self.left() - 20, 30))
+        healthy = False
+        while time.time() - t0 < timeout:
+            if proc.poll() is not None:
+                break
+            if http_get(base + "/health", 3)[0] == 200:
+                healthy = True
+                break
+            time.sleep(2)
+        rec["start_s"] = round(time.time() - t0, 1)
+        text = logfile.read_text(encoding="utf-8", errors="replace")
+        if not healthy:
+            stop(proc)
+            text = logfile.read_text(encoding="utf-8", errors="replace")
+            rec["log_lines"] = interesting_lines(text)
+            rec["log_tail"] = text.splitlines()[-25:]
+            rec["reason"] = refusal_reason(text) or f"not healthy after {rec['start_s']} s"
+            rec["status"] = "refused" if proc.returncode not in (None, -15, -9) else "start-timeout"
+            rec["returncode"] = proc.returncode
+            rec["expected"] = bool(exp.get("expect_refusal")) and rec["status"] == "refused"
+            return rec
+        status, metrics = http_get(base + "/metrics", 10)
+        (folder / "metrics_idle.txt").write_text(metrics, encoding="utf-8")
+        rec["cache_config"] = cache_config(metrics)
+        rec["log_lines"] = interesting_lines(text)
+        rec["memory"] = parse_memory_lines(rec["log_lines"])
+        rec["expected"] = not exp.get("expect_refusal")
+        rec["actions"] = []
+        try:
+            for action in exp.get("actions", []):
+                if self.left() < action.get("timeout_s", 60) + 30:
+                    rec["actions"].append({"name": action["name"], "status": "skipped", "reason": "call time"})
+                    continue
+                rec["actions"].append(self.action(action, exp, folder, base))
+                self.save_partial(rec)
+        finally:
+            _, after = http_get(base + "/metrics", 10)
+            (folder / "metrics_end.txt").write_text(after, encoding="utf-8")
+            rec["preemptions_total"] = counter(after, "vllm:num_preemptions")
+            stop(proc)
+        rec["status"] = "ran"
+        rec["total_s"] = round(time.time() - t0, 1)
+        return rec
+
+    def save_partial(self, rec: dict) -> None:
+        self.results["in_progress"] = rec
+        self.save()
+        self.results.pop("in_progress", None)
+
+    def action(self, action: dict, exp: dict, folder: Path, base: str) -> dict:
+        kind = action["kind"]
+        t0 = time.time()
+        out: dict = {"name": action["name"], "kind": kind}
+        if kind == "bench":
+            _, before = http_get(base + "/metrics", 10)
+            cmd = [self.python, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "vllm",
+                   "--base-url", base, "--endpoint", "/v1/completions", "--model", exp["served_model_name"],
+                   "--tokenizer", self.paths["tokenizer"], "--dataset-name", "random",
+                   "--random-input-len", str(action["input_len"]), "--random-output-len", str(action["output_len"]),
+                   "--num-prompts", str(action["num_prompts"]), "--max-concurrency", str(action["max_concurrency"]),
+                   "--request-rate", "inf", "--ignore-eos", "--seed", "0", "--disable-tqdm",
+                   "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
+                   "--save-result", "--result-dir", str(folder), "--result-filename", f"bench-{action['name']}.json"]
+            out["argv"] = ["vllm", *cmd[3:]]
+            try:
+                proc = subprocess.run(cmd, env=self.env(), capture_output=True, text=True,
+                                      timeout=min(action.get("timeout_s", 120), max(self.left() - 20, 10)))
+                out["returncode"] = proc.returncode
+                (folder / f"bench-{action['name']}.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+            except subprocess.TimeoutExpired:
+                out["returncode"] = "timeout"
+            _, after = http_get(base + "/metrics", 10)
+            result_file = folder / f"bench-{action['name']}.json"
+            if result_file.exists():
+                out["result"] = bench_summary(json.loads(result_file.read_text()))
+            b, a = counter(before, "vllm:num_preemptions"), counter(after, "vllm:num_preemptions")
+            out["preemptions"] = None if a is None else a - (b or 0)
+        elif kind == "ansible":
+            out.update(self.ansible(action, exp, folder))
+        else:
+            raise ValueError(f"unknown action kind {kind!r}")
+        out["s"] = round(time.time() - t0, 1)
+        return out
+
+    def ansible(self, action: dict, exp: dict, folder: Path) -> dict:
+        """ansible-playbook PLAYBOOK against this machine (connection local) with the action's vars."""
+        adir = folder / action["name"]
+        adir.mkdir(parents=True, exist_ok=True)
+        cfg = adir / "ansible.cfg"
+        cfg.write_text("\n".join([
+            "[defaults]", f"roles_path = {REPO / 'roles'}", f"filter_plugins = {REPO / 'plugins/filter'}",
+            f"library = {REPO / 'plugins/modules'}", f"module_utils = {REPO / 'plugins/module_utils'}",
+            "stdout_callback = ansible.builtin.default", "callback_result_format = yaml",
+            "host_key_checking = false", "retry_files_enabled = false", f"local_tmp = {adir / 'tmp'}",
+            "nocolor = true", "",
+        ]), encoding="utf-8")
+        host_vars = dict(action.get("host_vars", {}))
+        host_vars.update(ansible_connection="local", ansible_python_interpreter=self.python)
+        inventory = {"all": {"children": {g: {"hosts": {"gpu-host": host_vars}} for g in action.get("groups", ["vllm_nodes"])}}}
+        (adir / "inventory.json").write_text(json.dumps(inventory, indent=1), encoding="utf-8")
+        env = self.env("ansible")
+        env["PYTHONPATH"] = env["PYTHONPATH"] + ":" + str(REPO / "src")
+        env.update(ANSIBLE_CONFIG=str(cfg), LC_ALL="C.UTF-8", LANG="C.UTF-8")
+        extra = {"vllm_report_dir": str(adir / "reports")}
+        extra.update(action.get("extra_vars", {}))
+        (adir / "extra_vars.json").write_text(json.dumps(extra), encoding="utf-8")
+        playbook = os.environ.get("GPU_HARNESS_ANSIBLE_PLAYBOOK", str(SITE / "ansible" / "bin" / "ansible-playbook"))
+        cmd = [self.python, playbook, "-i", str(adir / "inventory.json"),
+               str(REPO / action["playbook"]), "-e", "@" + str(adir / "extra_vars.json")]
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(REPO),
+                                  timeout=min(action.get("timeout_s", 120), max(self.left() - 10, 10)))
+            rc, text = proc.returncode, proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            rc, text = "timeout", (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        (adir / "ansible.log").write_text(text, encoding="utf-8")
+        reports = sorted((adir / "reports").glob("*/report.json"))
+        out = {"returncode": rc, "expect": action.get("expect", "pass"),
+               "recap": [line for line in text.splitlines() if "ok=" in line and "failed=" in line][-3:],
+               "failure": [line.strip()[:500] for line in text.splitlines() if "verification failed" in line
+                           or "FAILED!" in line or "fatal:" in line][:6]}
+        out["as_expected"] = (rc == 0) == (out["expect"] == "pass")
+        if reports:
+            report = json.loads(reports[-1].read_text())
+            out["report"] = report
+        return out
+
+    def main(self) -> int:
+        try:
+            self.results["install"] = self.install()
+        except (ValueError, subprocess.CalledProcessError, OSError) as exc:
+            self.results["install"] = {"error": str(exc)}
+            self.save()
+            log(f"install failed: {exc}")
+            return 1
+        log(f"installed: {self.results['install'].get('vllm_version')}")
+        self.results["environment"] = self.environment()
+        self.paths = write_models(self.plan)
+        self.save()
+        done_file = WORK / "done.json"
+        done = json.loads(done_file.read_text()) if done_file.exists() else {}
+        for exp in self.plan["experiments"]:
+            if exp["name"] in done or (self.only and exp["name"] not in self.only):
+                continue
+            log(f"experiment {exp['name']} ({self.left():.0f} s left)")
+            try:
+                rec = self.run_experiment(exp)
+            except Exception as exc:  # keep going: one broken experiment must not lose the others
+                rec = {"name": exp["name"], "status": "harness-error", "reason": repr(exc)}
+            log(f"  -> {rec['status']} {rec.get('reason', '')} start {rec.get('start_s')} s "
+                f"kv_tokens {rec.get('cache_config', {}).get('kv_cache_size_tokens')}")
+            self.results["experiments"].append(rec)
+            if rec["status"] != "skipped":  # a later call on this machine takes up what did not fit
+                done[exp["name"]] = {"call": self.call, "status": rec["status"]}
+                done_file.write_text(json.dumps(done, indent=1))
+            self.save()
+        self.results["finished"] = time.time()
+        self.save()
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("stage", help="copy the carried parts into /tmp (kept while the machine stays warm)")
+    r = sub.add_parser("run")
+    r.add_argument("--plan", type=Path, default=HERE / "experiments.json")
+    r.add_argument("--call", type=int, required=True)
+    r.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/gpu-out")))
+    r.add_argument("--budget-s", type=float, default=560.0, help="stop starting work after this many seconds")
+    r.add_argument("--only", default="", help="comma-separated experiment names (default: every one not done "
+                   "on this machine yet, in the plan's order)")
+    args = parser.parse_args(argv)
+    if args.cmd == "stage":
+        dest = BUNDLE_DIR / "parts"
+        dest.mkdir(parents=True, exist_ok=True)
+        sums = bundle.read_sums(REPO / ".gpu" / bundle.SUMS)
+        for part in sorted((REPO / ".gpu").glob("part-*")):
+            ok = bundle.sha256(part) == sums.get(part.name)
+            if ok:
+                shutil.copy(part, dest / part.name)
+            log(f"{part.name}: {'staged' if ok else 'CHECKSUM MISMATCH, not staged'}")
+        have = sorted(p.name for p in dest.glob("part-*"))
+        need = sorted(n for n in sums if n.startswith("part-"))
+        log(f"staged {len(have)}/{len(need)} parts; missing: {sorted(set(need) - set(have)) or 'none'}")
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    plan = json.loads(args.plan.read_text())
+    only = [n for n in args.only.split(",") if n]
+    return Runner(plan, args.call, args.out, time.time() + args.budget_s, only=only).main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Write benchmarks/gpu/experiments.json: what the GPU harness runs, decided on the controller.
+
+    benchmarks/gpu/plan.py [--out benchmarks/gpu/experiments.json]
+
+Every serve argument comes from the project's own renderer for vLLM 0.26.0 (the release the lent
+H200 runs), every prediction from the project's planner with vllm_gpu set to the emulated card, so the
+file is the exact record of what ran and what the planner promised. An RTX 4090 (24,564 MiB) or L40
+(46,068 MiB) is emulated on the H200 (143,771 MiB) by its memory budget:
+
+    gpu_memory_utilization(H200) = card MiB x profile utilization / 143,771
+
+which gives vLLM the same ceil(total x utilization) budget it would have on the card. Bandwidth and
+compute stay the H200's.
+
+Experiments run in the listed order; the harness skips one that no longer fits in a call and the next
+call takes it up (priority: fidelity of the decode profiles and an AWQ one, verification, single-stream
+decode, then tuned against vLLM's defaults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent / "src"))
+
+from vllm_fleet import catalogue, planner, profiles, render  # noqa: E402
+
+VLLM_VERSION = "0.26.0"
+DATE = "2026-11-29"
+H200 = {"name": "H200", "memory_mib": 143771, "bandwidth_gb_s": 4800, "count": 1}
+CARDS = {
+    "RTX 4090": {"name": "RTX 4090", "memory_mib": 24564, "bandwidth_gb_s": 1008, "count": 1},
+    "L40": {"name": "L40", "memory_mib": 46068, "bandwidth_gb_s": 864, "count": 1},
+}
+# vLLM 0.26 defaults on a GPU under 70 GiB for the API server (engine/arg_utils.py get_batch_defaults)
+# and its CacheConfig default utilization; a run "with vLLM's defaults" sets these explicitly because
+# the H200 itself would get the large-GPU defaults (8192 tokens, 1024 sequences).
+VLLM_DEFAULTS = {"gpu_memory_utilization": 0.92, "max_num_batched_tokens": 2048, "max_num_seqs": 256}
+ENVIRONMENT = {
+    "VLLM_USE_FLASHINFER_SAMPLER": "0",  # flashinfer is not carried (GPU-HOST.md)
+    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+    "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+}
+HARNESS_ARGS = ["--load-format", "dummy", "--tokenizer", "{tokenizer}", "--host", "127.0.0.1"]
+
+# Loads (vllm bench serve, random dataset, --ignore-eos): bounded in prompts and by a timeout.
+SINGLE = {"kind": "bench", "name": "single-stream", "input_len": 128, "output_len": 256, "num_prompts": 5,
+          "max_concurrency": 1, "timeout_s": 90}
+
+
+def guide_load(users: int, prompts: int) -> dict:
+    """The guide's load: many concurrent users, ~1K-token prompts, ~512-token answers."""
+    return {"kind": "bench", "name": f"guide-{users}u", "input_len": 1024, "output_len": 512,
+            "num_prompts": prompts, "max_concurrency": users, "timeout_s": 150}
+
+
+def emulated_utilization(card_mib: int, utilization: float, host_mib: int = H200["memory_mib"]) -> float:
+    """The H200 utilization that gives vLLM the card's budget (card MiB x utilization)."""
+    if not 0 < utilization <= 1 or card_mib <= 0 or card_mib > host_mib:
+        raise ValueError(f"cannot emulate {card_mib} MiB x {utilization} on {host_mib} MiB")
+    return round(card_mib * utilization / host_mib, 8)
+
+
+def placeholder(model_id: str) -> str:
+    return "{model:%s}" % model_id
+
+
+def _plannable(overrides: dict) -> dict:
+    """Overrides the planner's profile validation knows (speculative keys it does not know yet are
+    left out: they change no size)."""
+    out = copy.deepcopy(overrides)
+    spec = out.get("speculative")
+    if isinstance(spec, dict):
+        for key in list(spec):
+            if key not in profiles.SPECULATIVE_KEYS:
+                del spec[key]
+    return out
+
+
+def _plan(host: str, profile_name: str | None, profile: dict, gpu: dict) -> dict:
+    profile = _plannable(profile)
+    hostvars = {"vllm_profile_name": profile_name, "vllm_profile": profile, "vllm_gpu": gpu,
+                "vllm_version": VLLM_VERSION, "vllm_typical_prompt_tokens": 1024, "vllm_typical_output_tokens": 512}
+    return planner.plan_host(host, hostvars)
+
+
+def experiment(name: str, card: str, profile_name: str | None, overrides: dict | None = None,
+               actions: list | None = None, est_s: int = 120, expect_refusal: bool = False,
+               note: str = "") -> dict:
+    """One vLLM start: the profile (shipped, plus overrides) on the emulated card."""
+    overrides = copy.deepcopy(overrides or {})
+    gpu = CARDS[card]
+    profile = profiles.resolve(name, profile_name, overrides)
+    util = profile.get("gpu_memory_utilization", VLLM_DEFAULTS["gpu_memory_utilization"])
+    emulated = emulated_utilization(gpu["memory_mib"], util)
+    # The planner sees the card; vLLM sees the H200 with the card's budget.
+    plan_card = _plan(name, profile_name, overrides, gpu)
+    served = dict(profile, gpu_memory_utilization=emulated)
+    draft = (profile.get("speculative") or {}).get("model")
+    rendered = render.render_args(served, VLLM_VERSION, model_path=placeholder(profile["model"]),
+                                  draft_model_path=placeholder(draft) if draft else None)
+    capacity = plan_card["capacity"]
+    # The decode ceiling on the machine that runs it: the planner with the H200's bandwidth.
+    plan_h200 = _plan(name, profile_name, dict(overrides, gpu_memory_utilization=emulated), H200)
+    return {
+        "name": name, "card": card, "profile": profile_name, "overrides": overrides, "note": note,
+        "model": profile["model"], "draft": draft, "served_model_name": profile.get("served_model_name") or profile["model"],
+        "utilization": util, "emulated_utilization": emulated,
+        "args": rendered.args, "dropped": rendered.dropped, "render_warnings": rendered.warnings,
+        "planner": {
+            "errors": plan_card["errors"], "warnings": plan_card["warnings"],
+            "kv_cache_tokens": capacity["kv_cache_tokens"], "kv_cache_bytes": capacity["kv_cache_bytes"],
+            "kv_bytes_per_token": capacity["kv_bytes_per_token"], "weights_bytes": capacity["weights_bytes"],
+            "draft_weights_bytes": capacity["draft_weights_bytes"], "estimates": plan_card.get("estimates"),
+            "decode_ceiling_card": capacity["decode_ceiling_tokens_per_s"],
+            "decode_ceiling_h200": plan_h200["capacity"]["decode_ceiling_tokens_per_s"],
+            "kv_cache_tokens_h200_plan": plan_h200["capacity"]["kv_cache_tokens"],
+        },
+        "expect_refusal": expect_refusal, "actions": actions or [], "est_s": est_s,
+    }
+
+
+def verify_actions(exp_name: str, profile_name: str, emulated: float, draft: bool) -> list[dict]:
+    """The verify playbook against the running server: as the inventory would say (must pass), then
+    with a wrong expectation (fp8 KV cache expected as auto: the read-back must fail the host)."""
+    host_vars = {
+        "vllm_profile_name": profile_name, "vllm_profile": {"gpu_memory_utilization": emulated},
+        "vllm_gpu": H200, "vllm_version": VLLM_VERSION, "vllm_port": 8000,
+        "vllm_verify_check_unit": False, "vllm_verify_health_timeout": 60,
+    }
+    if draft:  # the shipped profile as corrected here (see docs/gpu-results.md)
+        host_vars["vllm_profile"]["speculative"] = {"use_heterogeneous_vocab": True}
+    wrong = copy.deepcopy(host_vars["vllm_profile"])
+    wrong["kv_cache_dtype"] = "auto"
+    return [
+        {"kind": "ansible", "name": "verify-pass", "playbook": "playbooks/verify.yml", "host_vars": host_vars,
+         "extra_vars": {"vllm_verify_report_run_id": f"{exp_name}-pass"}, "expect": "pass", "timeout_s": 120},
+        {"kind": "ansible", "name": "verify-wrong-kv-dtype", "playbook": "playbooks/verify.yml",
+         "host_vars": host_vars,
+         "extra_vars": {"vllm_verify_report_run_id": f"{exp_name}-wrong", "vllm_profile": wrong},
+         "expect": "fail", "timeout_s": 120},
+    ]
+
+
+def benchmark_action(profile_name: str, emulated: float) -> dict:
+    """playbooks/benchmark.yml against the running server (the operator's benchmark, -c local)."""
+    return {"kind": "ansible", "name": "benchmark-playbook", "playbook": "playbooks/benchmark.yml",
+            "host_vars": {"vllm_profile_name": profile_name, "vllm_profile": {"gpu_memory_utilization": emulated},
+                          "vllm_gpu": H200, "vllm_version": VLLM_VERSION, "vllm_port": 8000},
+            "extra_vars": {"vllm_benchmark_run_id": "gpu-benchmark-playbook", "vllm_benchmark_requests": 64,
+                           "vllm_benchmark_concurrency": 16, "vllm_benchmark_prompt_tokens": 1024,
+                           "vllm_benchmark_max_tokens": 256, "vllm_benchmark_duration_s": 60},
+            "expect": "pass", "timeout_s": 150}
+
+
+HET_VOCAB = {"speculative": {"use_heterogeneous_vocab": True}}
+AS_GUIDE = {"speculative": {"use_heterogeneous_vocab": None}}
+
+
+def build() -> dict:
+    experiments: list[dict] = []
+    # 1. The decode profiles as the guide writes them: vLLM 0.26 refuses a draft whose vocab_size
+    #    differs from the target's (Qwen2.5-0.5B/1.5B: 151,936; 7B/14B: 152,064).
+    experiments.append(experiment("refuse-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", AS_GUIDE,
+                                  est_s=60, expect_refusal=True,
+                                  note="as the guide writes it: draft and target vocab sizes differ"))
+    dec = experiment("fid-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", HET_VOCAB, est_s=200,
+                     note="use_heterogeneous_vocab: true, the correction")
+    dec["actions"] = verify_actions(dec["name"], "rtx4090-7b-decode", dec["emulated_utilization"], True)
+    experiments.append(dec)
+    experiments.append(experiment("fid-l40-14b-decode", "L40", "l40-14b-decode", HET_VOCAB, est_s=150,
+                                  note="use_heterogeneous_vocab: true, the correction"))
+    experiments.append(experiment("fid-rtx4090-7b-awq", "RTX 4090", "rtx4090-7b-awq", actions=[SINGLE], est_s=130))
+    pre = experiment("fid-rtx4090-7b-prefill", "RTX 4090", "rtx4090-7b-prefill", est_s=190,
+                     actions=[SINGLE, guide_load(64, 192)])
+    pre["actions"].append(benchmark_action("rtx4090-7b-prefill", pre["emulated_utilization"]))
+    experiments.append(pre)
+    experiments.append(experiment("default-rtx4090-7b", "RTX 4090", None,
+                                  {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
+                                  actions=[guide_load(64, 192)], est_s=150,
+                                  note="vLLM 0.26 defaults for a GPU under 70 GiB"))
+    experiments.append(experiment("fid-l40-14b-awq-prefill", "L40", "l40-14b-awq-prefill",
+                                  actions=[SINGLE, guide_load(128, 256)], est_s=190))
+    experiments.append(experiment("default-l40-14b-awq", "L40", None,
+                                  {"model": "Qwen/Qwen2.5-14B-Instruct-AWQ", "quantization": "awq", **VLLM_DEFAULTS},
+                                  actions=[guide_load(128, 256)], est_s=170,
+                                  note="vLLM 0.26 defaults for a GPU under 70 GiB"))
+    experiments.append(experiment("fid-rtx4090-7b-prefix-heavy", "RTX 4090", "rtx4090-7b-prefix-heavy", est_s=110))
+    used = sorted({e["model"] for e in experiments} | {e["draft"] for e in experiments if e["draft"]})
+    models = {}
+    for model_id in used:
+        entry = {"config": catalogue.catalogue()[model_id]["config"]}
+        if any(e["draft"] == model_id and e["overrides"].get("speculative", {}).get("use_heterogeneous_vocab")
+               for e in experiments):
+            entry["tokenizer_in_folder"] = True  # vLLM loads a heterogeneous-vocab draft's own tokenizer
+        models[model_id] = entry
+    vocab = max(m["config"]["vocab_size"] for m in models.values())
+    return {
+        "date": DATE, "vllm_version": VLLM_VERSION, "host_gpu": H200, "cards": CARDS, "port": 8000,
+        "environment": ENVIRONMENT, "harness_args": HARNESS_ARGS, "tokenizer_vocab_size": vocab,
+        "vllm_defaults_small_gpu": VLLM_DEFAULTS, "models": models, "experiments": experiments,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=HERE / "experiments.json")
+    args = parser.parse_args(argv)
+    plan = build()
+    args.out.write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")
+    for e in plan["experiments"]:
+        p = e["planner"]
+        print(f"{e['name']:30s} util {e['emulated_utilization']:.6f}  predicted KV {p['kv_cache_tokens']}  "
+              f"errors {len(p['errors'])}  actions {[a['name'] for a in e['actions']]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

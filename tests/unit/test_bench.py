@@ -1,0 +1,172 @@
+"""vllm_fleet.bench, the load generator of playbooks/benchmark.yml, against a stand-in server.
+
+The stand-in streams /v1/completions the way vLLM does (server-sent events, one text chunk per token,
+a final usage chunk, [DONE]) and serves /metrics counters that move with the traffic, so the
+latencies, the bounds and the server-side deltas are checked on real sockets.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+
+import pytest
+
+from vllm_fleet import bench
+
+
+class StandIn:
+    def __init__(self, delay: float = 0.002, fail_every: int = 0, preempt: int = 0):
+        self.delay, self.fail_every, self.preempt = delay, fail_every, preempt
+        self.requests, self.tokens, self.bodies = 0, 0, []
+        self.lock = threading.Lock()
+        me = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                if self.path != "/metrics":
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                with me.lock:
+                    text = (
+                        '# TYPE vllm:num_preemptions_total counter\n'
+                        f'vllm:num_preemptions_total{{engine="0",model_name="m"}} {me.preempt * me.requests}.0\n'
+                        f'vllm:generation_tokens_total{{engine="0",model_name="m"}} {me.tokens}.0\n'
+                        f'vllm:request_success_total{{engine="0",finished_reason="length",model_name="m"}} {me.requests}.0\n'
+                        '# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine="0"} 0.1\n'
+                    ).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(text)))
+                self.end_headers()
+                self.wfile.write(text)
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with me.lock:
+                    me.requests += 1
+                    me.bodies.append(body)
+                    number = me.requests
+                if me.fail_every and number % me.fail_every == 0:
+                    data = b'{"error": "boom"}'
+                    self.send_response(500)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for i in range(body["max_tokens"]):
+                    time.sleep(me.delay)
+                    self.wfile.write(b"data: " + json.dumps({"choices": [{"index": 0, "text": f" t{i}"}]}).encode()
+                                     + b"\n\n")
+                    self.wfile.flush()
+                usage = {"choices": [], "usage": {"prompt_tokens": len(body["prompt"]),
+                                                  "completion_tokens": body["max_tokens"]}}
+                self.wfile.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
+                with me.lock:
+                    me.tokens += body["max_tokens"]
+                self.close_connection = True
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_percentile_is_numpy_linear():
+    assert bench.percentile([], 50) is None
+    assert bench.percentile([3.0], 99) == 3.0
+    assert bench.percentile([1, 2, 3, 4], 50) == 2.5
+    assert bench.percentile(range(101), 99) == 99
+
+
+def test_counters_sum_series_and_ignore_others():
+    text = ('vllm:num_preemptions_total{engine="0"} 2.0\nvllm:num_preemptions_total{engine="1"} 3.0\n'
+            'vllm:num_preemptions_created{engine="0"} 1.7e9\nvllm:generation_tokens_total 10\n# HELP x\nbad line\n')
+    assert bench.counters(text) == {"vllm:num_preemptions": 5.0, "vllm:generation_tokens": 10.0}
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"requests": 0}, "requests=0 must be 1-10000"),
+    ({"requests": 10001}, "requests=10001"),
+    ({"concurrency": 2000}, "concurrency=2000 must be 1-1024"),
+    ({"duration_s": 0}, "duration_s=0"),
+    ({"duration_s": 7200}, "at most 3600"),
+    ({"max_tokens": 0}, "must be positive"),
+    ({"single_requests": 101}, "single_requests=101"),
+])
+def test_bounds_are_refused(kwargs, message):
+    args = {"requests": 8, "concurrency": 2, "duration_s": 10, "prompt_tokens": 4, "max_tokens": 4,
+            "single_requests": 1}
+    args.update(kwargs)
+    with pytest.raises(bench.BenchError, match=message):
+        bench.check_bounds(**args)
+
+
+def test_run_measures_both_phases_and_the_server_counters():
+    with StandIn(delay=0.003, preempt=1) as server:
+        result = bench.run(server.url, "m", requests=6, concurrency=3, duration_s=30, prompt_tokens=16,
+                           max_tokens=5, single_requests=2, decode_ceiling=100.0)
+        bodies = list(server.bodies)
+    load, single = result["load"], result["single"]
+    assert (load["completed"], load["failed"], load["output_tokens"]) == (6, 0, 30)
+    assert single["completed"] == 2 and single["concurrency"] == 1
+    assert load["ttft_ms"]["p99"] >= load["ttft_ms"]["p50"] > 0
+    assert 2.0 < load["itl_ms"]["mean"] < 200
+    # server side: the load's own window (single-stream requests are counted apart)
+    assert result["server"]["generation_tokens"] == 30 and result["server"]["request_success"] == 6
+    assert result["server"]["num_preemptions"] == 6 and result["server"]["preemptions_single"] == 2
+    eff = result["efficiency"]
+    assert eff["single_stream_tokens_per_s"] == pytest.approx(1000 / single["itl_ms"]["mean"], rel=1e-3)
+    assert eff["single_stream_vs_ceiling_pct"] == pytest.approx(eff["single_stream_tokens_per_s"], rel=1e-2)
+    assert all(b["ignore_eos"] and b["stream"] and len(b["prompt"]) == 16 for b in bodies)
+    assert all(10 <= t < 1000 for b in bodies for t in b["prompt"])
+    row = bench.markdown_row("h1", result)
+    assert row.startswith("| h1 | 6/6 | 3 |") and row.count("|") == bench.MARKDOWN_HEADER.splitlines()[0].count("|")
+
+
+def test_failures_are_counted_and_named():
+    with StandIn(fail_every=2) as server:
+        result = bench.run(server.url, "m", requests=4, concurrency=1, duration_s=30, prompt_tokens=4, max_tokens=2,
+                           single_requests=0)
+    assert result["single"] is None
+    assert (result["load"]["completed"], result["load"]["failed"]) == (2, 2)
+    assert result["load"]["errors"] == ['HTTP 500: {"error": "boom"}']
+
+
+def test_duration_stops_new_requests():
+    with StandIn(delay=0.05) as server:
+        start = time.monotonic()
+        result = bench.run(server.url, "m", requests=100, concurrency=1, duration_s=0.3, prompt_tokens=4,
+                           max_tokens=3, single_requests=0)
+    assert result["load"]["requests_sent"] < 100 and time.monotonic() - start < 10
+
+
+def test_main_prints_json_and_refuses_a_bad_range(capsys):
+    assert bench.main(["--url", "http://127.0.0.1:1", "--model", "m", "--token-id-range", "5"]) == 2
+    assert "not LOW:HIGH" in json.loads(capsys.readouterr().out)["error"]
+    assert bench.main(["--url", "ftp://x", "--model", "m"]) == 2
+    assert "not an http(s) URL" in json.loads(capsys.readouterr().out)["error"]
+    with StandIn() as server:
+        assert bench.main(["--url", server.url, "--model", "m", "--requests", "2", "--concurrency", "2",
+                           "--max-tokens", "2", "--single-requests", "1", "--host-name", "gpu-1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["load"]["completed"] == 2 and out["markdown_row"].startswith("| gpu-1 |")
