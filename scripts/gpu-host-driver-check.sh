@@ -100,6 +100,8 @@ set -e
   echo "negative check (expect L40 on this host): rc=$l40_rc ($([ $l40_rc != 0 ] && grep -q 'expected to have L40' "$OUT/expect-l40.log" \
     && echo 'refused as it should' || echo 'NOT refused: verification is broken'))"
 } | tee "$OUT/summary.txt"
+# Identifiers stay on the host: mask every GPU UUID in what comes back (some facts carry them unmasked).
+sed -i -E 's/GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/GPU-00000000-0000-0000-0000-000000000000/g' "$OUT"/*
 tail -n 25 "$OUT/check.log"
 rm -rf "$WORK"
 [ $check_rc = 0 ] && [ $l40_rc != 0 ] && grep -q 'expected to have L40' "$OUT/expect-l40.log"
