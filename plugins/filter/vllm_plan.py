@@ -5,10 +5,10 @@ import sys
 from ansible.errors import AnsibleFilterError
 
 try:
-    from vllm_fleet import planner, profiles, render
+    from vllm_fleet import compat, planner, profiles, render
 except ImportError:  # run from a checkout whose package is not installed in Ansible's Python
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
-    from vllm_fleet import planner, profiles, render
+    from vllm_fleet import compat, planner, profiles, render
 
 DOCUMENTATION = r"""
 name: vllm_plan_host
@@ -22,6 +22,7 @@ description:
     in one pass and returns the whole C(plan.json), a dict with one key C(hosts): host name to plan."
   - The same file holds C(vllm_profile_resolve) (name | vllm_profile_resolve(overrides, host=...)),
     C(vllm_render_args) (profile | vllm_render_args(version, model_path=, draft_model_path=, extra_args=))
+    C(vllm_min_driver) (vllm_version | vllm_min_driver: the C({vllm, cuda, driver}) line of data/cuda_compat.yml)
     and C(vllm_plan_table) (plan | vllm_plan_table); those raise AnsibleFilterError naming the bad value.
 options:
   _input:
@@ -122,6 +123,14 @@ def vllm_render_args(profile, version, model_path=None, draft_model_path=None, e
         raise AnsibleFilterError(f"vllm_render_args: {exc}") from exc
 
 
+def vllm_min_driver(vllm_version):
+    """The {vllm, cuda, driver} line of data/cuda_compat.yml that applies to a vLLM release."""
+    try:
+        return compat.min_driver(vllm_version)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"vllm_min_driver: {exc}") from exc
+
+
 def vllm_plan_table(plan):
     if not isinstance(plan, dict) or not isinstance(plan.get("hosts"), dict):
         raise AnsibleFilterError(f"vllm_plan_table: expected plan.json's {{'hosts': {{...}}}}, got {plan!r}")
@@ -138,4 +147,5 @@ class FilterModule:
             "vllm_profile_resolve": vllm_profile_resolve,
             "vllm_render_args": vllm_render_args,
             "vllm_plan_table": vllm_plan_table,
+            "vllm_min_driver": vllm_min_driver,
         }
