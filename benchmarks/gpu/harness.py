@@ -175,8 +175,12 @@ def refusal_reason(text: str) -> str | None:
     """The last line of a failed start that says why (an exception message), if any."""
     candidates = [
         line.strip() for line in text.splitlines()
-        if re.search(r"(Error|Exception)\b.*:", line) and "Traceback" not in line
+        if (re.search(r"(Error|Exception)\b.*:", line) or "Value error, " in line) and "Traceback" not in line
     ]
+    # pydantic wraps a validator's message: "1 validation error for X" then "  Value error, <message>".
+    values = [c for c in candidates if "Value error, " in c]
+    if values:
+        return values[-1][:600]
     return candidates[-1][:600] if candidates else None
 
 
