@@ -22,7 +22,7 @@ description:
     in one pass and returns the whole C(plan.json), a dict with one key C(hosts): host name to plan."
   - The same file holds C(vllm_profile_resolve) (name | vllm_profile_resolve(overrides, host=...)),
     C(vllm_render_args) (profile | vllm_render_args(version, model_path=, draft_model_path=, extra_args=))
-    C(vllm_min_driver) (vllm_version | vllm_min_driver: the C({vllm, cuda, driver}) line of data/cuda_compat.yml)
+    C(vllm_min_driver) (vllm_version | vllm_min_driver, the C({vllm, cuda, driver}) line of data/cuda_compat.yml)
     and C(vllm_plan_table) (plan | vllm_plan_table); those raise AnsibleFilterError naming the bad value.
 options:
   _input:

@@ -17,7 +17,7 @@ description:
   - Reads C(/proc/driver/nvidia/version) for the version and flavour (open or proprietary) of the
     loaded kernel module, when the kernel exposes it.
   - Tells apart the states an operator acts on differently - no C(nvidia-smi), no driver loaded, a
-    driver/library version mismatch (a driver upgraded under a running module: reboot pending),
+    driver/library version mismatch (a driver upgraded under a running module, reboot pending),
     no devices - through RV(status). With O(require=true) any state but V(ok) fails the task.
   - Reads only; changes nothing on the host.
 version_added: "0.1.0"

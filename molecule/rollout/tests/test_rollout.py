@@ -64,7 +64,7 @@ def good_rollout():
     REPORTS.mkdir(parents=True, exist_ok=True)
     stop.unlink(missing_ok=True)
     probe = subprocess.Popen(
-        [sys.executable, "-m", "vllm_fleet.probe", "--interval", "0.5", "--max-seconds", "1200",
+        [sys.executable, "-m", "vllm_fleet.probe", "--interval", "1.0", "--max-seconds", "1200",
          "--max-requests", "12000", "--stop-file", str(stop), "--run-dir", str(REPORTS / run_id)]
         + [f"--target={name}=http://{ip}:8000" for name, ip in HOSTS.items()],
         stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
