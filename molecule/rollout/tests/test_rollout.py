@@ -94,7 +94,9 @@ def test_good_change_goes_host_by_host(good_rollout):
     hosts = good_rollout["loop"]["hosts"]
     first, second = hosts["rollout-1"]["unhealthy_windows"], hosts["rollout-2"]["unhealthy_windows"]
     assert first and second, hosts
-    assert second[0][0] >= first[-1][1], (first, second)
+    # The restart is each host's longest window (a loaded machine may add short blips).
+    restart_1, restart_2 = (max(w, key=lambda span: span[1] - span[0]) for w in (first, second))
+    assert restart_2[0] >= restart_1[1], (first, second)
 
 
 def test_report_shows_the_measured_unhealthy_window(good_rollout):
