@@ -310,7 +310,10 @@ def test_filter_plugin_filters():
 
     filters = vllm_plan.FilterModule().filters()
     assert set(filters) == {"vllm_plan_host", "vllm_plan_hosts", "vllm_profile_resolve", "vllm_render_args",
-                            "vllm_plan_table"}
+                            "vllm_plan_table", "vllm_min_driver"}
+    assert filters["vllm_min_driver"]("0.33.0")["driver"] == "580.65.06"
+    with pytest.raises(AnsibleFilterError, match="vllm_min_driver: vllm_version='latest'"):
+        filters["vllm_min_driver"]("latest")
     hostvars = {"a": {"vllm_profile_name": "rtx4090-7b-decode", "vllm_gpu": RTX4090, "vllm_version": "0.33.0",
                       "ansible_host": "10.0.0.1"},
                 "b": {"vllm_profile_name": "l40-14b-awq-prefill", "vllm_gpu": L40, "vllm_version": "0.32.0"}}
