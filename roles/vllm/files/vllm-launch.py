@@ -25,8 +25,9 @@ def _version(name):
     return _original_version(name)
 
 
-def check(argv):
-    """Parse ARGV (starting with `serve`) with vLLM's own serve parser and its validation."""
+def serve_parser():
+    """vLLM's own `vllm serve` parser and its subcommands, built the way vLLM's CLI builds them."""
+    _metadata.version = _version
     from vllm.entrypoints.cli import serve
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -36,6 +37,12 @@ def check(argv):
     for command in serve.cmd_init():
         command.subparser_init(subparsers)
         commands[command.name] = command
+    return parser, commands
+
+
+def check(argv):
+    """Parse ARGV (starting with `serve`) with vLLM's own serve parser and its validation."""
+    parser, commands = serve_parser()
     args = parser.parse_args(argv)
     commands[args.subparser].validate(args)
     print(f"vLLM {_version('vllm')} accepts: {' '.join(argv)}")
