@@ -287,6 +287,13 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
             f"below max_model_len={max_len:,}: vLLM refuses to start; fix: max_model_len <= {kv_tokens:,}, "
             f"{fp8_fix}a quantized checkpoint or a higher gpu_memory_utilization"
         )
+    if draft and draft.vocab_size != arch.vocab_size and not spec.get("use_heterogeneous_vocab"):
+        errors.append(
+            f"{host}: draft model {spec['model']} has vocab_size={draft.vocab_size:,}, the target {model} "
+            f"{arch.vocab_size:,}: vLLM refuses to start (\"Target and draft model should have the same vocabulary "
+            f"size\", seen with vLLM 0.26.0); fix: speculative.use_heterogeneous_vocab: true (vLLM maps the shared "
+            "tokens, greedy drafts), a draft with the same vocab_size, or speculative: null"
+        )
     if arch.max_position_embeddings and profile.get("max_model_len", 0) > arch.max_position_embeddings:
         errors.append(
             f"{host}: max_model_len={profile['max_model_len']:,} exceeds {model}'s max_position_embeddings="

@@ -58,7 +58,8 @@ PROFILE_KEYS: dict[str, tuple[str, str]] = {
     "calculate_kv_scales": ("bool", "compute FP8 KV scales at start (removed in recent vLLM)"),
     "swap_space": ("number", "GiB of CPU swap for preempted requests (removed in recent vLLM)"),
     "tensor_parallel_size": ("int", "GPUs one instance spans"),
-    "speculative": ("dict", "speculative decoding: model, method, num_speculative_tokens, draft_tensor_parallel_size"),
+    "speculative": ("dict", "speculative decoding: model, method, num_speculative_tokens, draft_tensor_parallel_size, "
+                            "use_heterogeneous_vocab"),
     "model_config": ("str", "controller path to the model's config.json (or its folder), for models outside the catalogue"),
 }
 SPECULATIVE_KEYS: dict[str, tuple[str, str]] = {
@@ -66,6 +67,8 @@ SPECULATIVE_KEYS: dict[str, tuple[str, str]] = {
     "method": ("str", f"one of {', '.join(SPECULATIVE_METHODS)}"),
     "num_speculative_tokens": ("int", "tokens proposed per step"),
     "draft_tensor_parallel_size": ("int", "GPUs of the draft model"),
+    "use_heterogeneous_vocab": ("bool", "the draft's vocab_size differs from the target's: vLLM maps the shared "
+                                        "tokens (greedy drafts only)"),
 }
 _CHOICES = {"dtype": DTYPES, "kv_cache_dtype": KV_CACHE_DTYPES, "quantization": QUANTIZATIONS}
 

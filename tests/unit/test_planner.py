@@ -417,3 +417,20 @@ def test_kv_cache_that_cannot_hold_max_num_seqs_typical_requests():
         "+ 256 output) = 196,608: expect preemptions; fix: max_num_seqs <= 143, kv_cache_dtype: fp8, or a quantized "
         "model"]
     assert plan("rtx4090-7b-prefill", {"max_num_seqs": 256})["warnings"] == []  # fp8 KV: 224,192 tokens hold them
+
+
+def test_draft_with_another_vocab_size_is_refused_as_vllm_refuses_it():
+    """vLLM 0.26.0 on the H200 (docs/gpu-results.md) refused the guide's decode profile: "Target and draft
+    model should have the same vocabulary size. Target model vocab_size=152064. Draft model vocab_size=151936."
+    The shipped profiles map the vocabularies (use_heterogeneous_vocab: true), which vLLM then accepted."""
+    for name, gpu in (("rtx4090-7b-decode", RTX4090), ("l40-14b-decode", L40)):
+        assert plan(name, gpu=gpu, version="0.26.0")["errors"] == []
+        as_guide = plan(name, {"speculative": {"use_heterogeneous_vocab": None}}, gpu=gpu, version="0.26.0")
+        assert len(as_guide["errors"]) == 1
+        assert "has vocab_size=151,936, the target" in as_guide["errors"][0]
+        assert "152,064: vLLM refuses to start" in as_guide["errors"][0]
+        assert "fix: speculative.use_heterogeneous_vocab: true" in as_guide["errors"][0]
+        assert as_guide["capacity"]["kv_cache_tokens"] > 0  # still sized, for the report
+    same_vocab = plan("rtx4090-7b-decode", {"speculative": {"model": "Qwen/Qwen2.5-7B-Instruct-AWQ",
+                                                            "use_heterogeneous_vocab": None}}, version="0.26.0")
+    assert not any("vocab_size" in e for e in same_vocab["errors"])

@@ -39,11 +39,12 @@ def test_guide_values_are_encoded_as_the_guide_gives_them():
         "enable_chunked_prefill": True, "enable_prefix_caching": True, "kv_cache_dtype": "fp8",
         "calculate_kv_scales": True, "swap_space": 0,
         "speculative": {"model": "Qwen/Qwen2.5-0.5B-Instruct", "num_speculative_tokens": 5,
-                        "draft_tensor_parallel_size": 1},
+                        "draft_tensor_parallel_size": 1, "use_heterogeneous_vocab": True},
     }
     l40 = profiles.resolve("h", "l40-14b-decode")
     assert (l40["gpu_memory_utilization"], l40["max_model_len"], l40["max_num_seqs"]) == (0.90, 16384, 128)
-    assert l40["speculative"] == {"model": "Qwen/Qwen2.5-1.5B-Instruct", "num_speculative_tokens": 5}
+    assert l40["speculative"] == {"model": "Qwen/Qwen2.5-1.5B-Instruct", "num_speculative_tokens": 5,
+                                  "use_heterogeneous_vocab": True}
     awq = profiles.resolve("h", "rtx4090-7b-awq")
     assert (awq["model"], awq["quantization"], awq["gpu_memory_utilization"]) == \
         ("Qwen/Qwen2.5-7B-Instruct-AWQ", "awq", 0.94)
@@ -57,7 +58,7 @@ def test_overrides_merge_key_by_key_and_null_removes():
                                                           "swap_space": None})
     assert profile["max_num_seqs"] == 32
     assert profile["speculative"] == {"model": "Qwen/Qwen2.5-0.5B-Instruct", "num_speculative_tokens": 3,
-                                      "draft_tensor_parallel_size": 1}
+                                      "draft_tensor_parallel_size": 1, "use_heterogeneous_vocab": True}
     assert "swap_space" not in profile
     assert "speculative" not in profiles.resolve("h", "rtx4090-7b-decode", {"speculative": None})
 
