@@ -57,7 +57,8 @@ CHAT_TEMPLATE = (
 # Start-up lines worth keeping: the engine's own account of memory and time.
 LOG_PATTERNS = (
     r"Model loading took", r"Available KV cache memory", r"GPU KV cache size", r"Maximum concurrency",
-    r"CUDA graph memory profiling", r"Graph capturing finished", r"torch\.compile takes",
+    r"CUDA graph memory profiling", r"Graph capturing finished", r"torch\.compile took", r"Actual usage is",
+    r"Estimated CUDA graph memory", r"Model Runner V2",
     r"init engine .* took", r"memory profiling", r"VocabMapping", r"Using .* backend", r"attention backend",
     r"[Ee]rror", r"Traceback", r"Exception",
 )
@@ -194,6 +195,12 @@ def parse_memory_lines(lines: list[str]) -> dict[str, float]:
             out["kv_gib"] = float(m.group(1))
         if m := re.search(r"GPU KV cache size: ([\d,]+) tokens", line):
             out["kv_tokens"] = float(m.group(1).replace(",", ""))
+        if m := re.search(r"Actual usage is ([\d.]+) GiB for weight, ([\d.]+) GiB for peak activation, "
+                          r"([\d.]+) GiB for non-torch memory, and ([\d.]+) GiB for CUDAGraph memory", line):
+            out.update(usage_weights_gib=float(m.group(1)), usage_activation_gib=float(m.group(2)),
+                       usage_non_torch_gib=float(m.group(3)), usage_cuda_graph_gib=float(m.group(4)))
+        if m := re.search(r"Estimated CUDA graph memory: ([\d.]+) GiB", line):
+            out["cuda_graph_estimate_gib"] = float(m.group(1))
         if m := re.search(r"current --gpu-memory-utilization=([\d.]+) is equivalent to "
                           r"--gpu-memory-utilization=([\d.]+)", line):
             out["cuda_graph_util"] = round(float(m.group(1)) - float(m.group(2)), 4)

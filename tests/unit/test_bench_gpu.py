@@ -67,7 +67,7 @@ def test_pins_are_read_by_section(tmp_path):
 
 def test_shipped_pins_match_gpu_host_list():
     pins = bundle.read_pins(GPU / "wheels.txt")
-    assert pins["vllm"][0] == "vllm==0.26.0" and len(pins["vllm"]) == 37
+    assert pins["vllm"][0] == "vllm==0.26.0" and len(pins["vllm"]) == 39
     assert {p.split("==")[0] for p in pins["ansible"]} == {
         "ansible-core", "jinja2", "markupsafe", "pyyaml", "cryptography", "cffi", "pycparser", "packaging", "resolvelib"}
 
@@ -380,3 +380,21 @@ def test_ansible_actions_run_the_repo_playbooks(fake_site, tmp_path):
     event = bench["report"]["hosts"]["gpu-host"]["events"]["benchmark"][0]
     assert event["load"]["completed"] == 6 and event["single"]["completed"] == 2
     assert event["efficiency"]["decode_ceiling_tokens_per_s"] > 0
+    table = next((fake_site / "gpu-work").glob("call1/*/benchmark-playbook/reports/*/benchmark.md")).read_text()
+    assert "\n| gpu-host | 6/6 | 2 |" in table and "\\n" not in table
+
+
+def test_summary_of_the_committed_gpu_results():
+    """docs/gpu/summary.json is what summarize.py makes of the committed raw results."""
+    summarize = _load("summarize")
+    plan = json.loads((GPU / "experiments.json").read_text())
+    summary = summarize.summarise(plan, summarize.load_results(ROOT / "docs" / "gpu"))
+    assert json.loads(json.dumps(summary)) == json.loads((ROOT / "docs" / "gpu" / "summary.json").read_text())
+    rows = {r["experiment"]: r for r in summary["fidelity"]}
+    assert rows["fid-rtx4090-7b-decode"]["engine_kv_tokens"] == 145_776
+    assert rows["fid-rtx4090-7b-awq"]["engine_source"] == "start-up log"
+    assert [r["experiment"] for r in summary["refusals"]] == ["refuse-rtx4090-7b-decode"]
+    assert "vocabulary size" in summary["refusals"][0]["vllm_said"] and summary["refusals"][0]["planner_errors_now"]
+    assert [v["as_expected"] for v in summary["verification"]] == [True, True]
+    assert summary["single_stream"][0]["ratio_pct"] == 65.0
+    assert "| fid-rtx4090-7b-prefill | guide-64u | 192 |" in summarize.tables(summary)

@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Fold the GPU harness's results into docs/gpu/summary.json and print the tables of docs/gpu-results.md.
+
+    benchmarks/gpu/summarize.py [--results docs/gpu] [--plan benchmarks/gpu/experiments.json]
+
+Reads every results-callN.json (and the server logs inside raw-callN.tar.gz) that the harness brought
+back, and compares them with the plan (experiments.json: the planner's predictions made when the
+experiments were written) and with the planner run again now on the budget vLLM really had:
+vLLM takes gpu_memory_utilization of CUDA's total memory, which on the H200 is 143,156 MiB
+(torch.cuda.mem_get_info), 615 MiB less than the 143,771 MiB nvidia-smi shows and the emulation
+formula uses; "planner, vLLM's budget" feeds the planner that total, so it isolates the memory model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tarfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(HERE))
+
+import harness  # noqa: E402
+from vllm_fleet import planner  # noqa: E402
+
+MIB = 1 << 20
+# The guide's cards measured elsewhere on the H200 (shared/reference/GPU-HOST.md): matrix-vector pass
+# over 15 GB of bf16 weights at 3.9 TB/s effective; the datasheet's 4.8 TB/s is what the planner uses.
+H200_EFFECTIVE_GB_S = 3900
+
+
+def load_results(folder: Path) -> list[dict]:
+    out = []
+    for path in sorted(folder.glob("results-call*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        logs = {}
+        raw = path.with_name(path.name.replace("results-", "raw-").replace(".json", ".tar.gz"))
+        if raw.exists():
+            with tarfile.open(raw) as tar:
+                for member in tar.getmembers():
+                    if member.name.endswith("/server.log"):
+                        logs[member.name.split("/")[1]] = tar.extractfile(member).read().decode("utf-8", "replace")
+        for exp in data["experiments"]:
+            exp["_call"] = data["call"]
+            exp["_log"] = logs.get(exp["name"], "")
+            exp["_environment"] = data.get("environment") or {}
+        out.extend(data["experiments"])
+    return out
+
+
+def cuda_total_mib(environment: dict) -> int | None:
+    """torch's total memory of the device (the harness records `torch name total free`)."""
+    match = re.search(r"(\d{9,})\s+\d{9,}\s*$", environment.get("torch") or "")
+    return int(match.group(1)) // MIB if match else None
+
+
+def replan(exp_plan: dict, memory_mib: int) -> dict:
+    """The planner on the H200 with the memory vLLM saw and the emulated utilization."""
+    overrides = dict(exp_plan["overrides"], gpu_memory_utilization=exp_plan["emulated_utilization"])
+    hostvars = {"vllm_profile_name": exp_plan["profile"], "vllm_profile": overrides,
+                "vllm_gpu": {"name": "H200", "memory_mib": memory_mib, "bandwidth_gb_s": 4800, "count": 1},
+                "vllm_version": exp_plan.get("vllm_version", "0.26.0")}
+    return planner.plan_host(exp_plan["name"], hostvars)
+
+
+def pct(predicted: float | None, actual: float | None) -> float | None:
+    if predicted is None or not actual:
+        return None
+    return round((predicted - actual) / actual * 100, 2)
+
+
+def summarise(plan: dict, results: list[dict]) -> dict:
+    by_name = {e["name"]: e for e in plan["experiments"]}
+    latest: dict[str, dict] = {}
+    for rec in results:  # a later call's record of the same experiment wins, unless it was skipped
+        if rec["status"] != "skipped" or rec["name"] not in latest:
+            latest[rec["name"]] = rec
+    fidelity, refusals, verification, loads, single = [], [], [], [], []
+    for name, rec in latest.items():
+        exp = dict(by_name[name], vllm_version=plan["vllm_version"])
+        lines = [line for line in rec.get("_log", "").splitlines()]
+        memory = harness.parse_memory_lines(lines)
+        cache = rec.get("cache_config") or {}
+        actual = int(cache["kv_cache_size_tokens"]) if cache.get("kv_cache_size_tokens") else (
+            int(memory["kv_tokens"]) if "kv_tokens" in memory else None)
+        source = "cache_config_info" if cache.get("kv_cache_size_tokens") else ("start-up log" if actual else None)
+        if rec["status"] == "refused" and actual is None:
+            refusals.append({
+                "experiment": name, "profile": exp["profile"], "card": exp["card"], "call": rec["_call"],
+                "vllm_said": rec.get("reason"), "expected": rec.get("expected"),
+                "planner_errors_now": replan(exp, cuda_total_mib(rec["_environment"]) or 143156)["errors"],
+            })
+            continue
+        if actual is None:
+            continue
+        total = cuda_total_mib(rec["_environment"]) or 143156
+        now = replan(exp, total)
+        card_plan = exp["planner"]["kv_cache_tokens"]
+        row = {
+            "experiment": name, "profile": exp["profile"] or "vLLM defaults", "card": exp["card"],
+            "call": rec["_call"], "status": rec["status"], "start_s": rec.get("start_s"),
+            "engine_kv_tokens": actual, "engine_source": source,
+            "num_gpu_blocks": int(cache["num_gpu_blocks"]) if cache.get("num_gpu_blocks") else None,
+            "planner_card_tokens": card_plan, "error_card_pct": pct(card_plan, actual),
+            "planner_budget_tokens": now["capacity"]["kv_cache_tokens"],
+            "error_budget_pct": pct(now["capacity"]["kv_cache_tokens"], actual),
+            "vllm_budget_gib": round(total * MIB * exp["emulated_utilization"] / (1 << 30), 3),
+            "planner_card_budget_gib": round(plan["cards"][exp["card"]]["memory_mib"] * MIB * exp["utilization"]
+                                             / (1 << 30), 3),
+            "memory": memory,
+            "planner_terms_gib": {
+                "weights": round((exp["planner"]["weights_bytes"] + exp["planner"]["draft_weights_bytes"]) / (1 << 30), 3),
+                "activation": round(exp["planner"]["estimates"]["activation_peak_bytes"] / (1 << 30), 3),
+                "runtime": round(exp["planner"]["estimates"]["runtime_reserve_bytes"] / (1 << 30), 3),
+            },
+            "note": rec.get("reason") if rec["status"] != "ran" else None,
+        }
+        fidelity.append(row)
+        for action in rec.get("actions") or []:
+            if action["kind"] == "ansible" and action["name"].startswith("verify"):
+                report = ((action.get("report") or {}).get("hosts") or {}).get("gpu-host") or {}
+                verification.append({
+                    "experiment": name, "action": action["name"], "expect": action["expect"],
+                    "returncode": action["returncode"], "as_expected": action["as_expected"],
+                    "errors": report.get("errors"), "readback": (report.get("profile") or {}).get("readback"),
+                    "speculative_families": (report.get("profile") or {}).get("speculative"),
+                    "families": (report.get("metrics") or {}).get("families"),
+                    "missing": (report.get("metrics") or {}).get("missing"),
+                    "smoke": {k: (report.get("smoke") or {}).get(k) for k in ("status", "completion_tokens", "latency_s")},
+                    "findings": [f.get("message") for f in report.get("findings") or []],
+                })
+            elif action["kind"] == "ansible":
+                event = (((action.get("report") or {}).get("hosts") or {}).get("gpu-host") or {}).get("events", {})
+                loads.append({"experiment": name, "action": action["name"], "returncode": action["returncode"],
+                              "benchmark": (event.get("benchmark") or [{}])[0]})
+            elif action["kind"] == "bench" and action.get("result"):
+                result = dict(action["result"])
+                entry = {"experiment": name, "profile": row["profile"], "card": exp["card"], "load": action["name"],
+                         "preemptions": action.get("preemptions"), **result}
+                if action["name"] == "single-stream":
+                    tpot = result.get("mean_tpot_ms")
+                    rate = round(1000.0 / tpot, 1) if tpot else None
+                    ceiling = exp["planner"]["decode_ceiling_h200"]
+                    weights = exp["planner"]["weights_bytes"] + exp["planner"]["draft_weights_bytes"]
+                    effective = int(H200_EFFECTIVE_GB_S * 1e9 // weights)
+                    entry.update(tokens_per_s=rate, planner_ceiling_h200=ceiling,
+                                 ratio_pct=round(100 * rate / ceiling, 1) if rate else None,
+                                 effective_ceiling_3_9_tb_s=effective,
+                                 ratio_effective_pct=round(100 * rate / effective, 1) if rate else None,
+                                 planner_ceiling_card=exp["planner"]["decode_ceiling_card"])
+                    single.append(entry)
+                else:
+                    loads.append(entry)
+    return {"date": plan["date"], "vllm_version": plan["vllm_version"], "fidelity": fidelity, "refusals": refusals,
+            "verification": verification, "loads": loads, "single_stream": single}
+
+
+def _n(value, digits=0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and digits:
+        return f"{value:,.{digits}f}"
+    return f"{value:,.0f}" if isinstance(value, (int, float)) else str(value)
+
+
+def tables(summary: dict) -> str:
+    out = ["### Planner fidelity", "",
+           "| experiment | card | engine KV tokens | planner (card) | error | planner (vLLM's budget) | error | "
+           "weights / activation / non-torch / CUDA graphs GiB (vLLM) | start s |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in summary["fidelity"]:
+        m = r["memory"]
+        usage = "/".join(_n(m.get(k), 2) for k in ("usage_weights_gib", "usage_activation_gib", "usage_non_torch_gib",
+                                                   "usage_cuda_graph_gib")) if "usage_weights_gib" in m else \
+            f"{_n(m.get('weights_gib'), 2)} / - / - / - (crashed before)"
+        out.append(f"| {r['experiment']} | {r['card']} | {_n(r['engine_kv_tokens'])} ({r['engine_source']}) | "
+                   f"{_n(r['planner_card_tokens'])} | {r['error_card_pct']:+.1f}% | {_n(r['planner_budget_tokens'])} | "
+                   f"{r['error_budget_pct']:+.1f}% | {usage} | {_n(r['start_s'], 0)} |")
+    out += ["", "### Refused at start", "", "| experiment | what vLLM said | planner now |", "|---|---|---|"]
+    for r in summary["refusals"]:
+        said = re.sub(r"\s+", " ", (r["vllm_said"] or "")).split(" [type=")[0]
+        out.append(f"| {r['experiment']} | {said[:260]} | {'; '.join(e[:120] for e in r['planner_errors_now']) or 'no error'} |")
+    out += ["", "### Verification", "", "| action | expected | rc | errors | read-back | families | smoke |",
+            "|---|---|---|---|---|---|---|"]
+    for r in summary["verification"]:
+        out.append(f"| {r['action']} | {r['expect']} | {r['returncode']} | {'; '.join(r['errors'] or []) or 'none'} | "
+                   f"{r['readback']} | {r['families']} (missing {len(r['missing'] or [])}) | "
+                   f"{r['smoke']['status']}, {r['smoke']['completion_tokens']} tokens |")
+    out += ["", "### Loads", "", "| experiment | load | completed | output tok/s | TTFT mean / p99 ms | ITL mean / p99 ms | "
+            "TPOT mean ms | preemptions |", "|---|---|---|---|---|---|---|---|"]
+    for r in summary["loads"]:
+        if "load" not in r:
+            continue
+        out.append(f"| {r['experiment']} | {r['load']} | {r.get('completed')} | {_n(r.get('output_throughput'), 1)} | "
+                   f"{_n(r.get('mean_ttft_ms'), 1)} / {_n(r.get('p99_ttft_ms'), 1)} | {_n(r.get('mean_itl_ms'), 2)} / "
+                   f"{_n(r.get('p99_itl_ms'), 2)} | {_n(r.get('mean_tpot_ms'), 2)} | {_n(r.get('preemptions'))} |")
+    out += ["", "### Single stream", "", "| experiment | tok/s | planner ceiling (H200, 4.8 TB/s) | ratio | "
+            "at 3.9 TB/s effective | ratio |", "|---|---|---|---|---|---|"]
+    for r in summary["single_stream"]:
+        out.append(f"| {r['experiment']} | {r['tokens_per_s']} | {r['planner_ceiling_h200']} | {r['ratio_pct']}% | "
+                   f"{r['effective_ceiling_3_9_tb_s']} | {r['ratio_effective_pct']}% |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=Path, default=ROOT / "docs" / "gpu")
+    parser.add_argument("--plan", type=Path, default=HERE / "experiments.json")
+    parser.add_argument("--out", type=Path, default=None, help="default: RESULTS/summary.json")
+    args = parser.parse_args(argv)
+    plan = json.loads(args.plan.read_text(encoding="utf-8"))
+    summary = summarise(plan, load_results(args.results))
+    (args.out or args.results / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    print(tables(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
