@@ -114,7 +114,8 @@ def test_engine_args_build_from_the_rendered_arguments(vllm_serve):
     engine = AsyncEngineArgs.from_cli_args(namespace)
     assert engine.model == "Qwen/Qwen2.5-14B-Instruct"
     assert engine.max_num_seqs == 128 and engine.kv_cache_dtype == "fp8"
-    assert engine.speculative_config == {"model": "Qwen/Qwen2.5-1.5B-Instruct", "num_speculative_tokens": 5}
+    assert engine.speculative_config == {"model": "Qwen/Qwen2.5-1.5B-Instruct", "num_speculative_tokens": 5,
+                                         "use_heterogeneous_vocab": True}
 
 
 # The spellings the table says this release no longer has: the parser must reject every one, so
