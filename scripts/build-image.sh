@@ -6,9 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 
-# python3-venv: the vllm role builds a virtualenv; libnuma1: vllm._C imports it on CPU;
+# python3-venv: the vllm role builds a virtualenv; libnuma1: vllm._C imports it on CPU; g++ and
+# python3-dev: torch.compile builds its kernels at run time (inductor on CPU, Triton on GPUs);
 # gnupg: repository keyrings in the driver role; the rest: systemd, sshd and Ansible's needs.
-PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,python3-venv,openssh-server,iproute2,curl,ca-certificates,sudo,procps,libnuma1,gnupg,less
+PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,python3-venv,python3-dev,g++,openssh-server,iproute2,curl,ca-certificates,sudo,procps,libnuma1,gnupg,less
 MIRROR=${DEBIAN_MIRROR:-$(awk '/^URIs:/ && $2 ~ /debian\/?$/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 want=$(echo "$PACKAGES" | sha256sum | cut -c1-16)
