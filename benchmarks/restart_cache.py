@@ -24,6 +24,7 @@ ON_HOST = r"""
 set -eu
 unit=vllm@main.service
 systemctl stop "$unit"
+systemctl reset-failed "$unit" || true  # manual starts count against StartLimitBurst too
 if [ "{mode}" = cold ]; then find {cache} -mindepth 1 -delete; fi
 t0=$(date +%s.%N)
 systemctl start "$unit"
