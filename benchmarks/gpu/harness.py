@@ -373,7 +373,8 @@ class Runner:
         rec["actions"] = []
         try:
             for action in exp.get("actions", []):
-                if self.left() < action.get("timeout_s", 60) + 30:
+                # est_s: what the action usually takes (its timeout_s is the hard stop, bounded by the call)
+                if self.left() < action.get("est_s", action.get("timeout_s", 60)) + 10:
                     rec["actions"].append({"name": action["name"], "status": "skipped", "reason": "call time"})
                     continue
                 rec["actions"].append(self.action(action, exp, folder, base))

@@ -11,11 +11,17 @@ file is the exact record of what ran and what the planner promised. An RTX 4090 
     gpu_memory_utilization(H200) = card MiB x profile utilization / 143,771
 
 which gives vLLM the same ceil(total x utilization) budget it would have on the card. Bandwidth and
-compute stay the H200's.
+compute stay the H200's. Both cards are Ada (compute capability 8.9), so the H200 is also made to pick
+the kernels vLLM 0.26 picks on Ada: FlashAttention 2 (`--attention-config {"flash_attn_version": 2}`;
+Hopper's default is FlashAttention 3, which has no float16-model + fp8-KV path: it crashed the AWQ
+profile in graph capture), which for an fp8 KV cache sends vLLM down its backend list to Triton
+attention as on Ada (a real Ada host with flashinfer installed gets FlashInfer there; the harness does
+not carry flashinfer), and Marlin for AWQ (`VLLM_DISABLED_KERNELS=MacheteLinearKernel`: Machete needs
+compute capability 9.0).
 
 Experiments run in the listed order; the harness skips one that no longer fits in a call and the next
-call takes it up (priority: fidelity of the decode profiles and an AWQ one, verification, single-stream
-decode, then tuned against vLLM's defaults).
+call takes it up (priority: fidelity of the decode profiles with the verification, the AWQ profile, then
+each card's tuned profile against vLLM's defaults with single-stream decode, then the refusal).
 """
 
 from __future__ import annotations
@@ -46,18 +52,21 @@ ENVIRONMENT = {
     "VLLM_USE_FLASHINFER_SAMPLER": "0",  # flashinfer is not carried (GPU-HOST.md)
     "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
     "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+    "VLLM_DISABLED_KERNELS": "MacheteLinearKernel",  # Ada emulation: AWQ on Marlin, as on an RTX 4090 or L40
 }
-HARNESS_ARGS = ["--load-format", "dummy", "--tokenizer", "{tokenizer}", "--host", "127.0.0.1"]
+# Ada emulation: FlashAttention 2, and with it Ada's choice of attention backend (see the docstring).
+ADA_ATTENTION = ["--attention-config", '{"flash_attn_version": 2}']
+HARNESS_ARGS = ["--load-format", "dummy", "--tokenizer", "{tokenizer}", "--host", "127.0.0.1", *ADA_ATTENTION]
 
 # Loads (vllm bench serve, random dataset, --ignore-eos): bounded in prompts and by a timeout.
 SINGLE = {"kind": "bench", "name": "single-stream", "input_len": 128, "output_len": 256, "num_prompts": 5,
-          "max_concurrency": 1, "timeout_s": 90}
+          "max_concurrency": 1, "timeout_s": 90, "est_s": 20}
 
 
 def guide_load(users: int, prompts: int) -> dict:
     """The guide's load: many concurrent users, ~1K-token prompts, ~512-token answers."""
     return {"kind": "bench", "name": f"guide-{users}u", "input_len": 1024, "output_len": 512,
-            "num_prompts": prompts, "max_concurrency": users, "timeout_s": 150}
+            "num_prompts": prompts, "max_concurrency": users, "timeout_s": 150, "est_s": 20 + prompts // 4}
 
 
 def emulated_utilization(card_mib: int, utilization: float, host_mib: int = H200["memory_mib"]) -> float:
@@ -140,11 +149,12 @@ def verify_actions(exp_name: str, profile_name: str, emulated: float, draft: boo
     wrong["kv_cache_dtype"] = "auto"
     return [
         {"kind": "ansible", "name": "verify-pass", "playbook": "playbooks/verify.yml", "host_vars": host_vars,
-         "extra_vars": {"vllm_verify_report_run_id": f"{exp_name}-pass"}, "expect": "pass", "timeout_s": 120},
+         "extra_vars": {"vllm_verify_report_run_id": f"{exp_name}-pass"}, "expect": "pass", "timeout_s": 120,
+         "est_s": 30},
         {"kind": "ansible", "name": "verify-wrong-kv-dtype", "playbook": "playbooks/verify.yml",
          "host_vars": host_vars,
          "extra_vars": {"vllm_verify_report_run_id": f"{exp_name}-wrong", "vllm_profile": wrong},
-         "expect": "fail", "timeout_s": 120},
+         "expect": "fail", "timeout_s": 120, "est_s": 30},
     ]
 
 
@@ -156,7 +166,7 @@ def benchmark_action(profile_name: str, emulated: float) -> dict:
             "extra_vars": {"vllm_benchmark_run_id": "gpu-benchmark-playbook", "vllm_benchmark_requests": 64,
                            "vllm_benchmark_concurrency": 16, "vllm_benchmark_prompt_tokens": 1024,
                            "vllm_benchmark_max_tokens": 256, "vllm_benchmark_duration_s": 60},
-            "expect": "pass", "timeout_s": 150}
+            "expect": "pass", "timeout_s": 150, "est_s": 30}
 
 
 HET_VOCAB = {"speculative": {"use_heterogeneous_vocab": True}}
@@ -165,33 +175,35 @@ AS_GUIDE = {"speculative": {"use_heterogeneous_vocab": None}}
 
 def build() -> dict:
     experiments: list[dict] = []
-    # 1. The decode profiles as the guide writes them: vLLM 0.26 refuses a draft whose vocab_size
-    #    differs from the target's (Qwen2.5-0.5B/1.5B: 151,936; 7B/14B: 152,064).
-    experiments.append(experiment("refuse-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", AS_GUIDE,
-                                  est_s=60, expect_refusal=True,
-                                  note="as the guide writes it: draft and target vocab sizes differ"))
-    dec = experiment("fid-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", HET_VOCAB, est_s=200,
+    # In priority order; the harness runs them in this order while they fit in a call and takes up the
+    # skipped ones in the next call. est_s: the first loan's measured start plus actions, rounded up.
+    dec = experiment("fid-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", HET_VOCAB, est_s=215,
                      note="use_heterogeneous_vocab: true, the correction")
     dec["actions"] = verify_actions(dec["name"], "rtx4090-7b-decode", dec["emulated_utilization"], True)
     experiments.append(dec)
-    experiments.append(experiment("fid-l40-14b-decode", "L40", "l40-14b-decode", HET_VOCAB, est_s=150,
+    experiments.append(experiment("fid-l40-14b-decode", "L40", "l40-14b-decode", HET_VOCAB, est_s=185,
                                   note="use_heterogeneous_vocab: true, the correction"))
-    experiments.append(experiment("fid-rtx4090-7b-awq", "RTX 4090", "rtx4090-7b-awq", actions=[SINGLE], est_s=130))
-    pre = experiment("fid-rtx4090-7b-prefill", "RTX 4090", "rtx4090-7b-prefill", est_s=190,
+    experiments.append(experiment("fid-rtx4090-7b-awq", "RTX 4090", "rtx4090-7b-awq", actions=[SINGLE], est_s=120))
+    pre = experiment("fid-rtx4090-7b-prefill", "RTX 4090", "rtx4090-7b-prefill", est_s=210,
                      actions=[SINGLE, guide_load(64, 192)])
     pre["actions"].append(benchmark_action("rtx4090-7b-prefill", pre["emulated_utilization"]))
     experiments.append(pre)
     experiments.append(experiment("default-rtx4090-7b", "RTX 4090", None,
                                   {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
-                                  actions=[guide_load(64, 192)], est_s=150,
+                                  actions=[guide_load(64, 192)], est_s=155,
                                   note="vLLM 0.26 defaults for a GPU under 70 GiB"))
     experiments.append(experiment("fid-l40-14b-awq-prefill", "L40", "l40-14b-awq-prefill",
-                                  actions=[SINGLE, guide_load(128, 256)], est_s=190))
+                                  actions=[SINGLE, guide_load(128, 256)], est_s=200))
     experiments.append(experiment("default-l40-14b-awq", "L40", None,
                                   {"model": "Qwen/Qwen2.5-14B-Instruct-AWQ", "quantization": "awq", **VLLM_DEFAULTS},
-                                  actions=[guide_load(128, 256)], est_s=170,
+                                  actions=[guide_load(128, 256)], est_s=190,
                                   note="vLLM 0.26 defaults for a GPU under 70 GiB"))
-    experiments.append(experiment("fid-rtx4090-7b-prefix-heavy", "RTX 4090", "rtx4090-7b-prefix-heavy", est_s=110))
+    experiments.append(experiment("fid-rtx4090-7b-prefix-heavy", "RTX 4090", "rtx4090-7b-prefix-heavy", est_s=115))
+    # The decode profiles as the guide writes them: vLLM 0.26 refuses a draft whose vocab_size differs
+    # from the target's (Qwen2.5-0.5B/1.5B: 151,936; 7B/14B: 152,064). Last: the planner refuses it first.
+    experiments.append(experiment("refuse-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", AS_GUIDE,
+                                  est_s=70, expect_refusal=True,
+                                  note="as the guide writes it: draft and target vocab sizes differ"))
     used = sorted({e["model"] for e in experiments} | {e["draft"] for e in experiments if e["draft"]})
     models = {}
     for model_id in used:

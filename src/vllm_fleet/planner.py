@@ -5,7 +5,8 @@ arguments for the host's vLLM release, and sizes the instance the way vLLM does:
 
     kv_cache_bytes  = ceil(gpu_total x gpu_memory_utilization)      (vLLM: a share of the TOTAL memory)
                       - weights - draft weights                      (from the model's config.json)
-                      - activation peak - non-torch memory - CUDA graphs   (estimates, data/memory_model.yml)
+                      - activation peak - non-torch memory                 (estimates, data/memory_model.yml)
+                      - CUDA graphs, where the release reserves them       (idem)
     kv_cache_tokens = kv_cache_bytes // kv_bytes_per_token, in whole blocks (16 tokens on GPU)
     kv_bytes_per_token = 2 (K, V) x KV heads x head_dim x layers x KV dtype bytes, target + draft
 
@@ -28,6 +29,7 @@ from importlib import resources
 from typing import Any, Mapping
 
 import yaml
+from packaging.version import Version
 
 from . import catalogue, profiles, render
 
@@ -206,10 +208,13 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
     kv_per_token = arch.kv_bytes_per_token(kv_elem, tp)
     if draft:
         kv_per_token += draft.kv_bytes_per_token(kv_elem, spec.get("draft_tensor_parallel_size", tp))
-    activation = budget * (reserve["activation_intermediate_factor"] * arch.intermediate_size
-                           + reserve["activation_hidden_factor"] * arch.hidden_size) * act_bytes // tp
-    activation += seqs * arch.vocab_size * reserve["logits_bytes_per_element"]
-    runtime = (reserve["non_torch_bytes"] + reserve["cuda_graph_bytes"]) * tp
+    activation = int((reserve["activation_vocab_hidden_factor"] * arch.vocab_size
+                      + reserve["activation_token_hidden_factor"] * budget) * arch.hidden_size * act_bytes) // tp
+    graph_layers = arch.num_hidden_layers + (draft.num_hidden_layers if draft else 0)
+    eager = bool(profile.get("enforce_eager") or extra.get("enforce_eager"))
+    reserved = not eager and cuda_graphs_reserved(hostvars["vllm_version"], spec, reserve)
+    graphs = reserve["cuda_graph_bytes_per_layer"] * graph_layers if reserved else 0
+    runtime = (reserve["non_torch_bytes"] + graphs) * tp
     others = weights + draft_weights + activation + runtime
 
     # An explicit KV size, as vLLM takes it: --kv-cache-memory-bytes, or on CPU VLLM_CPU_KVCACHE_SPACE (GiB).
@@ -257,7 +262,8 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
         "decode_ceiling_tokens_per_s": int(bandwidth // (weights + draft_weights)),
         "fits": fits,
     })
-    entry["estimates"] = {"activation_peak_bytes": activation, "runtime_reserve_bytes": runtime}
+    entry["estimates"] = {"activation_peak_bytes": activation, "runtime_reserve_bytes": runtime,
+                          "cuda_graph_reserve_bytes": graphs * tp}
 
     fp8_fix = "" if kv_elem == 1 else "kv_cache_dtype: fp8, "
     # --- errors: vLLM would refuse to start, or the guide forbids it --------------------------------
@@ -328,6 +334,23 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
             f"preemptions; fix: max_num_seqs <= {kv_tokens // typical}, {fp8_fix}"
             + ("a quantized model or no draft model" if draft else "or a quantized model")
         )
+
+
+def cuda_graphs_reserved(version: str, spec: Mapping[str, Any], reserve: Mapping[str, Any]) -> bool:
+    """Whether this vLLM release subtracts its CUDA-graph estimate from the KV cache for this
+    speculation (data/memory_model.yml, cuda_graph_reserve: the last era at or before the release)."""
+    release = render.parse_version(version)
+    era = None
+    for candidate in reserve["cuda_graph_reserve"]:
+        if release >= Version(candidate["since"]):
+            era = candidate
+    if era is None:
+        return False
+    if era["reserved"]:
+        return True
+    method = (spec or {}).get("method") or ("draft_model" if (spec or {}).get("model") else None)
+    return bool(method and era.get("v1_fallback_reserved")
+                and method not in reserve["v2_runner_speculative_methods"])
 
 
 def _with_quant(arch: catalogue.Architecture, method: str) -> catalogue.Architecture:

@@ -203,7 +203,14 @@ def test_emulated_utilization_gives_the_card_budget():
 def test_plan_renders_0_26_arguments_and_predictions():
     plan = plan_mod.build()
     names = [e["name"] for e in plan["experiments"]]
-    assert names[:3] == ["refuse-rtx4090-7b-decode", "fid-rtx4090-7b-decode", "fid-l40-14b-decode"]
+    assert names[:2] == ["fid-rtx4090-7b-decode", "fid-l40-14b-decode"] and names[-1] == "refuse-rtx4090-7b-decode"
+    assert len(names) == 9 and {e["profile"] for e in plan["experiments"]} >= {
+        "rtx4090-7b-decode", "rtx4090-7b-prefill", "rtx4090-7b-awq", "rtx4090-7b-prefix-heavy", "l40-14b-decode",
+        "l40-14b-awq-prefill"}  # every shipped GPU profile
+    assert all(e["args"][-2:] == ["--attention-config", '{"flash_attn_version": 2}'] or "--attention-config"
+               not in e["args"] for e in plan["experiments"])
+    assert plan["harness_args"][-2:] == ["--attention-config", '{"flash_attn_version": 2}']  # Ada emulation
+    assert plan["environment"]["VLLM_DISABLED_KERNELS"] == "MacheteLinearKernel"
     for exp in plan["experiments"]:
         args = exp["args"]
         assert args[0] == "{model:%s}" % exp["model"]
@@ -212,10 +219,10 @@ def test_plan_renders_0_26_arguments_and_predictions():
         assert exp["planner"]["kv_cache_tokens"] > 0
         if exp["profile"] and "calculate_kv_scales" in str(exp["profile"]):
             pass
-    refuse = plan["experiments"][0]
+    refuse = plan["experiments"][-1]
     spec = json.loads(refuse["args"][refuse["args"].index("--speculative-config") + 1])
     assert "use_heterogeneous_vocab" not in spec and refuse["expect_refusal"]
-    fixed = plan["experiments"][1]
+    fixed = plan["experiments"][0]
     assert json.loads(fixed["args"][fixed["args"].index("--speculative-config") + 1])["use_heterogeneous_vocab"] is True
     assert [a["expect"] for a in fixed["actions"]] == ["pass", "fail"]
     default = next(e for e in plan["experiments"] if e["name"] == "default-rtx4090-7b")
@@ -327,7 +334,7 @@ def test_whole_run_against_a_stand_in(fake_site, tmp_path):
                            "--budget-s", "900"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = json.loads((out / "results-call1.json").read_text())
-    refused, served = results["experiments"]
+    served, refused = results["experiments"]
     assert refused["status"] == "refused" and refused["expected"]
     assert refused["reason"].startswith("ValueError: Target and draft model should have the same vocabulary size")
     assert served["status"] == "ran" and served["cache_config"]["kv_cache_size_tokens"] == "219712"
