@@ -375,7 +375,8 @@ class Runner:
             for action in exp.get("actions", []):
                 # est_s: what the action usually takes (its timeout_s is the hard stop, bounded by the call)
                 if self.left() < action.get("est_s", action.get("timeout_s", 60)) + 10:
-                    rec["actions"].append({"name": action["name"], "status": "skipped", "reason": "call time"})
+                    rec["actions"].append({"name": action["name"], "kind": action["kind"], "status": "skipped",
+                                           "reason": f"call time: {self.left():.0f} s left"})
                     continue
                 rec["actions"].append(self.action(action, exp, folder, base))
                 self.save_partial(rec)

@@ -176,33 +176,35 @@ AS_GUIDE = {"speculative": {"use_heterogeneous_vocab": None}}
 def build() -> dict:
     experiments: list[dict] = []
     # In priority order; the harness runs them in this order while they fit in a call and takes up the
-    # skipped ones in the next call. est_s: the first loan's measured start plus actions, rounded up.
-    dec = experiment("fid-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", HET_VOCAB, est_s=215,
+    # skipped ones in the next call. est_s: the second loan's measured start plus actions (docs/gpu/
+    # results-call*.json), rounded up; 1,735 s in all. vLLM's defaults start slowly under the Ada
+    # emulation: FULL CUDA graphs for 256 sequences with FlashAttention 2 took 133-136 s to capture.
+    dec = experiment("fid-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", HET_VOCAB, est_s=210,
                      note="use_heterogeneous_vocab: true, the correction")
     dec["actions"] = verify_actions(dec["name"], "rtx4090-7b-decode", dec["emulated_utilization"], True)
     experiments.append(dec)
-    experiments.append(experiment("fid-l40-14b-decode", "L40", "l40-14b-decode", HET_VOCAB, est_s=185,
+    experiments.append(experiment("fid-l40-14b-decode", "L40", "l40-14b-decode", HET_VOCAB, est_s=150,
                                   note="use_heterogeneous_vocab: true, the correction"))
-    experiments.append(experiment("fid-rtx4090-7b-awq", "RTX 4090", "rtx4090-7b-awq", actions=[SINGLE], est_s=120))
-    pre = experiment("fid-rtx4090-7b-prefill", "RTX 4090", "rtx4090-7b-prefill", est_s=210,
+    experiments.append(experiment("fid-rtx4090-7b-awq", "RTX 4090", "rtx4090-7b-awq", actions=[SINGLE], est_s=150))
+    pre = experiment("fid-rtx4090-7b-prefill", "RTX 4090", "rtx4090-7b-prefill", est_s=195,
                      actions=[SINGLE, guide_load(64, 192)])
     pre["actions"].append(benchmark_action("rtx4090-7b-prefill", pre["emulated_utilization"]))
     experiments.append(pre)
     experiments.append(experiment("default-rtx4090-7b", "RTX 4090", None,
                                   {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
-                                  actions=[guide_load(64, 192)], est_s=155,
+                                  actions=[guide_load(64, 192)], est_s=315,
                                   note="vLLM 0.26 defaults for a GPU under 70 GiB"))
     experiments.append(experiment("fid-l40-14b-awq-prefill", "L40", "l40-14b-awq-prefill",
-                                  actions=[SINGLE, guide_load(128, 256)], est_s=200))
+                                  actions=[SINGLE, guide_load(128, 256)], est_s=215))
     experiments.append(experiment("default-l40-14b-awq", "L40", None,
                                   {"model": "Qwen/Qwen2.5-14B-Instruct-AWQ", "quantization": "awq", **VLLM_DEFAULTS},
-                                  actions=[guide_load(128, 256)], est_s=190,
+                                  actions=[guide_load(128, 256)], est_s=365,
                                   note="vLLM 0.26 defaults for a GPU under 70 GiB"))
-    experiments.append(experiment("fid-rtx4090-7b-prefix-heavy", "RTX 4090", "rtx4090-7b-prefix-heavy", est_s=115))
+    experiments.append(experiment("fid-rtx4090-7b-prefix-heavy", "RTX 4090", "rtx4090-7b-prefix-heavy", est_s=100))
     # The decode profiles as the guide writes them: vLLM 0.26 refuses a draft whose vocab_size differs
     # from the target's (Qwen2.5-0.5B/1.5B: 151,936; 7B/14B: 152,064). Last: the planner refuses it first.
     experiments.append(experiment("refuse-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", AS_GUIDE,
-                                  est_s=70, expect_refusal=True,
+                                  est_s=35, expect_refusal=True,
                                   note="as the guide writes it: draft and target vocab sizes differ"))
     used = sorted({e["model"] for e in experiments} | {e["draft"] for e in experiments if e["draft"]})
     models = {}

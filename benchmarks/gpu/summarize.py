@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fold the GPU harness's results into docs/gpu/summary.json and print the tables of docs/gpu-results.md.
 
-    benchmarks/gpu/summarize.py [--results docs/gpu] [--plan benchmarks/gpu/experiments.json]
+    benchmarks/gpu/summarize.py [--results docs/gpu] [--plan docs/gpu/experiments.json]
 
 Reads every results-callN.json (and the server logs inside raw-callN.tar.gz) that the harness brought
 back, and compares them with the plan (experiments.json: the planner's predictions made when the
@@ -80,7 +80,7 @@ def summarise(plan: dict, results: list[dict]) -> dict:
     for rec in results:  # a later call's record of the same experiment wins, unless it was skipped
         if rec["status"] != "skipped" or rec["name"] not in latest:
             latest[rec["name"]] = rec
-    fidelity, refusals, verification, loads, single = [], [], [], [], []
+    fidelity, refusals, verification, loads, single, not_run = [], [], [], [], [], []
     for name, rec in latest.items():
         exp = dict(by_name[name], vllm_version=plan["vllm_version"])
         lines = [line for line in rec.get("_log", "").splitlines()]
@@ -122,7 +122,9 @@ def summarise(plan: dict, results: list[dict]) -> dict:
         }
         fidelity.append(row)
         for action in rec.get("actions") or []:
-            if action["kind"] == "ansible" and action["name"].startswith("verify"):
+            if action.get("status") == "skipped":  # did not fit in the call (older records lack "kind")
+                not_run.append({"experiment": name, "action": action["name"], "reason": action.get("reason")})
+            elif action["kind"] == "ansible" and action["name"].startswith("verify"):
                 report = ((action.get("report") or {}).get("hosts") or {}).get("gpu-host") or {}
                 verification.append({
                     "experiment": name, "action": action["name"], "expect": action["expect"],
@@ -157,7 +159,39 @@ def summarise(plan: dict, results: list[dict]) -> dict:
                 else:
                     loads.append(entry)
     return {"date": plan["date"], "vllm_version": plan["vllm_version"], "fidelity": fidelity, "refusals": refusals,
-            "verification": verification, "loads": loads, "single_stream": single}
+            "verification": verification, "loads": loads, "single_stream": single, "not_run": not_run,
+            "comparisons": compare(plan, loads, not_run)}
+
+
+def compare(plan: dict, loads: list[dict], not_run: list[dict]) -> list[dict]:
+    """Per emulated card: the shipped profile against vLLM's defaults on the same guide load. The issue's
+    goal: lower p99 TTFT and p99 inter-token latency, at least the same output throughput, no preemptions."""
+    out = []
+    for card in plan["cards"]:
+        runs = [r for r in loads if r.get("card") == card and str(r.get("load", "")).startswith("guide-")]
+        tuned = next((r for r in runs if r["experiment"].startswith("fid-")), None)
+        default = next((r for r in runs if r["experiment"].startswith("default-")), None)
+        row: dict = {"card": card, "tuned": tuned and tuned["experiment"], "default": default and default["experiment"]}
+        if not (tuned and default):
+            card_of = {e["name"]: e["card"] for e in plan["experiments"]}
+            missing = [n for n in not_run if card_of.get(n["experiment"]) == card]
+            row.update(verdict="not compared", why="a load did not run: " + (
+                "; ".join(f"{n['experiment']} {n['action']} ({n['reason']})" for n in missing) or "no record"))
+            out.append(row)
+            continue
+        checks = {
+            "p99_ttft_lower": tuned["p99_ttft_ms"] < default["p99_ttft_ms"],
+            "p99_itl_lower": tuned["p99_itl_ms"] < default["p99_itl_ms"],
+            "throughput_not_lower": tuned["output_throughput"] >= default["output_throughput"],
+            "no_preemptions": not tuned.get("preemptions"),
+        }
+        row.update(checks=checks, verdict="goal met" if all(checks.values()) else "goal not met",
+                   p99_ttft_ms=[tuned["p99_ttft_ms"], default["p99_ttft_ms"]],
+                   p99_itl_ms=[tuned["p99_itl_ms"], default["p99_itl_ms"]],
+                   output_throughput=[tuned["output_throughput"], default["output_throughput"]],
+                   preemptions=[tuned.get("preemptions"), default.get("preemptions")])
+        out.append(row)
+    return out
 
 
 def _n(value, digits=0) -> str:
@@ -204,16 +238,36 @@ def tables(summary: dict) -> str:
     for r in summary["single_stream"]:
         out.append(f"| {r['experiment']} | {r['tokens_per_s']} | {r['planner_ceiling_h200']} | {r['ratio_pct']}% | "
                    f"{r['effective_ceiling_3_9_tb_s']} | {r['ratio_effective_pct']}% |")
+    out += ["", "### Shipped profile against vLLM's defaults (the guide's load)", "",
+            "| card | tuned / default | p99 TTFT ms | p99 ITL ms | output tok/s | preemptions | verdict |",
+            "|---|---|---|---|---|---|---|"]
+    for r in summary["comparisons"]:
+        if "checks" not in r:
+            out.append(f"| {r['card']} | {r['tuned'] or '-'} / {r['default'] or '-'} | - | - | - | - | "
+                       f"{r['verdict']}: {r['why']} |")
+            continue
+        failed = [k for k, ok in r["checks"].items() if not ok]
+        out.append(f"| {r['card']} | {r['tuned']} / {r['default']} | {_n(r['p99_ttft_ms'][0], 1)} / "
+                   f"{_n(r['p99_ttft_ms'][1], 1)} | {_n(r['p99_itl_ms'][0], 2)} / {_n(r['p99_itl_ms'][1], 2)} | "
+                   f"{_n(r['output_throughput'][0], 1)} / {_n(r['output_throughput'][1], 1)} | "
+                   f"{_n(r['preemptions'][0])} / {_n(r['preemptions'][1])} | {r['verdict']}"
+                   + (f" ({', '.join(failed)})" if failed else "") + " |")
+    if summary["not_run"]:
+        out += ["", "### Not run", "", "| experiment | action | why |", "|---|---|---|"]
+        out += [f"| {n['experiment']} | {n['action']} | {n['reason']} |" for n in summary["not_run"]]
     return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=ROOT / "docs" / "gpu")
-    parser.add_argument("--plan", type=Path, default=HERE / "experiments.json")
+    parser.add_argument("--plan", type=Path, default=None,
+                        help="the plan the results were run with (default: RESULTS/experiments.json, the copy "
+                             "kept with them, else benchmarks/gpu/experiments.json)")
     parser.add_argument("--out", type=Path, default=None, help="default: RESULTS/summary.json")
     args = parser.parse_args(argv)
-    plan = json.loads(args.plan.read_text(encoding="utf-8"))
+    plan_file = args.plan or next(p for p in (args.results / "experiments.json", HERE / "experiments.json") if p.exists())
+    plan = json.loads(plan_file.read_text(encoding="utf-8"))
     summary = summarise(plan, load_results(args.results))
     (args.out or args.results / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     print(tables(summary))

@@ -22,6 +22,7 @@ as well as it could); every message names the host, the numbers and a fix.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from functools import lru_cache
@@ -44,6 +45,57 @@ CAPACITY_KEYS = (
     "kv_cache_tokens", "max_concurrency_at_max_len", "decode_ceiling_tokens_per_s", "fits",
 )
 _HUMAN_INT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)\s*$")
+
+
+@lru_cache(maxsize=1)
+def known_failures() -> list[dict[str, Any]]:
+    """Starts that crashed on real hardware (data/known_failures.yml)."""
+    with resources.files("vllm_fleet").joinpath("data", "known_failures.yml").open("r", encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def _runs_in_float16(arch: catalogue.Architecture, dtype: Any) -> bool:
+    if dtype in (None, "auto"):
+        return arch.quant_method in ("awq", "gptq") or arch.torch_dtype == "float16"
+    return dtype in ("float16", "half")
+
+
+def _known_failure(host: str, gpu: Mapping[str, Any], version: str, arch: catalogue.Architecture,
+                   profile: Mapping[str, Any], extra: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(errors, warnings) for the known crashes this host would meet."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    kv = profile.get("kv_cache_dtype", "auto")
+    for failure in known_failures():
+        if not re.search(failure["gpu_name"], str(gpu.get("name", "")), re.IGNORECASE):
+            continue
+        if failure["model_dtype"] == "float16" and not _runs_in_float16(arch, profile.get("dtype")):
+            continue
+        if kv not in failure["kv_cache_dtype"]:
+            continue
+        avoided = failure.get("avoided_by") or {}
+        if avoided and all(_subset(want, extra.get(key)) for key, want in avoided.items()):
+            continue
+        text = (f"{host}: {profile['model']} runs in float16 with kv_cache_dtype={kv} on {gpu['name']}: vLLM "
+                f"{', '.join(failure['seen_on'])} crashed at start in {failure['where']}: "
+                f"\"{' '.join(failure['vllm_said'].split())}\"; fix: {' '.join(failure['fix'].split())}")
+        if version in failure["seen_on"]:
+            errors.append(text)
+        else:
+            warnings.append(text.replace(" crashed at start", f" (not tried with {version}) crashed at start", 1))
+    return errors, warnings
+
+
+def _subset(want: Any, have: Any) -> bool:
+    """`want` is contained in `have` (a mapping, or its JSON text as vllm_extra_args may give it)."""
+    if isinstance(have, str):
+        try:
+            have = json.loads(have)
+        except ValueError:
+            return False
+    if isinstance(want, Mapping):
+        return isinstance(have, Mapping) and all(_subset(v, have.get(k)) for k, v in want.items())
+    return want == have
 
 
 @lru_cache(maxsize=1)
@@ -311,6 +363,11 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
             f"prompt longer than {budget:,} tokens can never be scheduled; fix: enable_chunked_prefill: true "
             f"or max_num_batched_tokens >= {max_len:,}"
         )
+
+    if device == "gpu":
+        crash_errors, crash_warnings = _known_failure(host, gpu, hostvars["vllm_version"], arch, profile, extra)
+        errors += crash_errors
+        warnings += crash_warnings
 
     # --- warnings: it runs, but not as the guide intends --------------------------------------------
     if spec and seqs > SPECULATION_MAX_SEQS:
