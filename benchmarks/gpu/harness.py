@@ -217,6 +217,23 @@ def bench_summary(result: dict) -> dict:
     return {k: result.get(k) for k in keys if k in result}
 
 
+def fleet_summary(result: dict) -> dict:
+    """vllm_fleet.bench's JSON in the keys of bench_summary (no TPOT: it measures chunk gaps, the ITL),
+    plus the single-stream decode rate (1000 / mean ITL of the single-stream requests)."""
+    load = result.get("load") or {}
+    ttft, itl = load.get("ttft_ms") or {}, load.get("itl_ms") or {}
+    out = {"completed": load.get("completed"), "failed": load.get("failed"), "duration": load.get("wall_s"),
+           "total_output_tokens": load.get("output_tokens"), "request_throughput": load.get("requests_per_s"),
+           "output_throughput": load.get("output_tokens_per_s"), "max_concurrency": load.get("concurrency"),
+           "mean_ttft_ms": ttft.get("mean"), "median_ttft_ms": ttft.get("p50"), "p99_ttft_ms": ttft.get("p99"),
+           "mean_itl_ms": itl.get("mean"), "median_itl_ms": itl.get("p50"), "p99_itl_ms": itl.get("p99")}
+    single = result.get("single") or {}
+    if single.get("completed"):
+        out["single_completed"] = single["completed"]
+        out["single_tokens_per_s"] = (result.get("efficiency") or {}).get("single_stream_tokens_per_s")
+    return out
+
+
 # --- processes ------------------------------------------------------------------------------------
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
@@ -422,11 +439,42 @@ class Runner:
                 out["result"] = bench_summary(json.loads(result_file.read_text()))
             b, a = counter(before, "vllm:num_preemptions"), counter(after, "vllm:num_preemptions")
             out["preemptions"] = None if a is None else a - (b or 0)
+        elif kind == "fleet":
+            out.update(self.fleet(action, exp, folder, base))
         elif kind == "ansible":
             out.update(self.ansible(action, exp, folder))
         else:
             raise ValueError(f"unknown action kind {kind!r}")
         out["s"] = round(time.time() - t0, 1)
+        return out
+
+    def fleet(self, action: dict, exp: dict, folder: Path, base: str) -> dict:
+        """The project's load generator (src/vllm_fleet/bench.py, stdlib) against the running server."""
+        cmd = [self.python, "-m", "vllm_fleet.bench", "--url", base, "--model", exp["served_model_name"],
+               "--requests", str(action["requests"]), "--concurrency", str(action["concurrency"]),
+               "--duration-s", str(action["duration_s"]), "--prompt-tokens", str(action["prompt_tokens"]),
+               "--max-tokens", str(action["max_tokens"]), "--single-requests", str(action["single_requests"]),
+               "--decode-ceiling", str(exp["planner"]["decode_ceiling_h200"]), "--seed", "0"]
+        out: dict = {"argv": ["python3", *cmd[1:]]}
+        env = dict(self.env(), PYTHONPATH=str(REPO / "src"))
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(REPO),
+                                  timeout=min(action.get("timeout_s", 120), max(self.left() - 20, 10)))
+            out["returncode"] = proc.returncode
+            (folder / f"bench-{action['name']}.json").write_text(proc.stdout, encoding="utf-8")
+            if proc.stderr:
+                (folder / f"bench-{action['name']}.log").write_text(proc.stderr, encoding="utf-8")
+            result = json.loads(proc.stdout or "{}")
+        except subprocess.TimeoutExpired:
+            out["returncode"] = "timeout"
+            return out
+        except ValueError:
+            return out
+        if result.get("load"):
+            out["result"] = fleet_summary(result)
+            out["preemptions"] = (result.get("server") or {}).get("num_preemptions")
+        else:
+            out["error"] = result.get("error")
         return out
 
     def ansible(self, action: dict, exp: dict, folder: Path) -> dict:

@@ -58,15 +58,26 @@ ENVIRONMENT = {
 ADA_ATTENTION = ["--attention-config", '{"flash_attn_version": 2}']
 HARNESS_ARGS = ["--load-format", "dummy", "--tokenizer", "{tokenizer}", "--host", "127.0.0.1", *ADA_ATTENTION]
 
-# Loads (vllm bench serve, random dataset, --ignore-eos): bounded in prompts and by a timeout.
-SINGLE = {"kind": "bench", "name": "single-stream", "input_len": 128, "output_len": 256, "num_prompts": 5,
-          "max_concurrency": 1, "timeout_s": 90, "est_s": 20}
+# Loads: the project's own load generator (src/vllm_fleet/bench.py, what playbooks/benchmark.yml runs on
+# a host; stdlib, so a load starts at once where `vllm bench serve` first imports vLLM for ~20 s). Random
+# prompt token ids of an exact length, answers of exactly max_tokens (ignore_eos), TTFT and inter-token
+# latency from the streamed chunks, preemptions from /metrics; optional single-stream requests first (the
+# decode rate 1 / mean ITL). Bounded in requests and time. The first loans used `vllm bench serve`
+# (kind "bench", still supported by the harness).
+def fleet_load(name: str, prompt_tokens: int, max_tokens: int, requests: int, users: int, single: int,
+               est_s: int) -> dict:
+    return {"kind": "fleet", "name": name, "prompt_tokens": prompt_tokens, "max_tokens": max_tokens,
+            "requests": requests, "concurrency": users, "single_requests": single, "duration_s": 120,
+            "timeout_s": 150, "est_s": est_s}
 
 
-def guide_load(users: int, prompts: int) -> dict:
-    """The guide's load: many concurrent users, ~1K-token prompts, ~512-token answers."""
-    return {"kind": "bench", "name": f"guide-{users}u", "input_len": 1024, "output_len": 512,
-            "num_prompts": prompts, "max_concurrency": users, "timeout_s": 150, "est_s": 20 + prompts // 4}
+SINGLE = fleet_load("single-stream", 128, 256, 1, 1, 3, est_s=15)
+
+
+def guide_load(users: int, prompts: int, single: int = 0) -> dict:
+    """The guide's load: many concurrent users, ~1K-token prompts, ~512-token answers (after `single`
+    single-stream requests of the same size)."""
+    return fleet_load(f"guide-{users}u", 1024, 512, prompts, users, single, est_s=15 + prompts // 5 + 5 * single)
 
 
 def emulated_utilization(card_mib: int, utilization: float, host_mib: int = H200["memory_mib"]) -> float:
@@ -177,7 +188,8 @@ def build() -> dict:
     experiments: list[dict] = []
     # In priority order; the harness runs them in this order while they fit in a call and takes up the
     # skipped ones in the next call. est_s: the second loan's measured start plus actions (docs/gpu/
-    # results-call*.json), rounded up; 1,735 s in all. vLLM's defaults start slowly under the Ada
+    # results-call*.json) with the loads of the stdlib generator, rounded up; 1,655 s in all. vLLM's
+    # defaults start slowly under the Ada
     # emulation: FULL CUDA graphs for 256 sequences with FlashAttention 2 took 133-136 s to capture.
     dec = experiment("fid-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", HET_VOCAB, est_s=210,
                      note="use_heterogeneous_vocab: true, the correction")
@@ -185,20 +197,20 @@ def build() -> dict:
     experiments.append(dec)
     experiments.append(experiment("fid-l40-14b-decode", "L40", "l40-14b-decode", HET_VOCAB, est_s=150,
                                   note="use_heterogeneous_vocab: true, the correction"))
-    experiments.append(experiment("fid-rtx4090-7b-awq", "RTX 4090", "rtx4090-7b-awq", actions=[SINGLE], est_s=150))
-    pre = experiment("fid-rtx4090-7b-prefill", "RTX 4090", "rtx4090-7b-prefill", est_s=195,
-                     actions=[SINGLE, guide_load(64, 192)])
+    experiments.append(experiment("fid-rtx4090-7b-awq", "RTX 4090", "rtx4090-7b-awq", actions=[SINGLE], est_s=135))
+    pre = experiment("fid-rtx4090-7b-prefill", "RTX 4090", "rtx4090-7b-prefill", est_s=170,
+                     actions=[guide_load(64, 192, single=3)])
     pre["actions"].append(benchmark_action("rtx4090-7b-prefill", pre["emulated_utilization"]))
     experiments.append(pre)
     experiments.append(experiment("default-rtx4090-7b", "RTX 4090", None,
                                   {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
-                                  actions=[guide_load(64, 192)], est_s=315,
+                                  actions=[guide_load(64, 192)], est_s=305,
                                   note="vLLM 0.26 defaults for a GPU under 70 GiB"))
     experiments.append(experiment("fid-l40-14b-awq-prefill", "L40", "l40-14b-awq-prefill",
-                                  actions=[SINGLE, guide_load(128, 256)], est_s=215))
+                                  actions=[guide_load(128, 256, single=3)], est_s=190))
     experiments.append(experiment("default-l40-14b-awq", "L40", None,
                                   {"model": "Qwen/Qwen2.5-14B-Instruct-AWQ", "quantization": "awq", **VLLM_DEFAULTS},
-                                  actions=[guide_load(128, 256)], est_s=365,
+                                  actions=[guide_load(128, 256)], est_s=355,
                                   note="vLLM 0.26 defaults for a GPU under 70 GiB"))
     experiments.append(experiment("fid-rtx4090-7b-prefix-heavy", "RTX 4090", "rtx4090-7b-prefix-heavy", est_s=100))
     # The decode profiles as the guide writes them: vLLM 0.26 refuses a draft whose vocab_size differs

@@ -140,27 +140,35 @@ def summarise(plan: dict, results: list[dict]) -> dict:
                 event = (((action.get("report") or {}).get("hosts") or {}).get("gpu-host") or {}).get("events", {})
                 loads.append({"experiment": name, "action": action["name"], "returncode": action["returncode"],
                               "benchmark": (event.get("benchmark") or [{}])[0]})
-            elif action["kind"] == "bench" and action.get("result"):
+            elif action["kind"] in ("bench", "fleet") and action.get("result"):
                 result = dict(action["result"])
                 entry = {"experiment": name, "profile": row["profile"], "card": exp["card"], "load": action["name"],
+                         "tool": "vllm bench serve" if action["kind"] == "bench" else "vllm_fleet.bench",
                          "preemptions": action.get("preemptions"), **result}
-                if action["name"] == "single-stream":
+                # single stream: vllm bench's 1000 / mean TPOT, or vllm_fleet.bench's 1000 / mean ITL
+                if action["kind"] == "bench" and action["name"] == "single-stream":
                     tpot = result.get("mean_tpot_ms")
-                    rate = round(1000.0 / tpot, 1) if tpot else None
-                    ceiling = exp["planner"]["decode_ceiling_h200"]
-                    weights = exp["planner"]["weights_bytes"] + exp["planner"]["draft_weights_bytes"]
-                    effective = int(H200_EFFECTIVE_GB_S * 1e9 // weights)
-                    entry.update(tokens_per_s=rate, planner_ceiling_h200=ceiling,
-                                 ratio_pct=round(100 * rate / ceiling, 1) if rate else None,
-                                 effective_ceiling_3_9_tb_s=effective,
-                                 ratio_effective_pct=round(100 * rate / effective, 1) if rate else None,
-                                 planner_ceiling_card=exp["planner"]["decode_ceiling_card"])
-                    single.append(entry)
-                else:
+                    single.append(_single(entry, exp, round(1000.0 / tpot, 1) if tpot else None))
+                elif action["kind"] == "fleet" and result.get("single_tokens_per_s"):
+                    single.append(_single(dict(entry, load="single-stream"), exp,
+                                          round(result["single_tokens_per_s"], 1)))
+                if action["name"] != "single-stream":
                     loads.append(entry)
     return {"date": plan["date"], "vllm_version": plan["vllm_version"], "fidelity": fidelity, "refusals": refusals,
             "verification": verification, "loads": loads, "single_stream": single, "not_run": not_run,
             "comparisons": compare(plan, loads, not_run)}
+
+
+def _single(entry: dict, exp: dict, rate: float | None) -> dict:
+    """A single-stream decode rate against the planner's ceiling on the H200 (4.8 TB/s) and at 3.9 TB/s."""
+    ceiling = exp["planner"]["decode_ceiling_h200"]
+    weights = exp["planner"]["weights_bytes"] + exp["planner"]["draft_weights_bytes"]
+    effective = int(H200_EFFECTIVE_GB_S * 1e9 // weights)
+    return dict(entry, tokens_per_s=rate, planner_ceiling_h200=ceiling,
+                ratio_pct=round(100 * rate / ceiling, 1) if rate else None,
+                effective_ceiling_3_9_tb_s=effective,
+                ratio_effective_pct=round(100 * rate / effective, 1) if rate else None,
+                planner_ceiling_card=exp["planner"]["decode_ceiling_card"])
 
 
 def compare(plan: dict, loads: list[dict], not_run: list[dict]) -> list[dict]:

@@ -323,7 +323,9 @@ def test_whole_run_against_a_stand_in(fake_site, tmp_path):
     keep = {"refuse-rtx4090-7b-decode", "fid-rtx4090-7b-prefill"}
     plan["experiments"] = [e for e in plan["experiments"] if e["name"] in keep]
     for exp in plan["experiments"]:
-        exp["actions"] = [a for a in exp["actions"] if a["kind"] == "bench"]
+        exp["actions"] = [a for a in exp["actions"] if a["kind"] == "fleet"]
+        for action in exp["actions"]:  # a small load against the stand-in
+            action.update(requests=6, concurrency=2, max_tokens=8, prompt_tokens=16)
     plan["tokenizer_vocab_size"] = 64
     plan["port"] = 18000 + os.getpid() % 1000
     plan_file = tmp_path / "plan.json"
@@ -339,8 +341,18 @@ def test_whole_run_against_a_stand_in(fake_site, tmp_path):
     assert refused["reason"].startswith("ValueError: Target and draft model should have the same vocabulary size")
     assert served["status"] == "ran" and served["cache_config"]["kv_cache_size_tokens"] == "219712"
     assert served["memory"]["kv_tokens"] == 219712.0
-    assert [a["name"] for a in served["actions"]] == ["single-stream", "guide-64u"]
-    assert served["actions"][1]["result"]["p99_itl_ms"] == 7.0 and served["actions"][1]["preemptions"] == 0.0
+    (load,) = served["actions"]
+    assert load["name"] == "guide-64u" and load["returncode"] == 0, load
+    assert load["argv"][:3] == ["python3", "-m", "vllm_fleet.bench"]
+    result = load["result"]
+    assert result["completed"] == 6 and result["single_completed"] == 3 and result["single_tokens_per_s"] > 0
+    assert result["total_output_tokens"] == 6 * 8 and result["p99_itl_ms"] >= result["median_itl_ms"] > 0
+    assert load["preemptions"] == 0.0
+    summary = _load("summarize").summarise(plan, _load("summarize").load_results(out))
+    (single,) = summary["single_stream"]
+    assert single["tool"] == "vllm_fleet.bench" and single["tokens_per_s"] == round(result["single_tokens_per_s"], 1)
+    assert [(r["experiment"], r["load"], r["completed"]) for r in summary["loads"]] == [
+        ("fid-rtx4090-7b-prefill", "guide-64u", 6)]
     assert "--load-format" in served["argv"] and "{model:" not in " ".join(served["argv"])
     with tarfile.open(out / "raw-call1.tar.gz") as tar:
         names = tar.getnames()
