@@ -13,11 +13,12 @@ import threading
 import time
 
 import pytest
+from standin import LocalServer
 
 from vllm_fleet import bench
 
 
-class StandIn:
+class StandIn(LocalServer):
     def __init__(self, delay: float = 0.002, fail_every: int = 0, preempt: int = 0):
         self.delay, self.fail_every, self.preempt = delay, fail_every, preempt
         self.requests, self.tokens, self.bodies = 0, 0, []
@@ -78,17 +79,7 @@ class StandIn:
                     me.tokens += body["max_tokens"]
                 self.close_connection = True
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 def test_percentile_is_numpy_linear():

