@@ -515,3 +515,12 @@ def test_float16_model_with_fp8_kv_on_hopper_is_refused_where_vllm_crashed():
                 version="0.26.0")["errors"] == []
     assert plan("rtx4090-7b-prefill", gpu=H200, version="0.26.0")["errors"] == []   # bf16 model: FA3 takes fp8
     assert plan("rtx4090-7b-awq", version="0.26.0")["errors"] == []                 # Ada: no FlashAttention 3
+
+
+@pytest.mark.parametrize("name,hopper", [
+    ("NVIDIA H100 80GB HBM3", True), ("NVIDIA GH200 480GB", True), ("NVIDIA H20", True), ("NVIDIA H800", True),
+    ("NVIDIA GeForce RTX 4090", False), ("NVIDIA L40", False), ("NVIDIA L40S", False), ("NVIDIA A100-SXM4-80GB", False),
+])
+def test_the_fa3_rule_matches_hopper_names_only(name, hopper):
+    entry = plan("rtx4090-7b-awq", gpu=dict(H200, name=name), version="0.26.0")
+    assert bool(entry["errors"]) is hopper, entry["errors"]
