@@ -537,6 +537,8 @@ class Runner:
         for exp in self.plan["experiments"]:
             if exp["name"] in done or (self.only and exp["name"] not in self.only):
                 continue
+            if exp.get("optional") and exp["name"] not in self.only:  # candidates run only when named
+                continue
             log(f"experiment {exp['name']} ({self.left():.0f} s left)")
             try:
                 rec = self.run_experiment(exp)

@@ -202,8 +202,10 @@ def test_emulated_utilization_gives_the_card_budget():
 
 def test_plan_renders_0_26_arguments_and_predictions():
     plan = plan_mod.build()
-    names = [e["name"] for e in plan["experiments"]]
+    names = [e["name"] for e in plan["experiments"] if not e.get("optional")]
     assert names[:2] == ["fid-rtx4090-7b-decode", "fid-l40-14b-decode"] and names[-1] == "refuse-rtx4090-7b-decode"
+    assert [e["name"] for e in plan["experiments"] if e.get("optional")] == [
+        "cand-rtx4090-7b-prefill-kv-auto", "cand-l40-14b-awq-prefill-8k"]
     assert len(names) == 9 and {e["profile"] for e in plan["experiments"]} >= {
         "rtx4090-7b-decode", "rtx4090-7b-prefill", "rtx4090-7b-awq", "rtx4090-7b-prefix-heavy", "l40-14b-decode",
         "l40-14b-awq-prefill"}  # every shipped GPU profile
@@ -219,7 +221,7 @@ def test_plan_renders_0_26_arguments_and_predictions():
         assert exp["planner"]["kv_cache_tokens"] > 0
         if exp["profile"] and "calculate_kv_scales" in str(exp["profile"]):
             pass
-    refuse = plan["experiments"][-1]
+    refuse = next(e for e in plan["experiments"] if e["name"] == "refuse-rtx4090-7b-decode")
     spec = json.loads(refuse["args"][refuse["args"].index("--speculative-config") + 1])
     assert "use_heterogeneous_vocab" not in spec and refuse["expect_refusal"]
     fixed = plan["experiments"][0]
@@ -320,7 +322,7 @@ def fake_site(tmp_path, monkeypatch):
 
 def test_whole_run_against_a_stand_in(fake_site, tmp_path):
     plan = plan_mod.build()
-    keep = {"refuse-rtx4090-7b-decode", "fid-rtx4090-7b-prefill"}
+    keep = {"refuse-rtx4090-7b-decode", "fid-rtx4090-7b-prefill", "cand-rtx4090-7b-prefill-kv-auto"}
     plan["experiments"] = [e for e in plan["experiments"] if e["name"] in keep]
     for exp in plan["experiments"]:
         exp["actions"] = [a for a in exp["actions"] if a["kind"] == "fleet"]
@@ -336,7 +338,7 @@ def test_whole_run_against_a_stand_in(fake_site, tmp_path):
                            "--budget-s", "900"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = json.loads((out / "results-call1.json").read_text())
-    served, refused = results["experiments"]
+    served, refused = results["experiments"]  # the optional candidate ran only if named with --only
     assert refused["status"] == "refused" and refused["expected"]
     assert refused["reason"].startswith("ValueError: Target and draft model should have the same vocabulary size")
     assert served["status"] == "ran" and served["cache_config"]["kv_cache_size_tokens"] == "219712"
