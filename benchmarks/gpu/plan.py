@@ -188,7 +188,7 @@ def build() -> dict:
     experiments: list[dict] = []
     # In priority order; the harness runs them in this order while they fit in a call and takes up the
     # skipped ones in the next call. est_s: the second loan's measured start plus actions (docs/gpu/
-    # results-call*.json) with the loads of the stdlib generator, rounded up; 1,655 s in all. vLLM's
+    # results-call*.json) with the loads of the stdlib generator, rounded up; schedule() packs them. vLLM's
     # defaults start slowly under the Ada
     # emulation: FULL CUDA graphs for 256 sequences with FlashAttention 2 took 133-136 s to capture.
     dec = experiment("fid-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", HET_VOCAB, est_s=210,
@@ -249,6 +249,36 @@ def build() -> dict:
     }
 
 
+# Device time around the experiments, measured in the second loan: machine start and three staging calls
+# (~45 s), the install in the first run call (~25 s), a few seconds per call and between calls.
+STAGING_S, INSTALL_S, PER_CALL_S = 45, 25, 8
+
+
+def schedule(experiments: list[dict], budgets: tuple[float, ...] = (550.0, 560.0),
+             only: set[str] | None = None) -> dict:
+    """How the harness would pack the plan into device calls: in order, an experiment runs in a call while
+    its est_s fits what is left of the call's --budget-s (the first call also installs), else it waits for
+    the next call; optional candidates only when named. Returns the calls and the expected device time."""
+    todo = [e for e in experiments if (e["name"] in only if only else not e.get("optional"))]
+    calls: list[list[str]] = []
+    while todo:
+        budget = budgets[0] if not calls else budgets[-1]
+        left = budget - (INSTALL_S if not calls else 0)
+        call = []
+        for exp in list(todo):
+            if exp["est_s"] <= left:
+                call.append(exp["name"])
+                left -= exp["est_s"]
+                todo.remove(exp)
+        if not call:
+            raise ValueError(f"{todo[0]['name']} (est_s {todo[0]['est_s']}) does not fit in a call of {budget} s")
+        calls.append(call)
+    by_name = {e["name"]: e["est_s"] for e in experiments}
+    experiment_s = sum(by_name[n] for call in calls for n in call)
+    return {"calls": calls, "experiment_s": experiment_s,
+            "device_s": STAGING_S + INSTALL_S + PER_CALL_S * len(calls) + experiment_s}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=HERE / "experiments.json")
@@ -259,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
         p = e["planner"]
         print(f"{e['name']:30s} util {e['emulated_utilization']:.6f}  predicted KV {p['kv_cache_tokens']}  "
               f"errors {len(p['errors'])}  actions {[a['name'] for a in e['actions']]}")
+    packed = schedule(plan["experiments"])
+    print(f"expected: {len(packed['calls'])} run calls, {packed['experiment_s']} s of experiments, about "
+          f"{packed['device_s']} s of device time with staging (a loan: 1,800 s)")
     return 0
 
 
