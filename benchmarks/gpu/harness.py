@@ -40,7 +40,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "src"))
 import bundle  # noqa: E402  (benchmarks/gpu/bundle.py)
+from vllm_fleet import bench  # noqa: E402  (stdlib only: the load generator and its counter reader)
 
 # Everything lives under /tmp on the host (kept while the machine stays warm); GPU_HARNESS_TMP moves
 # it (the local dry run, tests).
@@ -157,13 +159,8 @@ def cache_config(metrics_text: str) -> dict[str, str]:
 
 
 def counter(metrics_text: str, name: str) -> float | None:
-    """Sum of a counter's series (name without _total), None when absent."""
-    total, seen = 0.0, False
-    for line in metrics_text.splitlines():
-        if line.startswith(name + "_total{") or line.startswith(name + "_total "):
-            total += float(line.rsplit(None, 1)[1])
-            seen = True
-    return total if seen else None
+    """Sum of a counter's series (name without _total, one of vllm_fleet.bench's), None when absent."""
+    return bench.counters(metrics_text).get(name)
 
 
 def interesting_lines(text: str, limit: int = 60) -> list[str]:

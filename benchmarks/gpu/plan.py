@@ -91,20 +91,7 @@ def placeholder(model_id: str) -> str:
     return "{model:%s}" % model_id
 
 
-def _plannable(overrides: dict) -> dict:
-    """Overrides the planner's profile validation knows (speculative keys it does not know yet are
-    left out: they change no size)."""
-    out = copy.deepcopy(overrides)
-    spec = out.get("speculative")
-    if isinstance(spec, dict):
-        for key in list(spec):
-            if key not in profiles.SPECULATIVE_KEYS:
-                del spec[key]
-    return out
-
-
 def _plan(host: str, profile_name: str | None, profile: dict, gpu: dict) -> dict:
-    profile = _plannable(profile)
     hostvars = {"vllm_profile_name": profile_name, "vllm_profile": profile, "vllm_gpu": gpu,
                 "vllm_version": VLLM_VERSION, "vllm_typical_prompt_tokens": 1024, "vllm_typical_output_tokens": 512}
     return planner.plan_host(host, hostvars)

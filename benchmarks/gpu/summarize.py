@@ -210,59 +210,63 @@ def _n(value, digits=0) -> str:
     return f"{value:,.0f}" if isinstance(value, (int, float)) else str(value)
 
 
+def _section(title: str, columns: list[str], rows: list[list]) -> list[str]:
+    """A Markdown section: a heading, then a table of the given columns and rows (cells as text)."""
+    return (["", f"### {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+            + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows])
+
+
+def _fidelity_row(r: dict) -> list:
+    m = r["memory"]
+    usage = "/".join(_n(m.get(k), 2) for k in ("usage_weights_gib", "usage_activation_gib", "usage_non_torch_gib",
+                                               "usage_cuda_graph_gib")) if "usage_weights_gib" in m else \
+        f"{_n(m.get('weights_gib'), 2)} / - / - / - (crashed before)"
+    return [r["experiment"], r["card"], f"{_n(r['engine_kv_tokens'])} ({r['engine_source']})",
+            _n(r["planner_card_tokens"]), f"{r['error_card_pct']:+.1f}%", _n(r["planner_budget_tokens"]),
+            f"{r['error_budget_pct']:+.1f}%", usage, _n(r["start_s"], 0)]
+
+
+def _comparison_row(r: dict) -> list:
+    if "checks" not in r:
+        return [r["card"], f"{r['tuned'] or '-'} / {r['default'] or '-'}", "-", "-", "-", "-",
+                f"{r['verdict']}: {r['why']}"]
+    failed = [k for k, ok in r["checks"].items() if not ok]
+    return [r["card"], f"{r['tuned']} / {r['default']}",
+            f"{_n(r['p99_ttft_ms'][0], 1)} / {_n(r['p99_ttft_ms'][1], 1)}",
+            f"{_n(r['p99_itl_ms'][0], 2)} / {_n(r['p99_itl_ms'][1], 2)}",
+            f"{_n(r['output_throughput'][0], 1)} / {_n(r['output_throughput'][1], 1)}",
+            f"{_n(r['preemptions'][0])} / {_n(r['preemptions'][1])}",
+            r["verdict"] + (f" ({', '.join(failed)})" if failed else "")]
+
+
 def tables(summary: dict) -> str:
-    out = ["### Planner fidelity", "",
-           "| experiment | card | engine KV tokens | planner (card) | error | planner (vLLM's budget) | error | "
-           "weights / activation / non-torch / CUDA graphs GiB (vLLM) | start s |",
-           "|---|---|---|---|---|---|---|---|---|"]
-    for r in summary["fidelity"]:
-        m = r["memory"]
-        usage = "/".join(_n(m.get(k), 2) for k in ("usage_weights_gib", "usage_activation_gib", "usage_non_torch_gib",
-                                                   "usage_cuda_graph_gib")) if "usage_weights_gib" in m else \
-            f"{_n(m.get('weights_gib'), 2)} / - / - / - (crashed before)"
-        out.append(f"| {r['experiment']} | {r['card']} | {_n(r['engine_kv_tokens'])} ({r['engine_source']}) | "
-                   f"{_n(r['planner_card_tokens'])} | {r['error_card_pct']:+.1f}% | {_n(r['planner_budget_tokens'])} | "
-                   f"{r['error_budget_pct']:+.1f}% | {usage} | {_n(r['start_s'], 0)} |")
-    out += ["", "### Refused at start", "", "| experiment | what vLLM said | planner now |", "|---|---|---|"]
-    for r in summary["refusals"]:
-        said = re.sub(r"\s+", " ", (r["vllm_said"] or "")).split(" [type=")[0]
-        out.append(f"| {r['experiment']} | {said[:260]} | {'; '.join(e[:120] for e in r['planner_errors_now']) or 'no error'} |")
-    out += ["", "### Verification", "", "| action | expected | rc | errors | read-back | families | smoke |",
-            "|---|---|---|---|---|---|---|"]
-    for r in summary["verification"]:
-        out.append(f"| {r['action']} | {r['expect']} | {r['returncode']} | {'; '.join(r['errors'] or []) or 'none'} | "
-                   f"{r['readback']} | {r['families']} (missing {len(r['missing'] or [])}) | "
-                   f"{r['smoke']['status']}, {r['smoke']['completion_tokens']} tokens |")
-    out += ["", "### Loads", "", "| experiment | load | completed | output tok/s | TTFT mean / p99 ms | ITL mean / p99 ms | "
-            "TPOT mean ms | preemptions |", "|---|---|---|---|---|---|---|---|"]
-    for r in summary["loads"]:
-        if "load" not in r:
-            continue
-        out.append(f"| {r['experiment']} | {r['load']} | {r.get('completed')} | {_n(r.get('output_throughput'), 1)} | "
-                   f"{_n(r.get('mean_ttft_ms'), 1)} / {_n(r.get('p99_ttft_ms'), 1)} | {_n(r.get('mean_itl_ms'), 2)} / "
-                   f"{_n(r.get('p99_itl_ms'), 2)} | {_n(r.get('mean_tpot_ms'), 2)} | {_n(r.get('preemptions'))} |")
-    out += ["", "### Single stream", "", "| experiment | tok/s | planner ceiling (H200, 4.8 TB/s) | ratio | "
-            "at 3.9 TB/s effective | ratio |", "|---|---|---|---|---|---|"]
-    for r in summary["single_stream"]:
-        out.append(f"| {r['experiment']} | {r['tokens_per_s']} | {r['planner_ceiling_h200']} | {r['ratio_pct']}% | "
-                   f"{r['effective_ceiling_3_9_tb_s']} | {r['ratio_effective_pct']}% |")
-    out += ["", "### Shipped profile against vLLM's defaults (the guide's load)", "",
-            "| card | tuned / default | p99 TTFT ms | p99 ITL ms | output tok/s | preemptions | verdict |",
-            "|---|---|---|---|---|---|---|"]
-    for r in summary["comparisons"]:
-        if "checks" not in r:
-            out.append(f"| {r['card']} | {r['tuned'] or '-'} / {r['default'] or '-'} | - | - | - | - | "
-                       f"{r['verdict']}: {r['why']} |")
-            continue
-        failed = [k for k, ok in r["checks"].items() if not ok]
-        out.append(f"| {r['card']} | {r['tuned']} / {r['default']} | {_n(r['p99_ttft_ms'][0], 1)} / "
-                   f"{_n(r['p99_ttft_ms'][1], 1)} | {_n(r['p99_itl_ms'][0], 2)} / {_n(r['p99_itl_ms'][1], 2)} | "
-                   f"{_n(r['output_throughput'][0], 1)} / {_n(r['output_throughput'][1], 1)} | "
-                   f"{_n(r['preemptions'][0])} / {_n(r['preemptions'][1])} | {r['verdict']}"
-                   + (f" ({', '.join(failed)})" if failed else "") + " |")
+    out = _section("Planner fidelity", [
+        "experiment", "card", "engine KV tokens", "planner (card)", "error", "planner (vLLM's budget)", "error",
+        "weights / activation / non-torch / CUDA graphs GiB (vLLM)", "start s"],
+        [_fidelity_row(r) for r in summary["fidelity"]])[1:]
+    out += _section("Refused at start", ["experiment", "what vLLM said", "planner now"], [
+        [r["experiment"], re.sub(r"\s+", " ", (r["vllm_said"] or "")).split(" [type=")[0][:260],
+         "; ".join(e[:120] for e in r["planner_errors_now"]) or "no error"] for r in summary["refusals"]])
+    out += _section("Verification", ["action", "expected", "rc", "errors", "read-back", "families", "smoke"], [
+        [r["action"], r["expect"], r["returncode"], "; ".join(r["errors"] or []) or "none", r["readback"],
+         f"{r['families']} (missing {len(r['missing'] or [])})",
+         f"{r['smoke']['status']}, {r['smoke']['completion_tokens']} tokens"] for r in summary["verification"]])
+    out += _section("Loads", ["experiment", "load", "completed", "output tok/s", "TTFT mean / p99 ms",
+                              "ITL mean / p99 ms", "TPOT mean ms", "preemptions"], [
+        [r["experiment"], r["load"], r.get("completed"), _n(r.get("output_throughput"), 1),
+         f"{_n(r.get('mean_ttft_ms'), 1)} / {_n(r.get('p99_ttft_ms'), 1)}",
+         f"{_n(r.get('mean_itl_ms'), 2)} / {_n(r.get('p99_itl_ms'), 2)}", _n(r.get("mean_tpot_ms"), 2),
+         _n(r.get("preemptions"))] for r in summary["loads"] if "load" in r])
+    out += _section("Single stream", ["experiment", "tok/s", "planner ceiling (H200, 4.8 TB/s)", "ratio",
+                                      "at 3.9 TB/s effective", "ratio"], [
+        [r["experiment"], r["tokens_per_s"], r["planner_ceiling_h200"], f"{r['ratio_pct']}%",
+         r["effective_ceiling_3_9_tb_s"], f"{r['ratio_effective_pct']}%"] for r in summary["single_stream"]])
+    out += _section("Shipped profile against vLLM's defaults (the guide's load)", [
+        "card", "tuned / default", "p99 TTFT ms", "p99 ITL ms", "output tok/s", "preemptions", "verdict"],
+        [_comparison_row(r) for r in summary["comparisons"]])
     if summary["not_run"]:
-        out += ["", "### Not run", "", "| experiment | action | why |", "|---|---|---|"]
-        out += [f"| {n['experiment']} | {n['action']} | {n['reason']} |" for n in summary["not_run"]]
+        out += _section("Not run", ["experiment", "action", "why"],
+                        [[n["experiment"], n["action"], n["reason"]] for n in summary["not_run"]])
     return "\n".join(out) + "\n"
 
 
