@@ -11,10 +11,10 @@ import json
 import os
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Any, Mapping
 
-import yaml
+from . import datafiles
+
 
 # model_type -> whether q/k/v projections carry a bias, and whether q/k have a per-head RMSNorm.
 _ARCHITECTURES = {
@@ -165,15 +165,10 @@ def architecture(name: str, config: Mapping[str, Any]) -> Architecture:
     )
 
 
-def _data(name: str) -> Any:
-    with resources.files("vllm_fleet").joinpath("data", name).open("r", encoding="utf-8") as f:
-        return yaml.safe_load(f)
-
-
 @lru_cache(maxsize=1)
 def catalogue() -> dict[str, dict[str, Any]]:
     """The shipped catalogue: model id -> entry (source, checked_against, unverified, config)."""
-    return _data("models.yml")["models"]
+    return datafiles.load("models.yml")["models"]
 
 
 @lru_cache(maxsize=None)

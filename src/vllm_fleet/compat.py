@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 import functools
-from importlib import resources
 from typing import Any
 
-import yaml
 from packaging.version import InvalidVersion, Version
+
+from . import datafiles
 
 
 @functools.lru_cache(maxsize=1)
 def lines() -> list[dict[str, Any]]:
-    data = yaml.safe_load(resources.files("vllm_fleet").joinpath("data/cuda_compat.yml").read_text())
+    data = datafiles.load("cuda_compat.yml")
     return sorted(data["lines"], key=lambda line: Version(line["vllm"]), reverse=True)
 
 

@@ -26,13 +26,11 @@ import json
 import math
 import re
 from functools import lru_cache
-from importlib import resources
 from typing import Any, Mapping
 
-import yaml
 from packaging.version import Version
 
-from . import catalogue, profiles, render
+from . import catalogue, datafiles, profiles, render
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -50,8 +48,7 @@ _HUMAN_INT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)\s*$")
 @lru_cache(maxsize=1)
 def known_failures() -> list[dict[str, Any]]:
     """Starts that crashed on real hardware (data/known_failures.yml)."""
-    with resources.files("vllm_fleet").joinpath("data", "known_failures.yml").open("r", encoding="utf-8") as f:
-        return yaml.safe_load(f)
+    return datafiles.load("known_failures.yml")
 
 
 def _runs_in_float16(arch: catalogue.Architecture, dtype: Any) -> bool:
@@ -101,8 +98,7 @@ def _subset(want: Any, have: Any) -> bool:
 @lru_cache(maxsize=1)
 def memory_model() -> dict[str, Any]:
     """The reserve estimates (data/memory_model.yml), per device kind: gpu, cpu."""
-    with resources.files("vllm_fleet").joinpath("data", "memory_model.yml").open("r", encoding="utf-8") as f:
-        return yaml.safe_load(f)
+    return datafiles.load("memory_model.yml")
 
 
 def parse_bytes(value: Any) -> int:

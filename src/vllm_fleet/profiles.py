@@ -11,10 +11,10 @@ from __future__ import annotations
 import copy
 import numbers
 from functools import lru_cache
-from importlib import resources
 from typing import Any, Mapping
 
-import yaml
+from . import datafiles
+
 
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
@@ -75,8 +75,7 @@ _CHOICES = {"dtype": DTYPES, "kv_cache_dtype": KV_CACHE_DTYPES, "quantization": 
 
 @lru_cache(maxsize=1)
 def _shipped() -> dict[str, dict[str, Any]]:
-    with resources.files("vllm_fleet").joinpath("data", "profiles.yml").open("r", encoding="utf-8") as f:
-        return yaml.safe_load(f)["profiles"]
+    return datafiles.load("profiles.yml")["profiles"]
 
 
 def shipped() -> dict[str, dict[str, Any]]:

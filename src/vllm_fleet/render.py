@@ -12,11 +12,11 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from importlib import resources
 from typing import Any, Mapping
 
-import yaml
 from packaging.version import InvalidVersion, Version
+
+from . import datafiles
 
 # Profile keys rendered as `--flag value`, in this order (model, booleans and speculative aside).
 _VALUE_KEYS = (
@@ -43,8 +43,7 @@ class RenderResult:
 @lru_cache(maxsize=1)
 def table() -> dict[str, Any]:
     """The flag-change table (data/flag_changes.yml)."""
-    with resources.files("vllm_fleet").joinpath("data", "flag_changes.yml").open("r", encoding="utf-8") as f:
-        return yaml.safe_load(f)
+    return datafiles.load("flag_changes.yml")
 
 
 @lru_cache(maxsize=256)
