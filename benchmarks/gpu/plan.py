@@ -205,16 +205,15 @@ def build() -> dict:
     experiments.append(experiment("refuse-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", AS_GUIDE,
                                   est_s=35, expect_refusal=True,
                                   note="as the guide writes it: draft and target vocab sizes differ"))
-    # Candidates the planner could derive where a shipped profile missed the goal (docs/gpu-results.md,
-    # section 4); optional: they run only when named with --only, since the plan above fills a loan.
-    # The 4090: the guide's load (64 x 1,536 tokens = 98,304) fits a bf16 KV cache, so fp8 buys no capacity
-    # there and cost 5.9 % throughput on Triton attention. The L40: 128 users need the fp8 cache (bf16 holds
-    # about 157,000 tokens < 196,608), but 16,384 batched tokens stretched decode steps (p99 ITL 202 ms); the
-    # guide's own rule trades TTFT for ITL with a smaller budget.
+    # Optional experiments, run only when named with --only (the plan above fills a loan). The 4090: the
+    # guide's fp8 cache, which the shipped profile replaced with bf16 after the second loan (64 x 1,536
+    # tokens = 98,304 fit the bf16 cache; fp8 on Triton attention cost 5.9 % throughput). The L40: 128
+    # users need the fp8 cache (bf16 holds about 157,000 tokens < 196,608), but 16,384 batched tokens
+    # stretch decode steps (p99 ITL 202 ms in the second loan); a smaller budget trades TTFT for ITL.
     for cand in (
-        experiment("cand-rtx4090-7b-prefill-kv-auto", "RTX 4090", "rtx4090-7b-prefill",
-                   {"kv_cache_dtype": "auto", "calculate_kv_scales": None},
-                   actions=[guide_load(64, 192)], est_s=150, note="candidate: bf16 KV cache"),
+        experiment("cand-rtx4090-7b-prefill-fp8", "RTX 4090", "rtx4090-7b-prefill",
+                   {"kv_cache_dtype": "fp8", "calculate_kv_scales": True},
+                   actions=[guide_load(64, 192)], est_s=150, note="the guide's fp8 KV cache"),
         experiment("cand-l40-14b-awq-prefill-8k", "L40", "l40-14b-awq-prefill", {"max_num_batched_tokens": 8192},
                    actions=[guide_load(128, 256)], est_s=180, note="candidate: 8,192 batched tokens"),
     ):

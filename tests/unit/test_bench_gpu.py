@@ -205,7 +205,7 @@ def test_plan_renders_0_26_arguments_and_predictions():
     names = [e["name"] for e in plan["experiments"] if not e.get("optional")]
     assert names[:2] == ["fid-rtx4090-7b-decode", "fid-l40-14b-decode"] and names[-1] == "refuse-rtx4090-7b-decode"
     assert [e["name"] for e in plan["experiments"] if e.get("optional")] == [
-        "cand-rtx4090-7b-prefill-kv-auto", "cand-l40-14b-awq-prefill-8k"]
+        "cand-rtx4090-7b-prefill-fp8", "cand-l40-14b-awq-prefill-8k"]
     assert len(names) == 9 and {e["profile"] for e in plan["experiments"]} >= {
         "rtx4090-7b-decode", "rtx4090-7b-prefill", "rtx4090-7b-awq", "rtx4090-7b-prefix-heavy", "l40-14b-decode",
         "l40-14b-awq-prefill"}  # every shipped GPU profile
@@ -322,7 +322,7 @@ def fake_site(tmp_path, monkeypatch):
 
 def test_whole_run_against_a_stand_in(fake_site, tmp_path):
     plan = plan_mod.build()
-    keep = {"refuse-rtx4090-7b-decode", "fid-rtx4090-7b-prefill", "cand-rtx4090-7b-prefill-kv-auto"}
+    keep = {"refuse-rtx4090-7b-decode", "fid-rtx4090-7b-prefill", "cand-rtx4090-7b-prefill-fp8"}
     plan["experiments"] = [e for e in plan["experiments"] if e["name"] in keep]
     for exp in plan["experiments"]:
         exp["actions"] = [a for a in exp["actions"] if a["kind"] == "fleet"]
