@@ -122,6 +122,7 @@ def experiment(name: str, card: str, profile_name: str | None, overrides: dict |
     plan_h200 = _plan(name, profile_name, dict(overrides, gpu_memory_utilization=emulated), H200)
     return {
         "name": name, "card": card, "profile": profile_name, "overrides": overrides, "note": note,
+        "settings": profile,  # the profile as resolved today: summarize replans with it after profiles change
         "model": profile["model"], "draft": draft, "served_model_name": profile.get("served_model_name") or profile["model"],
         "utilization": util, "emulated_utilization": emulated,
         "args": rendered.args, "dropped": rendered.dropped, "render_warnings": rendered.warnings,

@@ -61,8 +61,13 @@ def cuda_total_mib(environment: dict) -> int | None:
 
 def replan(exp_plan: dict, memory_mib: int) -> dict:
     """The planner on the H200 with the memory vLLM saw and the emulated utilization."""
-    overrides = dict(exp_plan["overrides"], gpu_memory_utilization=exp_plan["emulated_utilization"])
-    hostvars = {"vllm_profile_name": exp_plan["profile"], "vllm_profile": overrides,
+    # The settings the plan resolved when it was made (plans before the third loan: the profile by name).
+    if "settings" in exp_plan:
+        name, overrides = None, dict(exp_plan["settings"])
+    else:
+        name, overrides = exp_plan["profile"], dict(exp_plan["overrides"])
+    overrides["gpu_memory_utilization"] = exp_plan["emulated_utilization"]
+    hostvars = {"vllm_profile_name": name, "vllm_profile": overrides,
                 "vllm_gpu": {"name": "H200", "memory_mib": memory_mib, "bandwidth_gb_s": 4800, "count": 1},
                 "vllm_version": exp_plan.get("vllm_version", "0.26.0")}
     return planner.plan_host(exp_plan["name"], hostvars)

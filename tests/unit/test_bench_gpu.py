@@ -451,6 +451,28 @@ def test_summary_of_the_committed_gpu_results():
     assert "| fid-rtx4090-7b-prefill | guide-64u | 192 |" in summarize.tables(summary)
 
 
+def test_summary_of_the_third_loan():
+    """docs/gpu/third-loan: the L40 pair in one loan (goal met), the same KV sizes as the second loan, and the
+    bf16 4090 start that the old 300 s bound cut off, its KV size read from the start-up log."""
+    summarize = _load("summarize")
+    folder = ROOT / "docs" / "gpu" / "third-loan"
+    plan = json.loads((folder / "experiments.json").read_text())
+    summary = summarize.summarise(plan, summarize.load_results(folder))
+    assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
+    rows = {r["experiment"]: r for r in summary["fidelity"]}
+    assert all(abs(r["error_budget_pct"]) < 5 and abs(r["error_card_pct"]) < 5 for r in rows.values())
+    second = {r["experiment"]: r["engine_kv_tokens"]
+              for r in json.loads((ROOT / "docs" / "gpu" / "summary.json").read_text())["fidelity"]}
+    repeated = [name for name in rows if rows[name]["engine_source"] == "cache_config_info"]
+    assert len(repeated) == 6 and all(rows[n]["engine_kv_tokens"] == second[n] for n in repeated)
+    bf16 = rows["fid-rtx4090-7b-prefill"]
+    assert (bf16["engine_source"], bf16["engine_kv_tokens"], bf16["planner_card_tokens"]) == (
+        "start-up log", 118_624, 119_744)
+    (l40,) = [c for c in summary["comparisons"] if c["card"] == "L40"]
+    assert l40["verdict"] == "goal met" and all(l40["checks"].values()) and l40["preemptions"] == [0.0, 40.0]
+    assert [v["as_expected"] for v in summary["verification"]] == [True, True]
+
+
 def test_summary_of_the_first_loan_is_kept():
     """The first loan (FlashAttention 3, before the planner's rework) stays readable with its own plan."""
     summarize = _load("summarize")
