@@ -224,7 +224,8 @@ def fleet_summary(result: dict) -> dict:
            "total_output_tokens": load.get("output_tokens"), "request_throughput": load.get("requests_per_s"),
            "output_throughput": load.get("output_tokens_per_s"), "max_concurrency": load.get("concurrency"),
            "mean_ttft_ms": ttft.get("mean"), "median_ttft_ms": ttft.get("p50"), "p99_ttft_ms": ttft.get("p99"),
-           "mean_itl_ms": itl.get("mean"), "median_itl_ms": itl.get("p50"), "p99_itl_ms": itl.get("p99")}
+           "mean_itl_ms": itl.get("mean"), "median_itl_ms": itl.get("p50"), "p99_itl_ms": itl.get("p99"),
+           "p999_itl_ms": itl.get("p999"), "max_itl_ms": itl.get("max"), "itl_stalled_pct": itl.get("stalled_pct")}
     single = result.get("single") or {}
     if single.get("completed"):
         out["single_completed"] = single["completed"]
