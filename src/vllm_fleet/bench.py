@@ -182,7 +182,9 @@ class Client:
                 if event.get("usage"):
                     out["output_tokens"] = int(event["usage"].get("completion_tokens") or 0)
                 choices = event.get("choices") or []
-                if choices and choices[0].get("text"):
+                # A chunk with a choice is a decode step, even when its text is empty: vLLM streams ''
+                # for tokens that detokenize to nothing yet (a partial UTF-8 sequence, a special token).
+                if choices:
                     chunks += 1
                     if last is None:
                         out["ttft"] = now - start
@@ -193,7 +195,7 @@ class Client:
             out["output_tokens"] = out["output_tokens"] or chunks
             out["ok"] = out["ttft"] is not None
             if not out["ok"]:
-                out["error"] = "the stream carried no text"
+                out["error"] = "the stream carried no tokens"
         except (OSError, http.client.HTTPException, ValueError) as exc:
             out["error"] = f"{type(exc).__name__}: {exc}"
         finally:

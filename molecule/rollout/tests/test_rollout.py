@@ -4,7 +4,8 @@ The hosts were deployed by converge (site.yml). These tests drive site.yml again
 would, with the scenario's inventory:
 1. a good change (max_num_seqs 8 -> 6) rolls out host by host while a bounded request loop measures
    each host's failed requests and unhealthy seconds, which land in the run's report;
-2. a bad change that vLLM's parser accepts but that fails at start (a tokenizer path that does not
+2. playbooks/benchmark.yml measures both hosts with a bounded load and changes nothing;
+3. a bad change that vLLM's parser accepts but that fails at start (a tokenizer path that does not
    exist) fails on the canary, which is restored to its last working release and serves again, and
    the second host is never touched.
 The tests run in file order (the second builds on the first).
@@ -24,14 +25,19 @@ REPORTS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"
 HOSTS = {"rollout-1": "10.89.77.21", "rollout-2": "10.89.77.22"}
 
 
-def site(*extra, run_id):
-    """Run site.yml against the scenario's hosts; return (rc, output)."""
+def playbook(path, *extra):
+    """Run a playbook of the repository against the scenario's hosts; return (rc, output)."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
                ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(INVENTORY), str(ROOT / "site.yml"),
-           "-e", f"vllm_report_dir={REPORTS}", "-e", f"vllm_verify_report_run_id={run_id}", *extra]
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(INVENTORY), str(ROOT / path),
+           "-e", f"vllm_report_dir={REPORTS}", *extra]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     return proc.returncode, proc.stdout + proc.stderr
+
+
+def site(*extra, run_id):
+    """Run site.yml against the scenario's hosts; return (rc, output)."""
+    return playbook("site.yml", "-e", f"vllm_verify_report_run_id={run_id}", *extra)
 
 
 def args_of(host_name):
@@ -107,6 +113,33 @@ def test_report_shows_the_measured_unhealthy_window(good_rollout):
         assert rollout["total_requests"] > rollout["failed_requests"] >= 0
     markdown = (REPORTS / "rollout-good" / "report.md").read_text()
     assert "unhealthy window" in markdown
+
+
+def test_benchmark_playbook_measures_both_lab_hosts(good_rollout):
+    """playbooks/benchmark.yml against the deployed lab hosts (a real vLLM on CPU): a bounded load on each
+    host, host by host, into the run report and benchmark.md; nothing on the hosts changes."""
+    before = {name: (args_of(name), unit_mtime(name)) for name in HOSTS}
+    rc, output = playbook("playbooks/benchmark.yml", "-e", "vllm_benchmark_run_id=benchmark-lab",
+                          "-e", '{"vllm_benchmark_requests": 12, "vllm_benchmark_concurrency": 3,'
+                                ' "vllm_benchmark_prompt_tokens": 64, "vllm_benchmark_max_tokens": 16,'
+                                ' "vllm_benchmark_single_requests": 2, "vllm_benchmark_duration_s": 120}')
+    print(output[-3000:])
+    assert rc == 0, output[-4000:]
+    report = json.loads((REPORTS / "benchmark-lab" / "report.json").read_text())
+    for name in HOSTS:
+        (event,) = report["hosts"][name]["events"]["benchmark"]
+        load = event["load"]
+        assert (load["completed"], load["failed"], event["single"]["completed"]) == (12, 0, 2), event
+        assert load["output_tokens"] == 12 * 16 and load["output_tokens_per_s"] > 0
+        assert load["ttft_ms"]["p99"] >= load["ttft_ms"]["p50"] > 0
+        assert load["itl_ms"]["max"] >= load["itl_ms"]["p99"] >= load["itl_ms"]["p50"] > 0
+        assert 0 <= load["itl_ms"]["stalled_pct"] <= 100
+        assert event["efficiency"]["decode_ceiling_tokens_per_s"] > 0
+        assert event["efficiency"]["single_stream_vs_ceiling_pct"] > 0
+        assert "num_preemptions" in event["server"]
+    table = (REPORTS / "benchmark-lab" / "benchmark.md").read_text()
+    assert "\n| rollout-1 | 12/12 | 3 |" in table and "\n| rollout-2 | 12/12 | 3 |" in table
+    assert {name: (args_of(name), unit_mtime(name)) for name in HOSTS} == before
 
 
 def test_bad_change_fails_on_the_canary_restores_it_and_spares_the_second_host(good_rollout):
