@@ -257,11 +257,13 @@ def tables(summary: dict) -> str:
          f"{r['families']} (missing {len(r['missing'] or [])})",
          f"{r['smoke']['status']}, {r['smoke']['completion_tokens']} tokens"] for r in summary["verification"]])
     out += _section("Loads", ["experiment", "load", "completed", "output tok/s", "TTFT mean / p99 ms",
-                              "ITL mean / p99 ms", "TPOT mean ms", "preemptions"], [
+                              "ITL mean / p99 ms", "TPOT mean ms", "preemptions",
+                              "ITL p99.9 ms / stalled % (vllm_fleet.bench, after the third loan)"], [
         [r["experiment"], r["load"], r.get("completed"), _n(r.get("output_throughput"), 1),
          f"{_n(r.get('mean_ttft_ms'), 1)} / {_n(r.get('p99_ttft_ms'), 1)}",
          f"{_n(r.get('mean_itl_ms'), 2)} / {_n(r.get('p99_itl_ms'), 2)}", _n(r.get("mean_tpot_ms"), 2),
-         _n(r.get("preemptions"))] for r in summary["loads"] if "load" in r])
+         _n(r.get("preemptions")), f"{_n(r.get('p999_itl_ms'), 2)} / {_n(r.get('itl_stalled_pct'), 2)}"]
+        for r in summary["loads"] if "load" in r])
     out += _section("Single stream", ["experiment", "tok/s", "planner ceiling (H200, 4.8 TB/s)", "ratio",
                                       "at 3.9 TB/s effective", "ratio"], [
         [r["experiment"], r["tokens_per_s"], r["planner_ceiling_h200"], f"{r['ratio_pct']}%",

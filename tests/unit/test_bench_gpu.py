@@ -354,12 +354,15 @@ def test_whole_run_against_a_stand_in(fake_site, tmp_path):
     result = load["result"]
     assert result["completed"] == 6 and result["single_completed"] == 3 and result["single_tokens_per_s"] > 0
     assert result["total_output_tokens"] == 6 * 8 and result["p99_itl_ms"] >= result["median_itl_ms"] > 0
+    assert result["max_itl_ms"] >= result["p999_itl_ms"] >= result["p99_itl_ms"] and 0 <= result["itl_stalled_pct"] <= 100
     assert load["preemptions"] == 0.0
     summary = _load("summarize").summarise(plan, _load("summarize").load_results(out))
     (single,) = summary["single_stream"]
     assert single["tool"] == "vllm_fleet.bench" and single["tokens_per_s"] == round(result["single_tokens_per_s"], 1)
     assert [(r["experiment"], r["load"], r["completed"]) for r in summary["loads"]] == [
         ("fid-rtx4090-7b-prefill", "guide-64u", 6)]
+    row = f"{result['p999_itl_ms']:,.2f} / {result['itl_stalled_pct']:,.2f} |"
+    assert row in _load("summarize").tables(summary), row
     assert "--load-format" in served["argv"] and "{model:" not in " ".join(served["argv"])
     with tarfile.open(out / "raw-call1.tar.gz") as tar:
         names = tar.getnames()
