@@ -94,6 +94,9 @@ def summarise(plan: dict, results: list[dict]) -> dict:
         actual = int(cache["kv_cache_size_tokens"]) if cache.get("kv_cache_size_tokens") else (
             int(memory["kv_tokens"]) if "kv_tokens" in memory else None)
         source = "cache_config_info" if cache.get("kv_cache_size_tokens") else ("start-up log" if actual else None)
+        if rec["status"] in ("skipped", "start-timeout") and actual is None:  # never served: say so
+            not_run.append({"experiment": name, "action": "start", "reason": rec.get("reason")})
+            continue
         if rec["status"] == "refused" and actual is None:
             refusals.append({
                 "experiment": name, "profile": exp["profile"], "card": exp["card"], "call": rec["_call"],

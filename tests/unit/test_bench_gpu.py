@@ -473,6 +473,10 @@ def test_summary_of_the_third_loan():
         "start-up log", 118_624, 119_744)
     (l40,) = [c for c in summary["comparisons"] if c["card"] == "L40"]
     assert l40["verdict"] == "goal met" and all(l40["checks"].values()) and l40["preemptions"] == [0.0, 40.0]
+    # What never served is listed, and the comparison it leaves open says why.
+    assert [(n["experiment"], n["action"]) for n in summary["not_run"]] == [("default-rtx4090-7b", "start")]
+    (rtx,) = [c for c in summary["comparisons"] if c["card"] == "RTX 4090"]
+    assert rtx["verdict"] == "not compared" and "default-rtx4090-7b start" in rtx["why"]
     assert [v["as_expected"] for v in summary["verification"]] == [True, True]
 
 
