@@ -211,7 +211,7 @@ def build() -> dict:
     experiments.append(experiment("refuse-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", AS_GUIDE,
                                   est_s=30, expect_refusal=True,
                                   note="as the guide writes it: draft and target vocab sizes differ"))
-    # Candidates where a shipped profile missed the goal (docs/gpu-results.md, section 3); optional: they run
+    # Candidates where a shipped profile missed the goal (docs/gpu-results.md, section 4); optional: they run
     # only when named with --only, since the plan above fills a loan. The 4090: the guide's load (64 x 1,536
     # tokens = 98,304) fits a bf16 KV cache (118,624 tokens measured in the third loan), so fp8 buys no
     # capacity there and cost 5.9 % throughput on Triton attention; a bf16 start takes ~300 s here, hence
