@@ -245,6 +245,51 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
         return -1, ""
 
 
+def jit_cache_dir(env: dict) -> Path:
+    """Where the CUDA driver keeps PTX it compiled for this GPU between processes (up to CUDA_CACHE_MAXSIZE)."""
+    return Path(env.get("CUDA_CACHE_PATH") or Path(env.get("HOME", "/root")) / ".nv" / "ComputeCache")
+
+
+def jit_cache_mib(env: dict) -> float:
+    """The size of the driver's JIT cache: whether a start paid for the JIT or found its output there."""
+    root = jit_cache_dir(env)
+    total = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.is_dir() else 0
+    return round(total / 2**20, 1)
+
+
+JIT_PART_BYTES = 15 << 20  # files back from a device call: 16 MiB each at most
+
+
+def save_jit_cache(env: dict, out: Path, part_bytes: int = JIT_PART_BYTES) -> list[Path]:
+    """Pack the driver's JIT cache (tar.xz) into out/jit-cache.part-NN, each under the size a device call
+    returns, so a later loan can carry it back and start bf16/fp16 FlashAttention 2 without the JIT."""
+    root = jit_cache_dir(env)
+    packed = out / "jit-cache.tar.xz"
+    with tarfile.open(packed, "w:xz", preset=6) as tar:
+        tar.add(root, arcname="ComputeCache")
+    parts = []
+    with open(packed, "rb") as src:
+        while chunk := src.read(part_bytes):
+            parts.append(out / f"jit-cache.part-{len(parts):02d}")
+            parts[-1].write_bytes(chunk)
+    packed.unlink()
+    return parts
+
+
+def restore_jit_cache(env: dict, parts: list[Path]) -> Path:
+    """Join carried jit-cache.part-NN files and unpack them where the driver looks."""
+    root = jit_cache_dir(env)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    joined = root.parent / "jit-cache.tar.xz"
+    with open(joined, "wb") as out:
+        for part in sorted(parts):
+            out.write(part.read_bytes())
+    with tarfile.open(joined) as tar:
+        tar.extractall(root.parent, filter="data")
+    joined.unlink()
+    return root
+
+
 def gpu_used_mib() -> int | None:
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
@@ -353,6 +398,7 @@ class Runner:
         args += ["--port", str(self.port)]
         rec["argv"] = ["vllm", "serve", *args]
         logfile = folder / "server.log"
+        rec["jit_cache_mib"] = {"before": jit_cache_mib(self.env())}
         t0 = time.time()
         with open(logfile, "w", encoding="utf-8") as logf:
             proc = subprocess.Popen([self.python, "-m", "vllm.entrypoints.cli.main", "serve", *args],
@@ -371,6 +417,7 @@ class Runner:
                 break
             time.sleep(2)
         rec["start_s"] = round(time.time() - t0, 1)
+        rec["jit_cache_mib"]["after_start"] = jit_cache_mib(self.env())
         text = logfile.read_text(encoding="utf-8", errors="replace")
         if not healthy:
             # Still running when the bound ran out: a slow start, not a refusal (our SIGTERM below makes
@@ -568,6 +615,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("stage", help="copy the carried parts into /tmp (kept while the machine stays warm)")
+    j = sub.add_parser("jit-cache", help="save the driver's JIT cache into --out, or restore carried parts")
+    j.add_argument("action", choices=("save", "restore"))
+    j.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/gpu-out")))
     r = sub.add_parser("run")
     r.add_argument("--plan", type=Path, default=HERE / "experiments.json")
     r.add_argument("--call", type=int, required=True)
@@ -576,6 +626,21 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--only", default="", help="comma-separated experiment names (default: every one not done "
                    "on this machine yet, in the plan's order)")
     args = parser.parse_args(argv)
+    if args.cmd == "jit-cache":
+        env = dict(os.environ)
+        if args.action == "save":
+            args.out.mkdir(parents=True, exist_ok=True)
+            parts = save_jit_cache(env, args.out)
+            log(f"JIT cache {jit_cache_mib(env)} MiB packed into {len(parts)} part(s): "
+                + ", ".join(f"{q.name} {q.stat().st_size / 2**20:.1f} MiB" for q in parts))
+            return 0
+        parts = sorted((REPO / ".gpu").glob("jit-cache.part-*"))
+        if not parts:
+            log("no jit-cache.part-* carried: the first FlashAttention 2 start of each dtype JIT-compiles")
+            return 0
+        root = restore_jit_cache(env, parts)
+        log(f"JIT cache restored into {root}: {jit_cache_mib(env)} MiB")
+        return 0
     if args.cmd == "stage":
         dest = BUNDLE_DIR / "parts"
         dest.mkdir(parents=True, exist_ok=True)

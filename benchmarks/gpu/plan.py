@@ -219,7 +219,7 @@ def build() -> dict:
     for cand in (
         experiment("cand-rtx4090-7b-prefill-kv-auto", "RTX 4090", "rtx4090-7b-prefill",
                    {"kv_cache_dtype": "auto", "calculate_kv_scales": None},
-                   actions=[guide_load(64, 192)], est_s=360, note="candidate: bf16 KV cache"),
+                   actions=[guide_load(64, 192, single=3)], est_s=375, note="candidate: bf16 KV cache"),
         experiment("cand-l40-14b-awq-prefill-8k", "L40", "l40-14b-awq-prefill", {"max_num_batched_tokens": 8192},
                    actions=[guide_load(128, 256)], est_s=190, note="candidate: 8,192 batched tokens"),
     ):

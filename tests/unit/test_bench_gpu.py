@@ -338,7 +338,10 @@ def test_whole_run_against_a_stand_in(fake_site, tmp_path):
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(json.dumps(plan))
     out = tmp_path / "out"
-    env = dict(os.environ, GPU_HARNESS_TMP=str(fake_site), OUT=str(out))
+    jit = tmp_path / "jit"
+    (jit / "a").mkdir(parents=True)
+    (jit / "a" / "kernel").write_bytes(b"x" * (3 << 20))  # 3 MiB already compiled
+    env = dict(os.environ, GPU_HARNESS_TMP=str(fake_site), OUT=str(out), CUDA_CACHE_PATH=str(jit))
     proc = subprocess.run([sys.executable, str(GPU / "harness.py"), "run", "--plan", str(plan_file), "--call", "1",
                            "--budget-s", "900"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -348,6 +351,7 @@ def test_whole_run_against_a_stand_in(fake_site, tmp_path):
     assert refused["reason"].startswith("ValueError: Target and draft model should have the same vocabulary size")
     assert served["status"] == "ran" and served["cache_config"]["kv_cache_size_tokens"] == "219712"
     assert served["memory"]["kv_tokens"] == 219712.0
+    assert served["jit_cache_mib"] == {"before": 3.0, "after_start": 3.0}
     (load,) = served["actions"]
     assert load["name"] == "guide-64u" and load["returncode"] == 0, load
     assert load["argv"][:3] == ["python3", "-m", "vllm_fleet.bench"]
@@ -368,6 +372,26 @@ def test_whole_run_against_a_stand_in(fake_site, tmp_path):
         names = tar.getnames()
     assert "call1/fid-rtx4090-7b-prefill/server.log" in names
     assert "call1/refuse-rtx4090-7b-decode/server.log" in names
+
+
+def test_jit_cache_saved_in_returnable_parts_and_restored(tmp_path):
+    """The driver's JIT cache leaves a loan in files a device call returns (<= 16 MiB each) and comes back
+    byte for byte where the driver looks (CUDA_CACHE_PATH)."""
+    source = tmp_path / "cache"
+    (source / "sm90" / "ab").mkdir(parents=True)
+    blob = os.urandom(3 << 20)  # incompressible: forces several parts at a 1 MiB part size
+    (source / "sm90" / "ab" / "entry").write_bytes(blob)
+    (source / "index").write_bytes(b"index")
+    out = tmp_path / "out"
+    out.mkdir()
+    parts = harness.save_jit_cache({"CUDA_CACHE_PATH": str(source)}, out, part_bytes=1 << 20)
+    assert [p.name for p in parts] == [f"jit-cache.part-{i:02d}" for i in range(len(parts))] and len(parts) == 4
+    assert all(p.stat().st_size <= 1 << 20 for p in parts) and not (out / "jit-cache.tar.xz").exists()
+    target = tmp_path / "home" / ".nv" / "ComputeCache"
+    root = harness.restore_jit_cache({"HOME": str(tmp_path / "home")}, list(reversed(parts)))
+    assert root == target
+    assert (target / "sm90" / "ab" / "entry").read_bytes() == blob and (target / "index").read_bytes() == b"index"
+    assert harness.jit_cache_mib({"HOME": str(tmp_path / "home")}) == 3.0
 
 
 def test_a_slow_start_is_a_start_timeout_not_a_refusal(fake_site, tmp_path, monkeypatch):
