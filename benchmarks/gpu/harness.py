@@ -277,15 +277,22 @@ def save_jit_cache(env: dict, out: Path, part_bytes: int = JIT_PART_BYTES) -> li
 
 
 def restore_jit_cache(env: dict, parts: list[Path]) -> Path:
-    """Join carried jit-cache.part-NN files and unpack them where the driver looks."""
+    """Join carried jit-cache.part-NN files and unpack them where the driver looks (CUDA_CACHE_PATH, else
+    ~/.nv/ComputeCache), whatever that folder is called."""
     root = jit_cache_dir(env)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    joined = root.parent / "jit-cache.tar.xz"
+    root.mkdir(parents=True, exist_ok=True)
+    joined = root.parent / f".{root.name}.jit-cache.tar.xz"
     with open(joined, "wb") as out:
         for part in sorted(parts):
             out.write(part.read_bytes())
     with tarfile.open(joined) as tar:
-        tar.extractall(root.parent, filter="data")
+        members = []
+        for member in tar.getmembers():
+            head, _, rest = member.name.partition("/")
+            if head == "ComputeCache" and rest:  # as save_jit_cache packed it
+                member.name = rest
+                members.append(member)
+        tar.extractall(root, members=members, filter="data")
     joined.unlink()
     return root
 

@@ -387,11 +387,13 @@ def test_jit_cache_saved_in_returnable_parts_and_restored(tmp_path):
     parts = harness.save_jit_cache({"CUDA_CACHE_PATH": str(source)}, out, part_bytes=1 << 20)
     assert [p.name for p in parts] == [f"jit-cache.part-{i:02d}" for i in range(len(parts))] and len(parts) == 4
     assert all(p.stat().st_size <= 1 << 20 for p in parts) and not (out / "jit-cache.tar.xz").exists()
-    target = tmp_path / "home" / ".nv" / "ComputeCache"
-    root = harness.restore_jit_cache({"HOME": str(tmp_path / "home")}, list(reversed(parts)))
-    assert root == target
-    assert (target / "sm90" / "ab" / "entry").read_bytes() == blob and (target / "index").read_bytes() == b"index"
-    assert harness.jit_cache_mib({"HOME": str(tmp_path / "home")}) == 3.0
+    for env, target in (({"HOME": str(tmp_path / "home")}, tmp_path / "home" / ".nv" / "ComputeCache"),
+                        # the fourth loan restored into a folder of another name, and the driver found nothing
+                        ({"CUDA_CACHE_PATH": str(tmp_path / "jit-restored")}, tmp_path / "jit-restored")):
+        root = harness.restore_jit_cache(env, list(reversed(parts)))
+        assert root == target
+        assert (target / "sm90" / "ab" / "entry").read_bytes() == blob and (target / "index").read_bytes() == b"index"
+        assert harness.jit_cache_mib(env) == 3.0 and not list(target.parent.glob("*.tar.xz"))
 
 
 def test_a_slow_start_is_a_start_timeout_not_a_refusal(fake_site, tmp_path, monkeypatch):
