@@ -82,8 +82,11 @@ def pct(predicted: float | None, actual: float | None) -> float | None:
 def summarise(plan: dict, results: list[dict]) -> dict:
     by_name = {e["name"]: e for e in plan["experiments"]}
     latest: dict[str, dict] = {}
+    superseded: list[dict] = []
     for rec in results:  # a later call's record of the same experiment wins, unless it was skipped
         if rec["status"] != "skipped" or rec["name"] not in latest:
+            if rec["name"] in latest and latest[rec["name"]]["status"] == "ran":
+                superseded.append(latest[rec["name"]])
             latest[rec["name"]] = rec
     fidelity, refusals, verification, loads, single, not_run = [], [], [], [], [], []
     for name, rec in latest.items():
@@ -164,7 +167,19 @@ def summarise(plan: dict, results: list[dict]) -> dict:
                     loads.append(entry)
     return {"date": plan["date"], "vllm_version": plan["vllm_version"], "fidelity": fidelity, "refusals": refusals,
             "verification": verification, "loads": loads, "single_stream": single, "not_run": not_run,
-            "comparisons": compare(plan, loads, not_run)}
+            "comparisons": compare(plan, loads, not_run), "repeats": [_repeat(rec) for rec in superseded]}
+
+
+def _repeat(rec: dict) -> dict:
+    """An earlier served record of an experiment that a later call ran again: its KV size and guide loads,
+    kept beside the later record that the tables use."""
+    cache = rec.get("cache_config") or {}
+    loads = [dict(load=a["name"], **{k: (a.get("result") or {}).get(k) for k in (
+        "completed", "output_throughput", "p99_ttft_ms", "p99_itl_ms")}, preemptions=a.get("preemptions"))
+        for a in rec.get("actions") or [] if a.get("kind") in ("bench", "fleet") and a.get("result")]
+    return {"experiment": rec["name"], "call": rec["_call"], "start_s": rec.get("start_s"),
+            "engine_kv_tokens": int(cache["kv_cache_size_tokens"]) if cache.get("kv_cache_size_tokens") else None,
+            "jit_cache_mib": rec.get("jit_cache_mib"), "loads": loads}
 
 
 def _single(entry: dict, exp: dict, rate: float | None) -> dict:
@@ -185,28 +200,31 @@ def compare(plan: dict, loads: list[dict], not_run: list[dict]) -> list[dict]:
     out = []
     for card in plan["cards"]:
         runs = [r for r in loads if r.get("card") == card and str(r.get("load", "")).startswith("guide-")]
-        tuned = next((r for r in runs if r["experiment"].startswith("fid-")), None)
         default = next((r for r in runs if r["experiment"].startswith("default-")), None)
-        row: dict = {"card": card, "tuned": tuned and tuned["experiment"], "default": default and default["experiment"]}
-        if not (tuned and default):
-            card_of = {e["name"]: e["card"] for e in plan["experiments"]}
-            missing = [n for n in not_run if card_of.get(n["experiment"]) == card]
-            row.update(verdict="not compared", why="a load did not run: " + (
-                "; ".join(f"{n['experiment']} {n['action']} ({n['reason']})" for n in missing) or "no record"))
+        # the shipped profile (fid-) and any candidate for it (cand-), each against the same defaults
+        tuned_runs = [r for r in runs if r["experiment"].startswith(("fid-", "cand-"))]
+        for tuned in tuned_runs or [None]:
+            row: dict = {"card": card, "tuned": tuned and tuned["experiment"],
+                         "default": default and default["experiment"]}
+            if not (tuned and default):
+                card_of = {e["name"]: e["card"] for e in plan["experiments"]}
+                missing = [n for n in not_run if card_of.get(n["experiment"]) == card]
+                row.update(verdict="not compared", why="a load did not run: " + (
+                    "; ".join(f"{n['experiment']} {n['action']} ({n['reason']})" for n in missing) or "no record"))
+                out.append(row)
+                continue
+            checks = {
+                "p99_ttft_lower": tuned["p99_ttft_ms"] < default["p99_ttft_ms"],
+                "p99_itl_lower": tuned["p99_itl_ms"] < default["p99_itl_ms"],
+                "throughput_not_lower": tuned["output_throughput"] >= default["output_throughput"],
+                "no_preemptions": not tuned.get("preemptions"),
+            }
+            row.update(checks=checks, verdict="goal met" if all(checks.values()) else "goal not met",
+                       p99_ttft_ms=[tuned["p99_ttft_ms"], default["p99_ttft_ms"]],
+                       p99_itl_ms=[tuned["p99_itl_ms"], default["p99_itl_ms"]],
+                       output_throughput=[tuned["output_throughput"], default["output_throughput"]],
+                       preemptions=[tuned.get("preemptions"), default.get("preemptions")])
             out.append(row)
-            continue
-        checks = {
-            "p99_ttft_lower": tuned["p99_ttft_ms"] < default["p99_ttft_ms"],
-            "p99_itl_lower": tuned["p99_itl_ms"] < default["p99_itl_ms"],
-            "throughput_not_lower": tuned["output_throughput"] >= default["output_throughput"],
-            "no_preemptions": not tuned.get("preemptions"),
-        }
-        row.update(checks=checks, verdict="goal met" if all(checks.values()) else "goal not met",
-                   p99_ttft_ms=[tuned["p99_ttft_ms"], default["p99_ttft_ms"]],
-                   p99_itl_ms=[tuned["p99_itl_ms"], default["p99_itl_ms"]],
-                   output_throughput=[tuned["output_throughput"], default["output_throughput"]],
-                   preemptions=[tuned.get("preemptions"), default.get("preemptions")])
-        out.append(row)
     return out
 
 
@@ -271,9 +289,15 @@ def tables(summary: dict) -> str:
                                       "at 3.9 TB/s effective", "ratio"], [
         [r["experiment"], r["tokens_per_s"], r["planner_ceiling_h200"], f"{r['ratio_pct']}%",
          r["effective_ceiling_3_9_tb_s"], f"{r['ratio_effective_pct']}%"] for r in summary["single_stream"]])
-    out += _section("Shipped profile against vLLM's defaults (the guide's load)", [
+    out += _section("Shipped profile (fid-) and candidates (cand-) against vLLM's defaults (the guide's load)", [
         "card", "tuned / default", "p99 TTFT ms", "p99 ITL ms", "output tok/s", "preemptions", "verdict"],
         [_comparison_row(r) for r in summary["comparisons"]])
+    if summary.get("repeats"):
+        out += _section("Earlier runs of an experiment that a later call ran again (the tables above use the later)", [
+            "experiment", "call", "start s", "engine KV tokens", "guide load: output tok/s, p99 TTFT / ITL ms, preemptions"], [
+            [r["experiment"], r["call"], _n(r["start_s"], 0), _n(r["engine_kv_tokens"]),
+             "; ".join(f"{_n(x['output_throughput'], 1)}, {_n(x['p99_ttft_ms'], 1)} / {_n(x['p99_itl_ms'], 2)}, "
+                       f"{_n(x['preemptions'])}" for x in r["loads"]) or "-"] for r in summary["repeats"]])
     if summary["not_run"]:
         out += _section("Not run", ["experiment", "action", "why"],
                         [[n["experiment"], n["action"], n["reason"]] for n in summary["not_run"]])
