@@ -28,7 +28,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-PART_BYTES = 59 * 1024 * 1024  # under the 60 MiB the brief allows per part (64 MiB per call in all)
+PART_BYTES = 48 * 1024 * 1024  # a call carries 64 MiB in all: a part, the repo and the JIT cache it tracks (~7 MiB)
 BUNDLE = "bundle.tar.xz"
 SUMS = "SHA256SUMS"
 MANIFEST = "manifest.json"

@@ -376,6 +376,26 @@ class Runner:
         marker.write_text(json.dumps(info))
         return info
 
+    def jit_cache(self) -> dict:
+        """Unpack the plan's carried JIT cache (plan.py JIT_CACHE) into the driver's cache folder, once per
+        machine, after checking each part's sha256; a part that is missing or damaged is reported, not fatal
+        (the starts then compile, and take longer)."""
+        spec = self.plan.get("jit_cache") or {}
+        env = self.env()
+        marker = jit_cache_dir(env) / ".restored-by-harness"
+        if not spec.get("parts"):
+            return {"restored": False, "why": "the plan carries none", "mib": jit_cache_mib(env)}
+        if marker.exists():
+            return {"restored": True, "why": "earlier on this machine", "mib": jit_cache_mib(env)}
+        parts = [REPO / name for name in spec["parts"]]
+        bad = [q.name for q in parts if not q.exists() or bundle.sha256(q) != spec["sha256"].get(q.name)]
+        if bad:
+            return {"restored": False, "why": f"missing or damaged: {bad}", "mib": jit_cache_mib(env)}
+        t0 = time.time()
+        restore_jit_cache(env, parts)
+        marker.write_text(json.dumps(spec["sha256"]))
+        return {"restored": True, "seconds": round(time.time() - t0, 1), "mib": jit_cache_mib(env)}
+
     def environment(self) -> dict:
         def run(cmd: list[str], env: dict | None = None) -> str:
             try:
@@ -591,6 +611,8 @@ class Runner:
             log(f"install failed: {exc}")
             return 1
         log(f"installed: {self.results['install'].get('vllm_version')}")
+        self.results["jit_cache"] = self.jit_cache()
+        log(f"JIT cache: {self.results['jit_cache']}")
         self.results["environment"] = self.environment()
         self.paths = write_models(self.plan)
         self.save()

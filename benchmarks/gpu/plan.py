@@ -54,11 +54,18 @@ ENVIRONMENT = {
     "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
     "VLLM_DISABLED_KERNELS": "MacheteLinearKernel",  # Ada emulation: AWQ on Marlin, as on an RTX 4090 or L40
     # vLLM 0.26's FlashAttention 2 library holds sm_80 code only, which the driver JIT-compiles on the
-    # H200 (sm_90): 43-52 s at the first FULL CUDA graph and ~70 s of warm-up in every bf16 start of the
-    # third loan, none of it on an Ada card (sm_89 runs sm_80 code). The driver's JIT cache did not keep
-    # it between starts at its default size; 4 GiB is its maximum. Not yet tried on the GPU.
+    # H200 (sm_90): 43-52 s at the first FULL CUDA graph and ~70 s of warm-up in every bf16 or fp16 start
+    # of the third loan, none of it on an Ada card (sm_89 runs sm_80 code). With the driver's JIT cache at
+    # its 4 GiB maximum the fourth loan kept it between starts: vLLM's bf16 defaults started in 102 s after
+    # a bf16 start had filled it, 252-274 s without it. See JIT_CACHE.
     "CUDA_CACHE_MAXSIZE": "4294967296",
 }
+# The driver's JIT cache as the fourth loan left it (`run.sh jit-cache save`: 123.9 MiB holding FlashAttention
+# 2 compiled for sm_90 in bf16 and fp16, driver 580.159.04, vLLM 0.26.0). The harness unpacks it into the
+# driver's cache folder before the first start, so no start of a loan pays the JIT; a driver or vLLM that
+# does not match simply compiles again (the driver keys its cache by both).
+JIT_CACHE = {"parts": ["docs/gpu/fourth-loan/jit-cache.part-00"],
+             "sha256": {"jit-cache.part-00": "d9a5a24da748d922cabef05e96be27a76dcbe66e8ec170167b5d48178d71c84f"}}
 # Ada emulation: FlashAttention 2, and with it Ada's choice of attention backend (see the docstring).
 ADA_ATTENTION = ["--attention-config", '{"flash_attn_version": 2}']
 HARNESS_ARGS = ["--load-format", "dummy", "--tokenizer", "{tokenizer}", "--host", "127.0.0.1", *ADA_ATTENTION]
@@ -180,10 +187,13 @@ AS_GUIDE = {"speculative": {"use_heterogeneous_vocab": None}}
 def build() -> dict:
     experiments: list[dict] = []
     # In priority order; the harness runs them in this order while they fit in a call and takes up the
-    # skipped ones in the next call. est_s: the longest measured start plus actions of the second and third
-    # loans (docs/gpu/results-call*.json, docs/gpu/third-loan/), with the stdlib generator's loads, rounded
-    # up; schedule() packs them. A bf16 KV cache (vLLM's defaults) starts in 275-300 s under the Ada
-    # emulation, an fp8 one (Triton attention) in 100-160 s: see ENVIRONMENT.
+    # skipped ones in the next call. est_s: the longest measured start plus actions of the second to fourth
+    # loans (docs/gpu/results-call*.json, docs/gpu/third-loan/, docs/gpu/fourth-loan/), with the stdlib
+    # generator's loads, rounded up; schedule() packs them. Starts with FlashAttention 2 (bf16 or fp16 KV)
+    # assume the carried JIT cache (JIT_CACHE): 102 s for vLLM's bf16 defaults in the fourth loan, against
+    # 252-364 s for a bf16 or fp16 start that compiled; fp8 starts (Triton attention) take 100-160 s. The
+    # L40 defaults' fp16 start with the cache is not measured yet: est_s 230 takes the 4090's saving of
+    # ~150 s off its 364 s start plus its load.
     dec = experiment("fid-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", HET_VOCAB, est_s=205,
                      note="use_heterogeneous_vocab: true, the correction")
     dec["actions"] = verify_actions(dec["name"], "rtx4090-7b-decode", dec["emulated_utilization"], True)
@@ -191,19 +201,19 @@ def build() -> dict:
     experiments.append(experiment("fid-l40-14b-decode", "L40", "l40-14b-decode", HET_VOCAB, est_s=165,
                                   note="use_heterogeneous_vocab: true, the correction"))
     experiments.append(experiment("fid-rtx4090-7b-awq", "RTX 4090", "rtx4090-7b-awq", actions=[SINGLE], est_s=150))
-    pre = experiment("fid-rtx4090-7b-prefill", "RTX 4090", "rtx4090-7b-prefill", est_s=180,
+    pre = experiment("fid-rtx4090-7b-prefill", "RTX 4090", "rtx4090-7b-prefill", est_s=190,
                      actions=[guide_load(64, 192, single=3)])
     pre["actions"].append(benchmark_action("rtx4090-7b-prefill", pre["emulated_utilization"]))
     experiments.append(pre)
     experiments.append(experiment("default-rtx4090-7b", "RTX 4090", None,
                                   {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
-                                  actions=[guide_load(64, 192)], est_s=315,
+                                  actions=[guide_load(64, 192)], est_s=140,
                                   note="vLLM 0.26 defaults for a GPU under 70 GiB"))
     experiments.append(experiment("fid-l40-14b-awq-prefill", "L40", "l40-14b-awq-prefill",
                                   actions=[guide_load(128, 256, single=3)], est_s=190))
     experiments.append(experiment("default-l40-14b-awq", "L40", None,
                                   {"model": "Qwen/Qwen2.5-14B-Instruct-AWQ", "quantization": "awq", **VLLM_DEFAULTS},
-                                  actions=[guide_load(128, 256)], est_s=350,
+                                  actions=[guide_load(128, 256)], est_s=230,
                                   note="vLLM 0.26 defaults for a GPU under 70 GiB"))
     experiments.append(experiment("fid-rtx4090-7b-prefix-heavy", "RTX 4090", "rtx4090-7b-prefix-heavy", est_s=110))
     # The decode profiles as the guide writes them: vLLM 0.26 refuses a draft whose vocab_size differs
@@ -211,15 +221,10 @@ def build() -> dict:
     experiments.append(experiment("refuse-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", AS_GUIDE,
                                   est_s=30, expect_refusal=True,
                                   note="as the guide writes it: draft and target vocab sizes differ"))
-    # Candidates where a shipped profile missed the goal (docs/gpu-results.md, section 4); optional: they run
-    # only when named with --only, since the plan above fills a loan. The 4090: the guide's load (64 x 1,536
-    # tokens = 98,304) fits a bf16 KV cache (118,624 tokens measured in the third loan), so fp8 buys no
-    # capacity there and cost 5.9 % throughput on Triton attention; a bf16 start takes ~300 s here, hence
-    # est_s. The L40 met the goal in the third loan; its candidate trades TTFT for ITL with a smaller budget.
+    # Candidates (optional: they run only when named with --only, since the plan above fills a loan). The
+    # 4090's bf16 candidate of the third and fourth loans met the goal and is now the shipped profile. The
+    # L40 met the goal in the third loan; its candidate trades TTFT for ITL with a smaller budget.
     for cand in (
-        experiment("cand-rtx4090-7b-prefill-kv-auto", "RTX 4090", "rtx4090-7b-prefill",
-                   {"kv_cache_dtype": "auto", "calculate_kv_scales": None},
-                   actions=[guide_load(64, 192, single=3)], est_s=375, note="candidate: bf16 KV cache"),
         experiment("cand-l40-14b-awq-prefill-8k", "L40", "l40-14b-awq-prefill", {"max_num_batched_tokens": 8192},
                    actions=[guide_load(128, 256)], est_s=190, note="candidate: 8,192 batched tokens"),
     ):
@@ -238,12 +243,14 @@ def build() -> dict:
         "date": DATE, "vllm_version": VLLM_VERSION, "host_gpu": H200, "cards": CARDS, "port": 8000,
         "environment": ENVIRONMENT, "harness_args": HARNESS_ARGS, "tokenizer_vocab_size": vocab,
         "vllm_defaults_small_gpu": VLLM_DEFAULTS, "models": models, "experiments": experiments,
+        "jit_cache": JIT_CACHE,
     }
 
 
-# Device time around the experiments, measured in the second and third loans: machine start and three
-# staging calls (~45-52 s), the install in the first run call (~23 s), a few seconds per call and between calls.
-STAGING_S, INSTALL_S, PER_CALL_S = 45, 25, 8
+# Device time around the experiments, measured in the second to fourth loans: machine start and three
+# staging calls (~45-52 s; the bundle now comes in five parts, so four), the install in the first run call
+# (~23 s, and the JIT cache's unpacking), a few seconds per call and between calls.
+STAGING_S, INSTALL_S, PER_CALL_S = 60, 30, 8
 
 
 def schedule(experiments: list[dict], budgets: tuple[float, ...] = (550.0, 560.0),

@@ -42,6 +42,8 @@ CAPACITY_KEYS = (
     "gpu_memory_bytes", "weights_bytes", "draft_weights_bytes", "kv_bytes_per_token", "kv_cache_bytes",
     "kv_cache_tokens", "max_concurrency_at_max_len", "decode_ceiling_tokens_per_s", "fits",
 )
+# Ada Lovelace (compute capability 8.9): no FlashAttention 3; where the kv_cache_dtype trade-off was measured.
+ADA_GPUS = re.compile(r"\b(RTX 40[5-9]0( Ti)?|L40S?|L4|L20|RTX (2000|4000|4500|5000|6000) Ada)\b", re.IGNORECASE)
 _HUMAN_INT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)\s*$")
 
 
@@ -387,6 +389,22 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
             f"preemptions; fix: max_num_seqs <= {kv_tokens // typical}, {fp8_fix}"
             + ("a quantized model or no draft model" if draft else "or a quantized model")
         )
+    # fp8 KV on Ada: vLLM 0.26 has no FlashAttention path for it there and runs it on Triton attention (FlashInfer
+    # where installed). Measured (docs/gpu-results.md, fourth loan): rtx4090-7b-prefill at 64 users x 1,536 tokens
+    # gave 8.4 % less output throughput with fp8 than with bf16 on FlashAttention 2. Where the bf16 cache holds
+    # max_num_seqs typical requests, fp8 buys nothing for that cost. Measured for bf16 models without a draft.
+    if (device == "gpu" and fits and kv_elem == 1 and not draft and act_bytes == 2
+            and not _runs_in_float16(arch, profile.get("dtype")) and ADA_GPUS.search(str(gpu["name"]))):
+        wide_tokens = max(kv_bytes, 0) // arch.kv_bytes_per_token(act_bytes, tp) // block * block
+        if wide_tokens >= seqs * typical:
+            warnings.append(
+                f"{host}: kv_cache_dtype={kv_dtype} buys no capacity here: a {act_bytes * 8}-bit cache would hold "
+                f"{wide_tokens:,} tokens, enough for max_num_seqs={seqs} requests of typical length {typical} "
+                f"({seqs * typical:,}); on {gpu['name']} (Ada) vLLM runs an fp8 cache on Triton attention, which "
+                "cost 8.4 % output throughput against bf16 on FlashAttention 2 (rtx4090-7b-prefill, "
+                "docs/gpu-results.md); fix: kv_cache_dtype: auto (calculate_kv_scales: null), or keep fp8 for "
+                f"more than {wide_tokens // typical} such requests"
+            )
 
 
 def cuda_graphs_reserved(version: str, spec: Mapping[str, Any], reserve: Mapping[str, Any]) -> bool:

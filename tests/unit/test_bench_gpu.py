@@ -204,8 +204,10 @@ def test_plan_renders_0_26_arguments_and_predictions():
     plan = plan_mod.build()
     names = [e["name"] for e in plan["experiments"] if not e.get("optional")]
     assert names[:2] == ["fid-rtx4090-7b-decode", "fid-l40-14b-decode"] and names[-1] == "refuse-rtx4090-7b-decode"
-    assert [e["name"] for e in plan["experiments"] if e.get("optional")] == [
-        "cand-rtx4090-7b-prefill-kv-auto", "cand-l40-14b-awq-prefill-8k"]
+    assert [e["name"] for e in plan["experiments"] if e.get("optional")] == ["cand-l40-14b-awq-prefill-8k"]
+    # the JIT cache the fourth loan saved is in the repo as the plan names it
+    (part,) = plan["jit_cache"]["parts"]
+    assert bundle.sha256(ROOT / part) == plan["jit_cache"]["sha256"][Path(part).name]
     assert len(names) == 9 and {e["profile"] for e in plan["experiments"]} >= {
         "rtx4090-7b-decode", "rtx4090-7b-prefill", "rtx4090-7b-awq", "rtx4090-7b-prefix-heavy", "l40-14b-decode",
         "l40-14b-awq-prefill"}  # every shipped GPU profile
@@ -327,7 +329,7 @@ def fake_site(tmp_path, monkeypatch):
 
 def test_whole_run_against_a_stand_in(fake_site, tmp_path):
     plan = plan_mod.build()
-    keep = {"refuse-rtx4090-7b-decode", "fid-rtx4090-7b-prefill", "cand-rtx4090-7b-prefill-kv-auto"}
+    keep = {"refuse-rtx4090-7b-decode", "fid-rtx4090-7b-prefill", "cand-l40-14b-awq-prefill-8k"}
     plan["experiments"] = [e for e in plan["experiments"] if e["name"] in keep]
     for exp in plan["experiments"]:
         exp["actions"] = [a for a in exp["actions"] if a["kind"] == "fleet"]
@@ -351,7 +353,9 @@ def test_whole_run_against_a_stand_in(fake_site, tmp_path):
     assert refused["reason"].startswith("ValueError: Target and draft model should have the same vocabulary size")
     assert served["status"] == "ran" and served["cache_config"]["kv_cache_size_tokens"] == "219712"
     assert served["memory"]["kv_tokens"] == 219712.0
-    assert served["jit_cache_mib"] == {"before": 3.0, "after_start": 3.0}
+    # the plan's JIT cache (the fourth loan's, 123.9 MiB) was unpacked beside what the folder held, once
+    assert results["jit_cache"]["restored"] and results["jit_cache"]["mib"] >= 3.0 + 123.9
+    assert served["jit_cache_mib"] == {"before": results["jit_cache"]["mib"], "after_start": results["jit_cache"]["mib"]}
     (load,) = served["actions"]
     assert load["name"] == "guide-64u" and load["returncode"] == 0, load
     assert load["argv"][:3] == ["python3", "-m", "vllm_fleet.bench"]
@@ -504,6 +508,33 @@ def test_summary_of_the_third_loan():
     (rtx,) = [c for c in summary["comparisons"] if c["card"] == "RTX 4090"]
     assert rtx["verdict"] == "not compared" and "default-rtx4090-7b start" in rtx["why"]
     assert [v["as_expected"] for v in summary["verification"]] == [True, True]
+
+
+def test_summary_of_the_fourth_loan():
+    """docs/gpu/fourth-loan: the 4090 with a bf16 KV cache (now the shipped rtx4090-7b-prefill) against vLLM's
+    defaults and against the guide's fp8 cache, in one loan with one tool; the JIT cache kept between starts."""
+    summarize = _load("summarize")
+    folder = ROOT / "docs" / "gpu" / "fourth-loan"
+    plan = json.loads((folder / "experiments.json").read_text())
+    summary = summarize.summarise(plan, summarize.load_results(folder))
+    assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
+    verdicts = {c["tuned"]: c["verdict"] for c in summary["comparisons"] if c["card"] == "RTX 4090"}
+    assert verdicts == {"cand-rtx4090-7b-prefill-kv-auto": "goal met", "fid-rtx4090-7b-prefill": "goal not met"}
+    rows = {r["experiment"]: r for r in summary["fidelity"]}
+    bf16 = rows["cand-rtx4090-7b-prefill-kv-auto"]
+    assert (bf16["engine_kv_tokens"], bf16["planner_card_tokens"]) == (118_624, 119_744)  # the third loan's, again
+    assert rows["fid-rtx4090-7b-prefill"]["engine_kv_tokens"] == 236_080
+    # the defaults ran twice: the second start found vLLM's compile cache and sized a larger KV cache
+    (repeat,) = summary["repeats"]
+    assert (repeat["experiment"], repeat["call"], repeat["engine_kv_tokens"]) == ("default-rtx4090-7b", 2, 120_160)
+    assert rows["default-rtx4090-7b"]["engine_kv_tokens"] == 134_256
+    assert rows["default-rtx4090-7b"]["memory"]["usage_activation_gib"] == 0.29
+    # the driver's JIT cache: filled by the first bf16 start, kept for the next ones (start 102 s, not ~300 s)
+    results = {(r["_call"], r["name"]): r for r in summarize.load_results(folder)}
+    assert results[(1, "cand-rtx4090-7b-prefill-kv-auto")]["jit_cache_mib"] == {"before": 0.0, "after_start": 54.8}
+    warm = results[(2, "default-rtx4090-7b")]
+    assert warm["jit_cache_mib"] == {"before": 54.8, "after_start": 54.8} and warm["start_s"] < 110
+    assert results[(4, "default-rtx4090-7b")]["start_s"] > 250  # restored into the wrong folder: compiled again
 
 
 def test_summary_of_the_first_loan_is_kept():
