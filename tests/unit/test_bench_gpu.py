@@ -542,7 +542,7 @@ def test_the_carried_jit_cache_was_taken_by_the_driver():
     """docs/gpu/fifth-loan: a fresh machine, the fourth loan's JIT cache unpacked by the harness before the
     start of vLLM's bf16 4090 defaults. The driver compiled nothing (the cache did not grow) and the FULL CUDA
     graphs took 4 s, against 139 s when it compiled (fourth loan, call 4). The start ran past the 110 s bound
-    that the loan's last 220 s of device time allowed, after sizing its cache (start-up log)."""
+    that the session's last device time allowed, after sizing its cache (start-up log)."""
     summarize = _load("summarize")
     folder = ROOT / "docs" / "gpu" / "fifth-loan"
     results = json.loads((folder / "results-call1.json").read_text())
