@@ -2,6 +2,7 @@
 """Device-side runner of the real-GPU experiments (the lent H200 host; see docs/gpu-results.md).
 
     harness.py stage                          copy the carried .gpu/part-NN into /tmp/gpu-bundle/parts
+    harness.py jit-cache save|restore         pack the driver's JIT cache into $OUT, or unpack the plan's
     harness.py run --call N [--only A,B]      install if needed, build the dummy models, run the plan's
                                               experiments not yet done on this machine, in order, while
                                               they fit in the call's budget; results into $OUT
@@ -9,7 +10,8 @@
 What `run` does, in order, writing $OUT/results-callN.json and $OUT/raw-callN.tar.gz after every
 experiment (so a call stopped at its limit still returns what it measured):
 1. assembles the bundle (bundle.py: sha256 of every part and of the joined file) and installs it with
-   `pip install --no-deps --no-index --target` into /tmp/gpu-site/{vllm,ansible} (once per machine);
+   `pip install --no-deps --no-index --target` into /tmp/gpu-site/{vllm,ansible} (once per machine), and
+   unpacks the plan's carried CUDA JIT cache where the driver looks (once per machine; plan.py JIT_CACHE);
 2. writes one folder per catalogue model holding only config.json (the planner's catalogue values:
    real dimensions, served with --load-format dummy) and one WordLevel tokenizer folder (GPU-HOST.md);
 3. per experiment: starts `vllm serve` with the plan's exact arguments, waits for /health or for the
@@ -297,6 +299,26 @@ def restore_jit_cache(env: dict, parts: list[Path]) -> Path:
     return root
 
 
+def restore_planned_jit_cache(plan: dict, env: dict) -> dict:
+    """Unpack the plan's carried JIT cache (plan.py JIT_CACHE) into the driver's cache folder, once per
+    machine, after checking each part's sha256; a part that is missing or damaged is reported, not fatal
+    (the starts then compile, and take longer)."""
+    spec = plan.get("jit_cache") or {}
+    marker = jit_cache_dir(env) / ".restored-by-harness"
+    if not spec.get("parts"):
+        return {"restored": False, "why": "the plan carries none", "mib": jit_cache_mib(env)}
+    if marker.exists():
+        return {"restored": True, "why": "earlier on this machine", "mib": jit_cache_mib(env)}
+    parts = [REPO / name for name in spec["parts"]]
+    bad = [q.name for q in parts if not q.exists() or bundle.sha256(q) != spec["sha256"].get(q.name)]
+    if bad:
+        return {"restored": False, "why": f"missing or damaged: {bad}", "mib": jit_cache_mib(env)}
+    t0 = time.time()
+    restore_jit_cache(env, parts)
+    marker.write_text(json.dumps(spec["sha256"]))
+    return {"restored": True, "seconds": round(time.time() - t0, 1), "mib": jit_cache_mib(env)}
+
+
 def gpu_used_mib() -> int | None:
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
@@ -377,24 +399,7 @@ class Runner:
         return info
 
     def jit_cache(self) -> dict:
-        """Unpack the plan's carried JIT cache (plan.py JIT_CACHE) into the driver's cache folder, once per
-        machine, after checking each part's sha256; a part that is missing or damaged is reported, not fatal
-        (the starts then compile, and take longer)."""
-        spec = self.plan.get("jit_cache") or {}
-        env = self.env()
-        marker = jit_cache_dir(env) / ".restored-by-harness"
-        if not spec.get("parts"):
-            return {"restored": False, "why": "the plan carries none", "mib": jit_cache_mib(env)}
-        if marker.exists():
-            return {"restored": True, "why": "earlier on this machine", "mib": jit_cache_mib(env)}
-        parts = [REPO / name for name in spec["parts"]]
-        bad = [q.name for q in parts if not q.exists() or bundle.sha256(q) != spec["sha256"].get(q.name)]
-        if bad:
-            return {"restored": False, "why": f"missing or damaged: {bad}", "mib": jit_cache_mib(env)}
-        t0 = time.time()
-        restore_jit_cache(env, parts)
-        marker.write_text(json.dumps(spec["sha256"]))
-        return {"restored": True, "seconds": round(time.time() - t0, 1), "mib": jit_cache_mib(env)}
+        return restore_planned_jit_cache(self.plan, self.env())
 
     def environment(self) -> dict:
         def run(cmd: list[str], env: dict | None = None) -> str:
@@ -646,6 +651,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("stage", help="copy the carried parts into /tmp (kept while the machine stays warm)")
     j = sub.add_parser("jit-cache", help="save the driver's JIT cache into --out, or restore carried parts")
     j.add_argument("action", choices=("save", "restore"))
+    j.add_argument("--plan", type=Path, default=HERE / "experiments.json", help="restore: the cache it names")
     j.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/gpu-out")))
     r = sub.add_parser("run")
     r.add_argument("--plan", type=Path, default=HERE / "experiments.json")
@@ -663,12 +669,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"JIT cache {jit_cache_mib(env)} MiB packed into {len(parts)} part(s): "
                 + ", ".join(f"{q.name} {q.stat().st_size / 2**20:.1f} MiB" for q in parts))
             return 0
-        parts = sorted((REPO / ".gpu").glob("jit-cache.part-*"))
-        if not parts:
-            log("no jit-cache.part-* carried: the first FlashAttention 2 start of each dtype JIT-compiles")
-            return 0
-        root = restore_jit_cache(env, parts)
-        log(f"JIT cache restored into {root}: {jit_cache_mib(env)} MiB")
+        log(f"JIT cache: {restore_planned_jit_cache(json.loads(args.plan.read_text()), env)}")
         return 0
     if args.cmd == "stage":
         dest = BUNDLE_DIR / "parts"

@@ -5,7 +5,7 @@
 #   benchmarks/gpu/run.sh run N [ARGS]     install if needed, run the experiments not done yet (ARGS:
 #                                          harness.py run options, e.g. --budget-s 540 --only NAME,NAME)
 #   benchmarks/gpu/run.sh jit-cache save   pack the driver's JIT cache into $OUT/jit-cache.part-NN (last call)
-#   benchmarks/gpu/run.sh jit-cache restore   unpack carried .gpu/jit-cache.part-NN (with a stage call)
+#   benchmarks/gpu/run.sh jit-cache restore   unpack the plan's JIT cache now (`run` does it before its first start)
 # Writes into $OUT (at most 4 files): stage.log, log-callN.txt, results-callN.json, raw-callN.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."

@@ -402,6 +402,25 @@ def test_jit_cache_saved_in_returnable_parts_and_restored(tmp_path):
         assert harness.jit_cache_mib(env) == 3.0 and not list(target.parent.glob("*.tar.xz"))
 
 
+def test_planned_jit_cache_is_checked_and_unpacked_once(tmp_path):
+    """The harness unpacks the plan's JIT cache only when every part has its sha256, and once per machine."""
+    source = tmp_path / "cache"
+    source.mkdir()
+    (source / "entry").write_bytes(b"sass" * 1000)
+    out = tmp_path / "out"
+    out.mkdir()
+    (part,) = harness.save_jit_cache({"CUDA_CACHE_PATH": str(source)}, out)
+    env = {"CUDA_CACHE_PATH": str(tmp_path / "driver")}
+    damaged = {"jit_cache": {"parts": [str(part)], "sha256": {part.name: "0" * 64}}}
+    assert harness.restore_planned_jit_cache(damaged, env) == {
+        "restored": False, "why": "missing or damaged: ['jit-cache.part-00']", "mib": 0.0}
+    plan = {"jit_cache": {"parts": [str(part)], "sha256": {part.name: bundle.sha256(part)}}}
+    first = harness.restore_planned_jit_cache(plan, env)
+    assert first["restored"] and (tmp_path / "driver" / "entry").read_bytes() == b"sass" * 1000
+    assert harness.restore_planned_jit_cache(plan, env)["why"] == "earlier on this machine"
+    assert harness.restore_planned_jit_cache({}, env)["why"] == "the plan carries none"
+
+
 def test_a_slow_start_is_a_start_timeout_not_a_refusal(fake_site, tmp_path, monkeypatch):
     """The third loan's bf16 4090 profile was still capturing CUDA graphs when the 300 s bound ran out; the
     harness stopped it and, since vLLM exits cleanly on SIGTERM, called it refused. Now it is a start-timeout."""
