@@ -2,7 +2,7 @@
 """Device-side runner of the real-GPU experiments (the lent H200 host; see docs/gpu-results.md).
 
     harness.py stage                          copy the carried .gpu/part-NN into /tmp/gpu-bundle/parts
-    harness.py jit-cache save|restore         pack the driver's JIT cache into $OUT, or unpack the plan's
+    harness.py jit-cache-save                 pack the driver's JIT cache into $OUT (`run` unpacks the plan's)
     harness.py run --call N [--only A,B]      install if needed, build the dummy models, run the plan's
                                               experiments not yet done on this machine, in order, while
                                               they fit in the call's budget; results into $OUT
@@ -398,9 +398,6 @@ class Runner:
         marker.write_text(json.dumps(info))
         return info
 
-    def jit_cache(self) -> dict:
-        return restore_planned_jit_cache(self.plan, self.env())
-
     def environment(self) -> dict:
         def run(cmd: list[str], env: dict | None = None) -> str:
             try:
@@ -616,7 +613,7 @@ class Runner:
             log(f"install failed: {exc}")
             return 1
         log(f"installed: {self.results['install'].get('vllm_version')}")
-        self.results["jit_cache"] = self.jit_cache()
+        self.results["jit_cache"] = restore_planned_jit_cache(self.plan, self.env())
         log(f"JIT cache: {self.results['jit_cache']}")
         self.results["environment"] = self.environment()
         self.paths = write_models(self.plan)
@@ -649,9 +646,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("stage", help="copy the carried parts into /tmp (kept while the machine stays warm)")
-    j = sub.add_parser("jit-cache", help="save the driver's JIT cache into --out, or restore carried parts")
-    j.add_argument("action", choices=("save", "restore"))
-    j.add_argument("--plan", type=Path, default=HERE / "experiments.json", help="restore: the cache it names")
+    j = sub.add_parser("jit-cache-save", help="pack the driver's JIT cache into --out for a later loan to carry")
     j.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/gpu-out")))
     r = sub.add_parser("run")
     r.add_argument("--plan", type=Path, default=HERE / "experiments.json")
@@ -661,15 +656,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--only", default="", help="comma-separated experiment names (default: every one not done "
                    "on this machine yet, in the plan's order)")
     args = parser.parse_args(argv)
-    if args.cmd == "jit-cache":
+    if args.cmd == "jit-cache-save":
         env = dict(os.environ)
-        if args.action == "save":
-            args.out.mkdir(parents=True, exist_ok=True)
-            parts = save_jit_cache(env, args.out)
-            log(f"JIT cache {jit_cache_mib(env)} MiB packed into {len(parts)} part(s): "
-                + ", ".join(f"{q.name} {q.stat().st_size / 2**20:.1f} MiB" for q in parts))
-            return 0
-        log(f"JIT cache: {restore_planned_jit_cache(json.loads(args.plan.read_text()), env)}")
+        args.out.mkdir(parents=True, exist_ok=True)
+        parts = save_jit_cache(env, args.out)
+        log(f"JIT cache {jit_cache_mib(env)} MiB packed into {len(parts)} part(s): "
+            + ", ".join(f"{q.name} {q.stat().st_size / 2**20:.1f} MiB" for q in parts))
         return 0
     if args.cmd == "stage":
         dest = BUNDLE_DIR / "parts"

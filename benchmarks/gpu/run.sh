@@ -4,8 +4,8 @@
 #                                          into /tmp, print the host's GPU and Python (first call)
 #   benchmarks/gpu/run.sh run N [ARGS]     install if needed, run the experiments not done yet (ARGS:
 #                                          harness.py run options, e.g. --budget-s 540 --only NAME,NAME)
-#   benchmarks/gpu/run.sh jit-cache save   pack the driver's JIT cache into $OUT/jit-cache.part-NN (last call)
-#   benchmarks/gpu/run.sh jit-cache restore   unpack the plan's JIT cache now (`run` does it before its first start)
+#   benchmarks/gpu/run.sh jit-cache save   pack the driver's JIT cache into $OUT/jit-cache.part-NN (last call;
+#                                          `run` unpacks the one the plan names before its first start)
 # Writes into $OUT (at most 4 files): stage.log, log-callN.txt, results-callN.json, raw-callN.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,10 +27,11 @@ case ${1:-} in
     python3 benchmarks/gpu/harness.py run --call "$call" --out "$OUT" "$@" 2>&1 | tee "$OUT/log-call$call.txt"
     ;;
   jit-cache)
-    python3 benchmarks/gpu/harness.py jit-cache "${2:?save or restore}" --out "$OUT" 2>&1 | tee -a "$OUT/stage.log"
+    [[ ${2:-} == save ]] || { echo "usage: $0 jit-cache save" >&2; exit 2; }
+    python3 benchmarks/gpu/harness.py jit-cache-save --out "$OUT" 2>&1 | tee -a "$OUT/stage.log"
     ;;
   *)
-    echo "usage: $0 stage | run N [harness.py run options] | jit-cache save|restore" >&2
+    echo "usage: $0 stage | run N [harness.py run options] | jit-cache save" >&2
     exit 2
     ;;
 esac
