@@ -436,7 +436,8 @@ class Runner:
         base = f"http://127.0.0.1:{self.port}"
         # vLLM's defaults and other bf16 caches under FlashAttention 2 start in 275-300 s here (FULL CUDA
         # graphs: 46-52 s for each of the first sizes), so the bound is well above that (third loan).
-        timeout = min(exp.get("start_timeout_s", START_TIMEOUT_S), max(self.left() - 20, 30))
+        own_bound = exp.get("start_timeout_s", START_TIMEOUT_S)
+        timeout = min(own_bound, max(self.left() - 20, 30))
         healthy = False
         while time.time() - t0 < timeout:
             if proc.poll() is not None:
@@ -459,6 +460,8 @@ class Runner:
             if timed_out:
                 rec["reason"] = f"not healthy after {rec['start_s']} s (the start bound); still starting"
                 rec["status"] = "start-timeout"
+                # a bound the call's remaining time cut short: the next call on this machine tries again
+                rec["budget_cut"] = timeout < own_bound
             else:
                 rec["reason"] = refusal_reason(text) or f"exited (rc {proc.returncode}) after {rec['start_s']} s"
                 rec["status"] = "refused"
@@ -633,7 +636,7 @@ class Runner:
             log(f"  -> {rec['status']} {rec.get('reason', '')} start {rec.get('start_s')} s "
                 f"kv_tokens {rec.get('cache_config', {}).get('kv_cache_size_tokens')}")
             self.results["experiments"].append(rec)
-            if rec["status"] != "skipped":  # a later call on this machine takes up what did not fit
+            if rec["status"] != "skipped" and not rec.get("budget_cut"):  # a later call takes up what did not fit
                 done[exp["name"]] = {"call": self.call, "status": rec["status"]}
                 done_file.write_text(json.dumps(done, indent=1))
             self.save()
