@@ -421,21 +421,27 @@ def test_planned_jit_cache_is_checked_and_unpacked_once(tmp_path):
     assert harness.restore_planned_jit_cache({}, env)["why"] == "the plan carries none"
 
 
-def test_a_slow_start_is_a_start_timeout_not_a_refusal(fake_site, tmp_path, monkeypatch):
-    """The third loan's bf16 4090 profile was still capturing CUDA graphs when the 300 s bound ran out; the
-    harness stopped it and, since vLLM exits cleanly on SIGTERM, called it refused. Now it is a start-timeout."""
+def _slow_start(fake_site: Path, tmp_path: Path, name: str, budget_s: int, **update) -> dict:
+    """One experiment of the plan run by the harness against a stand-in that never turns healthy; its record."""
     plan = plan_mod.build()
-    plan["experiments"] = [e for e in plan["experiments"] if e["name"] == "fid-rtx4090-7b-prefill"]
-    plan["experiments"][0].update(start_timeout_s=4, actions=[])
+    plan["experiments"] = [e for e in plan["experiments"] if e["name"] == name]
+    plan["experiments"][0].update(actions=[], **update)
     plan["port"] = 19000 + os.getpid() % 1000
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(json.dumps(plan))
     out = tmp_path / "out"
     env = dict(os.environ, GPU_HARNESS_TMP=str(fake_site), OUT=str(out), FAKE_SLOW_START="1")
     proc = subprocess.run([sys.executable, str(GPU / "harness.py"), "run", "--plan", str(plan_file), "--call", "1",
-                           "--budget-s", "300"], env=env, capture_output=True, text=True, timeout=120)
+                           "--budget-s", str(budget_s)], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (rec,) = json.loads((out / "results-call1.json").read_text())["experiments"]
+    return rec
+
+
+def test_a_slow_start_is_a_start_timeout_not_a_refusal(fake_site, tmp_path):
+    """The third loan's bf16 4090 profile was still capturing CUDA graphs when the 300 s bound ran out; the
+    harness stopped it and, since vLLM exits cleanly on SIGTERM, called it refused. Now it is a start-timeout."""
+    rec = _slow_start(fake_site, tmp_path, "fid-rtx4090-7b-prefill", 300, start_timeout_s=4)
     assert rec["status"] == "start-timeout" and not rec["expected"], rec
     assert rec["reason"].startswith("not healthy after") and "ulimit" not in rec["reason"]
     assert 4 <= rec["start_s"] < 30
@@ -449,19 +455,8 @@ def test_a_start_cut_short_by_the_call_is_tried_again(fake_site, tmp_path):
     """The sixth loan's prefix-heavy profile started with 117 s left in its call, got a 98 s bound and was still
     warming up when it ran out; the harness marked it done, so the next call skipped it. A start whose bound
     the call's remaining time cut below the experiment's own is now left for the next call."""
-    plan = plan_mod.build()
-    plan["experiments"] = [e for e in plan["experiments"] if e["name"] == "fid-rtx4090-7b-prefix-heavy"]
-    plan["experiments"][0].update(start_timeout_s=60, est_s=1, actions=[])
-    plan["port"] = 19000 + os.getpid() % 1000
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps(plan))
-    out = tmp_path / "out"
-    env = dict(os.environ, GPU_HARNESS_TMP=str(fake_site), OUT=str(out), FAKE_SLOW_START="1")
     # 40 s of budget: the bound is max(40 - 20, 30) = 30 s, under the experiment's own 60 s
-    proc = subprocess.run([sys.executable, str(GPU / "harness.py"), "run", "--plan", str(plan_file), "--call", "1",
-                           "--budget-s", "40"], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (rec,) = json.loads((out / "results-call1.json").read_text())["experiments"]
+    rec = _slow_start(fake_site, tmp_path, "fid-rtx4090-7b-prefix-heavy", 40, start_timeout_s=60, est_s=1)
     assert rec["status"] == "start-timeout" and rec["budget_cut"] and 30 <= rec["start_s"] < 45, rec
     done = fake_site / "gpu-work" / "done.json"
     assert not done.exists() or "fid-rtx4090-7b-prefix-heavy" not in json.loads(done.read_text())
