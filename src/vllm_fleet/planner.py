@@ -43,6 +43,7 @@ CAPACITY_KEYS = (
     "kv_cache_tokens", "max_concurrency_at_max_len", "decode_ceiling_tokens_per_s", "fits",
 )
 # Ada Lovelace (compute capability 8.9): no FlashAttention 3; where the kv_cache_dtype trade-off was measured.
+# By name only when vllm_gpu carries no compute_cap (a group's assumption written before it had one; see is_ada).
 ADA_GPUS = re.compile(r"\b(RTX 40[5-9]0( Ti)?|L40S?|L4|L20|RTX (2000|4000|4500|5000|6000) Ada)\b", re.IGNORECASE)
 _HUMAN_INT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)\s*$")
 
@@ -141,7 +142,20 @@ def _validate_gpu(host: str, gpu: Any) -> list[str]:
         elif not profiles._kind(value, kind) or (kind != "str" and (value < 0 if cpu and key == "count" else value <= 0)):
             wanted = {"str": "a name", "int": "a positive integer", "number": "a positive number"}[kind]
             errors.append(f"{host}: vllm_gpu.{key}={value!r} must be {wanted}; {fix}")
+    cap = gpu.get("compute_cap")
+    if cap not in (None, "") and (isinstance(cap, bool) or not re.fullmatch(r"\d+\.\d+", str(cap))):
+        errors.append(f"{host}: vllm_gpu.compute_cap={cap!r} must be a compute capability such as \"8.9\" (a quoted "
+                      "string; nvidia-smi --query-gpu=compute_cap prints it), or be left out")
     return errors
+
+
+def is_ada(gpu: Mapping[str, Any]) -> bool:
+    """Whether vllm_gpu is an Ada card (compute capability 8.9): by the compute capability the nvidia_driver role
+    detects (or the group sets), else, for a plan made before detection without it, by the card's name."""
+    cap = gpu.get("compute_cap")
+    if cap not in (None, ""):
+        return str(cap) == "8.9"
+    return bool(ADA_GPUS.search(str(gpu.get("name", ""))))
 
 
 def _positive_int(host: str, name: str, value: Any) -> list[str]:
@@ -394,7 +408,7 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
     # gave 8.4 % less output throughput with fp8 than with bf16 on FlashAttention 2. Where the bf16 cache holds
     # max_num_seqs typical requests, fp8 buys nothing for that cost. Measured for bf16 models without a draft.
     if (device == "gpu" and fits and kv_elem == 1 and not draft and act_bytes == 2
-            and not _runs_in_float16(arch, profile.get("dtype")) and ADA_GPUS.search(str(gpu["name"]))):
+            and not _runs_in_float16(arch, profile.get("dtype")) and is_ada(gpu)):
         wide_tokens = max(kv_bytes, 0) // arch.kv_bytes_per_token(act_bytes, tp) // block * block
         if wide_tokens >= seqs * typical:
             warnings.append(

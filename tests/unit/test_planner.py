@@ -509,6 +509,25 @@ def test_fp8_kv_on_ada_that_buys_no_capacity_is_flagged():
     assert not any("buys no capacity" in w for w in plan("l40-14b-awq-prefill", gpu=L40)["warnings"])
 
 
+def test_ada_is_told_by_the_detected_compute_capability_before_the_name():
+    """The nvidia_driver role publishes the detected compute capability in vllm_gpu; the Ada rule reads it, and
+    falls back to the card's name only for a vllm_gpu without one (a group's assumption)."""
+    fp8 = {"kv_cache_dtype": "fp8", "calculate_kv_scales": True}
+    load = {"vllm_typical_prompt_tokens": 1024, "vllm_typical_output_tokens": 512}
+
+    def flagged(gpu):
+        return any("buys no capacity" in w for w in plan("rtx4090-7b-prefill", fp8, gpu=gpu, **load)["warnings"])
+
+    unnamed_ada = dict(RTX4090, name="NVIDIA RTX 5880 Ada Generation", compute_cap="8.9")  # not in ADA_GPUS
+    assert not planner.ADA_GPUS.search(unnamed_ada["name"]) and flagged(unnamed_ada)
+    assert flagged(dict(RTX4090, compute_cap=8.9))  # an unquoted YAML number reads the same
+    assert not flagged(dict(RTX4090, compute_cap="9.0"))  # the detected capability wins over the name
+    assert flagged(RTX4090) and flagged(dict(RTX4090, compute_cap=""))  # none known: by name
+    (error,) = plan("rtx4090-7b-prefill", gpu=dict(RTX4090, compute_cap="Ada"))["errors"]
+    assert error == ("h1: vllm_gpu.compute_cap='Ada' must be a compute capability such as \"8.9\" (a quoted string; "
+                     "nvidia-smi --query-gpu=compute_cap prints it), or be left out")
+
+
 def test_draft_with_another_vocab_size_is_refused_as_vllm_refuses_it():
     """vLLM 0.26.0 on the H200 (docs/gpu-results.md) refused the guide's decode profile: "Target and draft
     model should have the same vocabulary size. Target model vocab_size=152064. Draft model vocab_size=151936."

@@ -26,7 +26,8 @@ def test_present_host_facts_come_from_the_replayed_h200(host):
     assert found["nvidia_driver_detected"] is True
     assert found["nvidia_driver_secure_boot"] is False
     # The detected card replaces the group's assumption (the host sits in l40_nodes).
-    assert found["vllm_gpu"] == {"name": "NVIDIA H200", "memory_mib": 143771, "count": 1, "bandwidth_gb_s": 4800}
+    assert found["vllm_gpu"] == {"name": "NVIDIA H200", "memory_mib": 143771, "count": 1, "bandwidth_gb_s": 4800,
+                                 "compute_cap": "9.0"}
     gpu = found["nvidia_driver_gpu"]
     assert gpu["name"] == "NVIDIA H200"
     assert gpu["compute_cap"] == "9.0"
