@@ -254,9 +254,9 @@ def build() -> dict:
     }
 
 
-# Device time around the experiments, measured in the second to fourth loans: machine start and three
-# staging calls (~45-52 s; the bundle now comes in five parts, so four), the install in the first run call
-# (~23 s, and the JIT cache's unpacking), a few seconds per call and between calls.
+# Device time around the experiments, measured in the second to sixth loans: the machine start and the
+# staging calls (45-52 s; the sixth loan's four, the fifth part riding with the first run call), the install
+# in the first run call (20-25 s, and 1.7 s to unpack the JIT cache), a few seconds per call and between calls.
 STAGING_S, INSTALL_S, PER_CALL_S = 60, 30, 8
 
 

@@ -67,7 +67,7 @@ def _known_failure(host: str, gpu: Mapping[str, Any], version: str, arch: catalo
     warnings: list[str] = []
     kv = profile.get("kv_cache_dtype", "auto")
     for failure in known_failures():
-        if not re.search(failure["gpu_name"], str(gpu.get("name", "")), re.IGNORECASE):
+        if not gpu_is(gpu, failure["compute_cap"], failure["gpu_name"]):
             continue
         if failure["model_dtype"] == "float16" and not _runs_in_float16(arch, profile.get("dtype")):
             continue
@@ -149,13 +149,19 @@ def _validate_gpu(host: str, gpu: Any) -> list[str]:
     return errors
 
 
-def is_ada(gpu: Mapping[str, Any]) -> bool:
-    """Whether vllm_gpu is an Ada card (compute capability 8.9): by the compute capability the nvidia_driver role
-    detects (or the group sets), else, for a plan made before detection without it, by the card's name."""
+def gpu_is(gpu: Mapping[str, Any], compute_cap: str, name: str | re.Pattern) -> bool:
+    """Whether vllm_gpu is of the given compute capability: by the one the nvidia_driver role detects (or the
+    group sets), else, for a vllm_gpu without it (a group's assumption), by the card's name (a regex)."""
     cap = gpu.get("compute_cap")
     if cap not in (None, ""):
-        return str(cap) == "8.9"
-    return bool(ADA_GPUS.search(str(gpu.get("name", ""))))
+        return str(cap) == compute_cap
+    pattern = name if isinstance(name, re.Pattern) else re.compile(name, re.IGNORECASE)
+    return bool(pattern.search(str(gpu.get("name", ""))))
+
+
+def is_ada(gpu: Mapping[str, Any]) -> bool:
+    """Whether vllm_gpu is an Ada card (compute capability 8.9)."""
+    return gpu_is(gpu, "8.9", ADA_GPUS)
 
 
 def _positive_int(host: str, name: str, value: Any) -> list[str]:

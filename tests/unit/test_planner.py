@@ -562,6 +562,11 @@ def test_float16_model_with_fp8_kv_on_hopper_is_refused_where_vllm_crashed():
                 version="0.26.0")["errors"] == []
     assert plan("rtx4090-7b-prefill", gpu=H200, version="0.26.0")["errors"] == []   # bf16 model: FA3 takes fp8
     assert plan("rtx4090-7b-awq", version="0.26.0")["errors"] == []                 # Ada: no FlashAttention 3
+    # the detected compute capability decides before the name: Hopper (9.0) under a name the regex misses
+    # is refused, an Ada card (8.9) is not
+    assert plan("rtx4090-7b-awq", gpu=dict(H200, name="NVIDIA Hopper Sample", compute_cap="9.0"),
+                version="0.26.0")["errors"]
+    assert plan("rtx4090-7b-awq", gpu=dict(RTX4090, compute_cap="8.9"), version="0.26.0")["errors"] == []
 
 
 @pytest.mark.parametrize("name,hopper", [
