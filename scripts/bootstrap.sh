@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up everything the controller needs, idempotently, on a fresh Debian 12 machine:
-#   1. apt packages (podman, runc, debootstrap, promtool)
+#   1. apt packages (podman with the netavark network backend, runc, debootstrap, promtool)
 #   2. .venv: pinned ansible-core and tools (requirements/controller.txt) + this repo's vllm_fleet package
 #   3. collections from requirements.yml (Galaxy, else the copies bundled in PyPI's `ansible` wheel)
 #   4. the Podman configuration for this machine kind and the Debian 12 systemd base image
@@ -14,7 +14,10 @@ source scripts/env.sh
 phase() { printf '\n=== bootstrap: %s\n' "$*"; PHASE_START=$SECONDS; }
 done_phase() { printf '=== bootstrap: done in %ss\n' "$((SECONDS - PHASE_START))"; }
 
-APT_PACKAGES=(podman runc debootstrap uidmap prometheus)
+# netavark + aardvark-dns: with --no-install-recommends podman brings the CNI backend, whose --internal
+# network bridge gets no IPv4 address, so this machine has no route to the lab network. netavark 1.4 runs
+# iptables for every network it sets up ("netavark: No such file or directory" without it).
+APT_PACKAGES=(podman netavark aardvark-dns iptables runc debootstrap uidmap prometheus)
 phase "apt packages: ${APT_PACKAGES[*]}"
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -51,6 +54,9 @@ done_phase
 phase "podman configuration and base image ($LAB_IMAGE)"
 mkdir -p "$(dirname "$CONTAINERS_CONF")"
 cp scripts/containers.conf "$CONTAINERS_CONF"
+# Podman fixes its network backend when it first runs: a machine whose podman already ran with CNI keeps it
+# until `podman system reset`. Say so here rather than fail later with a lab that cannot be reached.
+scripts/check-podman-network.sh
 if [[ ${1:-} != --no-image ]]; then
   scripts/build-image.sh
 fi
