@@ -56,7 +56,7 @@ mkdir -p "$(dirname "$CONTAINERS_CONF")"
 cp scripts/containers.conf "$CONTAINERS_CONF"
 # Podman fixes its network backend when it first runs: a machine whose podman already ran with CNI keeps it
 # until `podman system reset`. Say so here rather than fail later with a lab that cannot be reached.
-scripts/check-podman-network.sh
+scripts/check-podman.sh
 if [[ ${1:-} != --no-image ]]; then
   scripts/build-image.sh
 fi

@@ -8,3 +8,14 @@ export CONTAINERS_CONF=$CACHE_DIR/podman/containers.conf
 export LAB_IMAGE=${LAB_IMAGE:-localhost/debian12-systemd}
 export ANSIBLE_CONFIG=$ROOT/ansible.cfg
 export PATH=$VENV/bin:$PATH
+# The lab hosts' systemd must see cgroup v2 to know when a unit's processes are gone: on this machine kind
+# (cgroup v1 with the v2 hierarchy mounted beside it, at /sys/fs/cgroup/unified) Podman gives a container
+# only the v1 hierarchies, systemd there never learns that a stopped unit's cgroup is empty, and
+# KillMode=control-group waits out TimeoutStopSec. With the v2 hierarchy bound in, systemd runs in hybrid
+# mode and tracks processes there (scripts/check-podman.sh checks it). A pure cgroup v2 host needs
+# nothing: a harmless read-only bind of /dev/null stands in so that the container definitions stay the same.
+if [[ $(stat -fc %T /sys/fs/cgroup/unified 2>/dev/null) == cgroup2fs && $(stat -fc %T /sys/fs/cgroup) != cgroup2fs ]]; then
+  export LAB_CGROUP_VOLUME=${LAB_CGROUP_VOLUME:-/sys/fs/cgroup/unified:/sys/fs/cgroup/unified:rw}
+else
+  export LAB_CGROUP_VOLUME=${LAB_CGROUP_VOLUME:-/dev/null:/run/lab-no-cgroup-bind:ro}
+fi

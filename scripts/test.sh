@@ -70,7 +70,7 @@ phase_parser() {
 phase_molecule() {
   local rc=0 s
   # Also when the bootstrap phase is not run: a machine set up by hand must not hide a missing install step.
-  scripts/check-podman-network.sh || return 1
+  scripts/check-podman.sh || return 1
   for s in $MOLECULE_SCENARIOS; do
     [[ -f molecule/$s/molecule.yml ]] || continue
     local start=$SECONDS

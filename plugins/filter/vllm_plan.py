@@ -1,7 +1,10 @@
 """Filters over vllm_fleet: resolve a host's profile, render its vLLM arguments, plan its capacity."""
 import os
 import sys
+from collections.abc import Mapping
+from functools import lru_cache
 
+import yaml
 from ansible.errors import AnsibleFilterError
 
 try:
@@ -73,14 +76,39 @@ _value:
 """
 
 
-def vllm_plan_host(hostvars, host):
-    if not isinstance(hostvars, dict):
-        raise AnsibleFilterError(f"vllm_plan_host: expected a dict of the host's variables, got {hostvars!r}")
-    return planner.plan_host(str(host), hostvars)
+# The vllm role's defaults are the one home of where it stages models and what it binds; the plan renders the
+# unit's arguments with them wherever the inventory does not say otherwise.
+ROLE_DEFAULTS = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "vllm", "defaults", "main.yml")
+
+
+@lru_cache(maxsize=1)
+def deploy_defaults():
+    with open(ROLE_DEFAULTS) as handle:
+        defaults = yaml.safe_load(handle) or {}
+    return {name: defaults.get(name) for name in planner.DEPLOY_VARS}
 
 
 _PLAN_VARS = ("vllm_profile_name", "vllm_profile", "vllm_gpu", "vllm_version", "vllm_model_config",
-              "vllm_draft_model_config", "vllm_extra_args", "vllm_environment")
+              "vllm_draft_model_config", "vllm_extra_args", "vllm_environment") + planner.DEPLOY_VARS
+
+
+def plan_inputs(variables):
+    """The planning variables of one host (a dict, or Ansible's lazy hostvars), with the role's defaults."""
+    inputs = {}
+    defaults = deploy_defaults()
+    for name in _PLAN_VARS:
+        value = variables.get(name)
+        inputs[name] = defaults.get(name) if value is None and name in defaults else value
+    for name in ("vllm_typical_prompt_tokens", "vllm_typical_output_tokens"):
+        if variables.get(name) is not None:
+            inputs[name] = variables.get(name)
+    return inputs
+
+
+def vllm_plan_host(hostvars, host):
+    if not isinstance(hostvars, Mapping):
+        raise AnsibleFilterError(f"vllm_plan_host: expected a mapping of the host's variables, got {type(hostvars).__name__}")
+    return planner.plan_host(str(host), plan_inputs(hostvars))
 
 
 def vllm_plan_hosts(hostvars, hosts, typical_prompt_tokens=None, typical_output_tokens=None):
@@ -93,7 +121,7 @@ def vllm_plan_hosts(hostvars, hosts, typical_prompt_tokens=None, typical_output_
             variables = hostvars[host]
         except KeyError:
             raise AnsibleFilterError(f"vllm_plan_hosts: host {host!r} is not in hostvars") from None
-        inputs[str(host)] = {name: variables.get(name) for name in _PLAN_VARS}
+        inputs[str(host)] = plan_inputs(variables)
         if typical_prompt_tokens is not None:
             inputs[str(host)]["vllm_typical_prompt_tokens"] = typical_prompt_tokens
         if typical_output_tokens is not None:

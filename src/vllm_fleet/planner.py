@@ -213,8 +213,21 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
     if errors:
         return entry
 
+    deploy = deploy_inputs(hostvars)
+    entry["profile_effective"] = profile
+    # Where the vllm role stages the model and its draft (model_path() is where the unit reads them).
+    entry["model_dir"] = model_path(profile.get("model"), "staged", None, deploy["vllm_state_dir"])
+    draft = (profile.get("speculative") or {}).get("model")
+    entry["draft_model_dir"] = model_path(draft, "staged", None, deploy["vllm_state_dir"]) if draft else None
+    entry["gpu"] = {key: gpu.get(key) for key in ("name", "count", "memory_mib", "compute_cap") if key in gpu}
     try:
-        rendered = render.render_args(profile, version, extra_args=extra)
+        rendered = render.render_args(
+            profile, version, model_path=model_path(profile.get("model"), deploy["vllm_model_source"],
+                                                    deploy["vllm_model_src"], deploy["vllm_state_dir"]),
+            draft_model_path=draft_model_path(profile, deploy),
+            extra_args=dict(extra, **{key: deploy[name] for key, name in (("host", "vllm_bind_address"),
+                                                                           ("port", "vllm_port"))
+                                      if deploy[name] not in (None, "")}))
     except ValueError as exc:
         errors.append(f"{host}: {exc}")
         return entry
@@ -223,6 +236,43 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
 
     _capacity(host, profile, gpu, extra, hostvars, prompt_tokens, output_tokens, entry)
     return entry
+
+
+# Where the vllm role puts things and what it binds, read by the plan so that its arguments are the ones the
+# unit runs. The values the role's defaults give (roles/vllm/defaults/main.yml) reach the planner through the
+# filter plugin, which reads that file; a host's inventory overrides them.
+DEPLOY_VARS = ("vllm_state_dir", "vllm_model_source", "vllm_model_src", "vllm_draft_model_source",
+               "vllm_draft_model_src", "vllm_bind_address", "vllm_port")
+
+
+def deploy_inputs(hostvars: Mapping[str, Any]) -> dict[str, Any]:
+    """The host's DEPLOY_VARS; the draft's source follows the model's unless set."""
+    values = {name: hostvars.get(name) for name in DEPLOY_VARS}
+    if values["vllm_draft_model_source"] in (None, "") or "{{" in str(values["vllm_draft_model_source"]):
+        values["vllm_draft_model_source"] = values["vllm_model_source"]
+    return values
+
+
+def model_dir_name(model: str) -> str:
+    """The folder under <state_dir>/models that the vllm role stages a model in."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "--", str(model))
+
+
+def model_path(model: str | None, source: str | None, src: str | None, state_dir: str | None) -> str | None:
+    """Where the host has the model: its own path for source `path`, else the staged folder."""
+    if not model or not state_dir:
+        return None
+    if source == "path" and src:
+        return str(src)
+    return f"{str(state_dir).rstrip('/')}/models/{model_dir_name(model)}"
+
+
+def draft_model_path(profile: Mapping[str, Any], deploy: Mapping[str, Any]) -> str | None:
+    spec = profile.get("speculative") or {}
+    if not spec.get("model") or spec.get("method") in profiles.MODEL_FREE_METHODS:
+        return None
+    return model_path(spec["model"], deploy["vllm_draft_model_source"], deploy["vllm_draft_model_src"],
+                      deploy["vllm_state_dir"])
 
 
 def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], extra: Mapping[str, Any],

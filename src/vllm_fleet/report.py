@@ -139,6 +139,7 @@ def unit_verdict(show_output: str, unit: str, max_restarts: int = 0) -> dict[str
     if props.get("SubState") == "auto-restart":
         restarts += 1
     props["restarts"] = restarts
+    props["unit"] = unit
     active, sub, result = props.get("ActiveState", ""), props.get("SubState", "?"), props.get("Result", "?")
     if props.get("LoadState") == "not-found":
         error = "unit %s is not installed" % unit
@@ -153,6 +154,30 @@ def unit_verdict(show_output: str, unit: str, max_restarts: int = 0) -> dict[str
         error = ""
     props["error"] = error
     return props
+
+
+def crashed_after_start(health: Mapping[str, Any], unit_after: Mapping[str, Any] | None) -> str | None:
+    """Why the release counts as crashed after it answered /health, or ``None``.
+
+    ``unit_after`` is :func:`unit_verdict` of the unit read after the probes. vLLM's API server exits (with
+    status 0) when its engine dies, and the unit restarts it: a restart counter above the one the health
+    wait saw, or a unit no longer running, is a crash after start, not a slow start.
+    """
+    if not health.get("ok") or not unit_after:
+        return None
+    try:
+        before = int(health.get("restarts") or 0)
+    except (TypeError, ValueError):
+        before = 0
+    after = int(unit_after.get("restarts") or 0)
+    unit = unit_after.get("unit") or "the unit"
+    if after > before:
+        return ("crashed after start: %s answered /health, then exited and was restarted %d time(s) during the "
+                "probes (Result=%s); see its journal" % (unit, after - before, unit_after.get("Result", "?")))
+    if unit_after.get("ActiveState") not in (None, "active", "activating", "reloading"):
+        return "crashed after start: %s answered /health, then stopped (%s/%s, Result=%s)" % (
+            unit, unit_after.get("ActiveState"), unit_after.get("SubState", "?"), unit_after.get("Result", "?"))
+    return None
 
 
 def _startup_seconds(health: Mapping[str, Any], after: _metrics.MetricsFacts | None) -> float | None:
@@ -224,6 +249,9 @@ def host_entry(
         errors.append("health: %s" % (health.get("error") or "/health did not answer 200"))
     if probes.get("aborted"):
         errors.append("verification stopped: %s" % str(probes["aborted"]).strip())
+    crash = crashed_after_start(health, probes.get("unit_after"))
+    if crash:
+        errors.append(crash)
     # When the service never became healthy the API probes are skipped: that is one error (health),
     # not one per probe.
     health_failed = bool(errors)
@@ -387,6 +415,8 @@ def host_entry(
         "url": expect.get("url"),
         "unit": expect.get("unit"),
         "version": {"pinned": pinned or None, "reported": reported},
+        # The card the plan sized the host for: the detected one on GPU hosts (site.yml plans them again).
+        "gpu": (plan or {}).get("gpu"),
         "profile": {
             "name": expect.get("profile_name") or (plan or {}).get("profile"),
             "readback": readback_state,

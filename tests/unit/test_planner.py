@@ -397,7 +397,7 @@ def test_filter_plugin_filters():
         filters["vllm_profile_resolve"]("rtx4090-7b-decode", {"max_num_seqs": "32"}, host="h1")
     with pytest.raises(AnsibleFilterError, match=r"vllm_render_args: vllm_version='next' is not a release number"):
         filters["vllm_render_args"](profile, "next")
-    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_host: expected a dict of the host's variables, got 'x'"):
+    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_host: expected a mapping of the host's variables, got str"):
         filters["vllm_plan_host"]("x", "h1")
     with pytest.raises(AnsibleFilterError, match=r"vllm_plan_table: expected plan.json's"):
         filters["vllm_plan_table"]([])

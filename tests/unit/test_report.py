@@ -83,6 +83,36 @@ def test_a_good_host():
     json.dumps(entry, allow_nan=False)
 
 
+def _after(active="active", sub="running", result="success", n=0):
+    return report.unit_verdict(SHOW.format(a=active, s=sub, r=result, n=n), "vllm@main.service", 1000000)
+
+
+@pytest.mark.parametrize("after,error", [
+    (dict(n=0), None),
+    (dict(n=1), "crashed after start: vllm@main.service answered /health, then exited and was restarted 1 time(s) "
+                "during the probes (Result=success); see its journal"),
+    (dict(active="activating", sub="auto-restart", n=0),
+     "crashed after start: vllm@main.service answered /health, then exited and was restarted 1 time(s) "
+     "during the probes (Result=success); see its journal"),
+    (dict(active="inactive", sub="dead", n=0),
+     "crashed after start: vllm@main.service answered /health, then stopped (inactive/dead, Result=success)"),
+])
+def test_a_crash_after_start_is_told_from_a_healthy_release(after, error):
+    """vLLM exits 0 when its engine dies after /health answered; the unit restarts it. The state read after the
+    probes tells that apart from a release that stayed up (and from a slow start, which never answers)."""
+    entry = report.host_entry("h", probes(unit_after=_after(**after)), expect())
+    if error is None:
+        assert entry["ok"] and entry["errors"] == []
+    else:
+        assert not entry["ok"] and error in entry["errors"]
+
+
+def test_no_crash_is_claimed_for_a_release_that_never_answered():
+    unhealthy = {"ok": False, "error": "/health did not answer 200 within 300 s", "restarts": 0}
+    entry = report.host_entry("h", probes(health=unhealthy, unit_after=_after(n=2)), expect())
+    assert not any(e.startswith("crashed after start") for e in entry["errors"]), entry["errors"]
+
+
 def test_the_whole_plan_is_accepted_as_vllm_plan():
     whole = {"hosts": {"lab-1": dict(PLAN_ENTRY, capacity={"kv_cache_tokens": 2000000}), "lab-2": PLAN_ENTRY}}
     entry = report.host_entry("lab-1", probes(), expect(plan=whole))

