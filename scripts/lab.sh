@@ -14,7 +14,7 @@ case $cmd in
   up)
     scripts/bootstrap.sh
     scripts/wheelhouse.sh
-    "$VENV/bin/python" scripts/build-tiny-model.py "$CACHE_DIR/mirror/models/tiny-qwen2" >/dev/null
+    "$VENV/bin/python" scripts/build-tiny-model.py "$CACHE_DIR/mirror/models/lab/tiny-qwen2" >/dev/null
     ansible-playbook -i inventories/lab playbooks/lab.yml
     ansible-playbook -i inventories/lab site.yml "$@"
     first=$(awk '/ansible_host:/ {print $2; exit}' inventories/lab/hosts.yml)
