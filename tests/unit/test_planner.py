@@ -576,3 +576,40 @@ def test_float16_model_with_fp8_kv_on_hopper_is_refused_where_vllm_crashed():
 def test_the_fa3_rule_matches_hopper_names_only(name, hopper):
     entry = plan("rtx4090-7b-awq", gpu=dict(H200, name=name), version="0.26.0")
     assert bool(entry["errors"]) is hopper, entry["errors"]
+
+
+# --- the plan is what the unit runs -------------------------------------------------------------------------
+def test_the_plan_renders_the_units_arguments_with_the_hosts_model_folders_bind_address_and_port():
+    entry = plan("rtx4090-7b-decode", vllm_state_dir="/srv/vllm", vllm_model_source="url", vllm_model_src="",
+                 vllm_draft_model_source=None, vllm_draft_model_src="", vllm_bind_address="10.0.0.5", vllm_port=8100)
+    assert entry["errors"] == []
+    args = entry["args"]
+    assert args[0] == "/srv/vllm/models/Qwen--Qwen2.5-7B-Instruct" == entry["model_dir"]
+    assert args[args.index("--host") + 1] == "10.0.0.5" and args[args.index("--port") + 1] == "8100"
+    spec = json.loads(args[args.index("--speculative-config") + 1])
+    assert spec["model"] == "/srv/vllm/models/Qwen--Qwen2.5-0.5B-Instruct" == entry["draft_model_dir"]
+    assert entry["profile_effective"]["model"] == "Qwen/Qwen2.5-7B-Instruct"
+    assert entry["gpu"] == {"name": "NVIDIA GeForce RTX 4090", "count": 1, "memory_mib": 24564}
+
+
+def test_a_model_used_in_place_is_served_from_its_own_path():
+    entry = plan("rtx4090-7b-awq", vllm_state_dir="/srv/vllm", vllm_model_source="path",
+                 vllm_model_src="/models/shared/qwen-awq", vllm_bind_address="0.0.0.0", vllm_port=8000)
+    assert entry["args"][0] == "/models/shared/qwen-awq"
+
+
+def test_the_filter_fills_what_the_inventory_leaves_from_the_vllm_roles_defaults():
+    """The planner sees the role's defaults (state folder, bind address, port) where the inventory says nothing,
+    so plan.json's arguments are the deployed ones on a plain inventory too."""
+    filters = load_filters()
+    with open(os.path.join(ROOT, "roles", "vllm", "defaults", "main.yml")) as handle:
+        defaults = yaml.safe_load(handle)
+    hostvars = {"h1": {"vllm_profile_name": "cpu-lab-tiny", "vllm_version": "0.32.0",
+                       "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0}}}
+    entry = filters.vllm_plan_hosts(hostvars, ["h1"])["hosts"]["h1"]
+    args = entry["args"]
+    assert args[0] == "%s/models/lab--tiny-qwen2" % defaults["vllm_state_dir"]
+    assert args[args.index("--host") + 1] == defaults["vllm_bind_address"]
+    assert args[args.index("--port") + 1] == str(defaults["vllm_port"])
+    hostvars["h1"]["vllm_port"] = 9000
+    assert "9000" in filters.vllm_plan_hosts(hostvars, ["h1"])["hosts"]["h1"]["args"]
