@@ -1,6 +1,12 @@
 # Sourced by the scripts in this folder: one place for the paths they share.
 # Run `source scripts/env.sh` in a shell to use the project's venv and lab by hand.
-ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# A shell that sourced another checkout's env.sh carries its paths: drop them, or this checkout's scripts would
+# run that checkout's venv, cache and ansible.cfg (explicit VENV/CACHE_DIR for this checkout still count).
+if [[ ${VLLM_FLEET_ROOT:-$ROOT} != "$ROOT" ]]; then
+  unset VENV CACHE_DIR LAB_CGROUP_VOLUME
+fi
+export VLLM_FLEET_ROOT=$ROOT
 export VENV=${VENV:-$ROOT/.venv}
 export CACHE_DIR=${CACHE_DIR:-$ROOT/.cache}
 export COLLECTIONS_DIR=$CACHE_DIR/collections

@@ -8,10 +8,10 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 try:
-    from vllm_fleet import compat, planner, profiles, render
+    from vllm_fleet import compat, inputs, planner, profiles, render
 except ImportError:  # run from a checkout whose package is not installed in Ansible's Python
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
-    from vllm_fleet import compat, planner, profiles, render
+    from vllm_fleet import compat, inputs, planner, profiles, render
 
 DOCUMENTATION = r"""
 name: vllm_plan_host
@@ -85,11 +85,11 @@ ROLE_DEFAULTS = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "vl
 def deploy_defaults():
     with open(ROLE_DEFAULTS) as handle:
         defaults = yaml.safe_load(handle) or {}
-    return {name: defaults.get(name) for name in planner.DEPLOY_VARS}
+    return {name: defaults.get(name) for name in planner.DEPLOY_VARS + inputs.UNIT_VARS}
 
 
-_PLAN_VARS = ("vllm_profile_name", "vllm_profile", "vllm_gpu", "vllm_version", "vllm_model_config",
-              "vllm_draft_model_config", "vllm_extra_args", "vllm_environment") + planner.DEPLOY_VARS
+_PLAN_VARS = tuple(dict.fromkeys(("vllm_profile_name", "vllm_profile", "vllm_gpu", "vllm_version", "vllm_model_config",
+                                  "vllm_draft_model_config", "vllm_extra_args") + planner.DEPLOY_VARS + inputs.UNIT_VARS))
 
 
 def plan_inputs(variables):

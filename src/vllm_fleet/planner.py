@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 from packaging.version import Version
 
-from . import catalogue, datafiles, profiles, render
+from . import catalogue, datafiles, inputs, profiles, render
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -198,6 +198,7 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
     errors += profiles.validate(host, profile)
     gpu = hostvars.get("vllm_gpu")
     errors += _validate_gpu(host, gpu)
+    errors += inputs.check(host, {name: hostvars[name] for name in inputs.UNIT_VARS if name in hostvars})
     if version is None:
         errors.append(f"{host}: vllm_version is not set; fix: set it in group_vars, e.g. vllm_version: \"0.33.0\"")
     else:

@@ -198,6 +198,7 @@ def test_a_change_that_dies_on_its_first_requests_is_rolled_back_and_serves(good
     before = {name: (args_of(name), unit_mtime(name)) for name in HOSTS}
     current_before = history("rollout-1")[0]
     change = {"vllm_environment": dict(LAB_ENVIRONMENT, PYTHONPATH="/opt/lab-faults"),
+              "vllm_environment_allow": ["PYTHONPATH"],  # the explicit opt-in the plan asks for
               "vllm_extra_args": {"enforce_eager": True, "logits_processors": ["lab_faults:CrashOnFirstRequest"]}}
     rc, output = site("-e", json.dumps(change), run_id="rollout-first-request")
     assert_the_canary_was_restored_and_the_second_host_spared(rc, output, before)

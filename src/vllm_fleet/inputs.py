@@ -1,0 +1,159 @@
+"""Plan-time checks of the strings a host's systemd unit and environment file are written from.
+
+The unit and the environment file are templates: a newline in a path, a user name or an environment value
+would add a line of its own (an ``ExecStartPre=+...`` that runs as root, an ``LD_PRELOAD=``), and systemd's
+own ``systemd-analyze verify`` accepts such a file. So every such string is checked here, on the controller,
+before any host is changed, for what its file can hold as written:
+
+- unit file: paths absolute and clean, with no whitespace (``ReadWritePaths=`` splits on it), ``%`` (a unit
+  specifier), quotes, backslashes or control characters; user and group valid names; device entries a
+  ``/dev`` path or a ``char-``/``block-`` class;
+- environment file: keys POSIX names, not the keys the template sets itself; values read back byte for byte
+  as written unquoted (no control characters, backslashes, leading quotes or surrounding whitespace); the
+  API key and tokens the same, named in a message but never shown;
+- keys that carry the site's guarantees (offline, no telemetry) or the loader's (``LD_PRELOAD``,
+  ``PYTHONPATH``...) only with an explicit opt-in, ``vllm_environment_allow``; the keys the template sets
+  from the role's own settings (caches, ``HOME``, the API key) never.
+
+Each error names the host, the one setting, its value (not a secret's) and the fix.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import posixpath
+import re
+from typing import Any, Mapping
+
+# Every variable these checks read; the filter plugin fills the vllm role's defaults where the inventory is silent.
+UNIT_VARS = ("vllm_user", "vllm_group", "vllm_state_dir", "vllm_cache_dir", "vllm_home", "vllm_config_dir",
+             "vllm_instance", "vllm_bind_address", "vllm_port", "vllm_device_allow", "vllm_environment",
+             "vllm_environment_allow", "vllm_api_key", "vllm_hf_token")
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+UNSAFE_IN_UNIT_PATH = re.compile(r"[\s%\"'\\;]")
+NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+INSTANCE = re.compile(r"[A-Za-z0-9_-]+")
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+DEVICE = re.compile(r"(/dev/[A-Za-z0-9._/+-]+|char-[A-Za-z0-9._-]+|block-[A-Za-z0-9._-]+)")
+
+# What templates/vllm.env.j2 sets from the role's own settings: a second assignment would silently win.
+TEMPLATE_ENV = ("VLLM_TARGET_DEVICE", "HOME", "VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR",
+                "TRITON_CACHE_DIR", "HF_HOME", "VLLM_API_KEY")
+# The site's guarantees (nothing leaves it) and what changes which code the service loads: only with an
+# explicit opt-in (vllm_environment_allow), since a later assignment wins over the template's own.
+GUARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK",
+               "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP",
+               "PYTHONUSERBASE")
+
+
+def _path(host: str, name: str, value: Any) -> list[str]:
+    fix = "fix: an absolute, normalised path of letters, digits and ._-/ (for example /var/lib/vllm)"
+    if not isinstance(value, str) or not value:
+        return [f"{host}: {name}={value!r} must be a path; {fix}"]
+    if CONTROL.search(value):
+        return [f"{host}: {name}={value!r} holds a control character (a newline would add a line to the unit); {fix}"]
+    if UNSAFE_IN_UNIT_PATH.search(value):
+        return [f"{host}: {name}={value!r} holds whitespace, %, a quote, ; or a backslash, which the unit cannot "
+                f"hold as written; {fix}"]
+    if not value.startswith("/") or posixpath.normpath(value) != value or value == "/":
+        return [f"{host}: {name}={value!r} is not an absolute, normalised path; {fix}"]
+    return []
+
+
+def _text(host: str, name: str, value: Any, secret: bool = False) -> list[str]:
+    """A value written unquoted into the environment file: systemd must read back exactly these bytes."""
+    shown = "(value not shown)" if secret else repr(value)
+    fix = ("fix: remove it" + (" (re-encrypt the value with ansible-vault)" if secret else "")
+           + "; systemd reads a value back as written only without control characters, backslashes, "
+           "a leading quote or surrounding whitespace")
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        return [f"{host}: {name} {shown} must be a string; fix: quote it in the inventory"]
+    text = str(value)
+    problem = None
+    if CONTROL.search(text):
+        problem = "holds a control character (a newline would add a line to the environment file)"
+    elif "\\" in text:
+        problem = "holds a backslash"
+    elif text[:1] in ("'", '"'):
+        problem = "starts with a quote"
+    elif text != text.strip():
+        problem = "starts or ends with whitespace"
+    return [f"{host}: {name} {shown} {problem}; {fix}"] if problem else []
+
+
+def check(host: str, values: Mapping[str, Any]) -> list[str]:
+    """The errors of a host's unit and environment strings (``values``: the UNIT_VARS it has)."""
+    errors: list[str] = []
+    for name in ("vllm_user", "vllm_group"):
+        value = values.get(name)
+        if value is not None and not (isinstance(value, str) and NAME.fullmatch(value)):
+            errors.append(f"{host}: {name}={value!r} is not a valid user or group name; fix: lower-case letters, "
+                          "digits, _ and -, starting with a letter or _, at most 32 characters (for example vllm)")
+    for name in ("vllm_state_dir", "vllm_cache_dir", "vllm_home", "vllm_config_dir"):
+        if values.get(name) is not None:
+            errors += _path(host, name, values[name])
+    instance = values.get("vllm_instance")
+    if instance is not None and not (isinstance(instance, str) and INSTANCE.fullmatch(instance)):
+        errors.append(f"{host}: vllm_instance={instance!r} must be letters, digits, _ and - (it names the unit "
+                      "vllm@<instance>.service and its files); fix: for example main or gpu0")
+    port = values.get("vllm_port")
+    if port is not None:
+        try:
+            number = int(str(port))
+        except ValueError:
+            number = 0
+        if isinstance(port, bool) or not 1 <= number <= 65535:
+            errors.append(f"{host}: vllm_port={port!r} must be a port number from 1 to 65535; fix: for example 8000")
+    address = values.get("vllm_bind_address")
+    if address is not None:
+        try:
+            ipaddress.ip_address(str(address))
+        except ValueError:
+            errors.append(f"{host}: vllm_bind_address={address!r} is not an IP address; fix: the host's internal "
+                          "address, 127.0.0.1, or 0.0.0.0 for every interface")
+    devices = values.get("vllm_device_allow")
+    if devices is not None:
+        if not isinstance(devices, (list, tuple)):
+            errors.append(f"{host}: vllm_device_allow={devices!r} must be a list of device paths; fix: for example "
+                          "['/dev/nvidiactl', '/dev/nvidia0']")
+        else:
+            for device in devices:
+                if not (isinstance(device, str) and DEVICE.fullmatch(device)):
+                    errors.append(f"{host}: vllm_device_allow entry {device!r} is not a /dev path or a char-/block- "
+                                  "device class; fix: for example /dev/nvidia0 or char-nvidia-uvm")
+    errors += _environment(host, values.get("vllm_environment"), values.get("vllm_environment_allow"))
+    for name in ("vllm_api_key", "vllm_hf_token"):
+        if values.get(name):
+            errors += _text(host, name, values[name], secret=True)
+    return errors
+
+
+def _environment(host: str, environment: Any, allow: Any) -> list[str]:
+    if environment is None:
+        return []
+    if not isinstance(environment, Mapping):
+        return [f"{host}: vllm_environment must be a dict of NAME: value; fix: for example "
+                "{{OMP_NUM_THREADS: \"8\"}}"]
+    allowed = set(allow or []) if isinstance(allow, (list, tuple)) else set()
+    errors = []
+    for key, value in environment.items():
+        key = str(key)
+        if not ENV_KEY.fullmatch(key):
+            errors.append(f"{host}: vllm_environment key {key!r} is not a variable name; fix: letters, digits and _, "
+                          "not starting with a digit")
+            continue
+        if key in TEMPLATE_ENV:
+            errors.append(f"{host}: vllm_environment.{key} would override what the unit's environment file sets "
+                          f"from the role's own settings; fix: remove it and set "
+                          f"{'vllm_api_key' if key == 'VLLM_API_KEY' else 'vllm_state_dir, vllm_cache_dir or vllm_target_device'}")
+            continue
+        if key in GUARDED_ENV and key not in allowed:
+            what = ("changes which code the service loads" if key.startswith(("LD_", "PYTHON"))
+                    else "turns off one of the site's guarantees (offline, no usage statistics)")
+            errors.append(f"{host}: vllm_environment.{key} {what}; fix: remove it, or opt in knowingly with "
+                          f"vllm_environment_allow: [{key}]")
+            continue
+        secret = any(word in key.upper() for word in ("KEY", "TOKEN", "SECRET", "PASSWORD"))
+        errors += _text(host, f"vllm_environment.{key}", value, secret=secret)
+    return errors

@@ -1,0 +1,110 @@
+"""vllm_fleet.inputs: the strings bound for a host's unit and environment file, refused at plan time with a
+message naming the host, the setting, the value (never a secret's) and the fix."""
+import pytest
+
+from vllm_fleet import inputs, planner
+
+GOOD = {"vllm_user": "vllm", "vllm_group": "vllm", "vllm_state_dir": "/var/lib/vllm", "vllm_cache_dir": "/var/cache/vllm",
+        "vllm_home": "/opt/vllm", "vllm_config_dir": "/etc/vllm", "vllm_instance": "main", "vllm_bind_address": "0.0.0.0",
+        "vllm_port": 8000, "vllm_device_allow": [], "vllm_environment": {"OMP_NUM_THREADS": "8"},
+        "vllm_environment_allow": [], "vllm_api_key": "", "vllm_hf_token": ""}
+SECRET = "sk-live-0123456789"
+
+
+def errors(**over):
+    return inputs.check("h1", dict(GOOD, **over))
+
+
+def test_the_roles_defaults_and_the_labs_settings_pass():
+    assert errors() == []
+    lab = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1", "OMP_NUM_THREADS": "1",
+           "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    assert errors(vllm_environment=lab, vllm_api_key="a-long-random-key_42", vllm_port="8000") == []
+    assert errors(vllm_device_allow=["/dev/nvidiactl", "/dev/nvidia0", "char-nvidia-uvm"]) == []
+    # Odd but valid: spaces, %, $ inside a value are written and read back as they are.
+    assert errors(vllm_environment={"GREETING": "hello world 100% $HOME"}) == []
+
+
+@pytest.mark.parametrize("setting,value,says", [
+    ("vllm_cache_dir", "/var/cache/vllm\nExecStartPre=+/bin/sh -c id", "control character"),
+    ("vllm_state_dir", "/var/lib/vllm\n", "control character"),
+    ("vllm_state_dir", "var/lib/vllm", "not an absolute, normalised path"),
+    ("vllm_state_dir", "/var/lib/../vllm", "not an absolute, normalised path"),
+    ("vllm_state_dir", "/var/lib/vllm/", "not an absolute, normalised path"),
+    ("vllm_cache_dir", "/var/cache/my vllm", "whitespace"),
+    ("vllm_cache_dir", "/var/cache/%h", "whitespace, %"),
+    ("vllm_home", "/opt/vllm;rm", "whitespace, %, a quote, ;"),
+    ("vllm_config_dir", "/", "not an absolute, normalised path"),
+    ("vllm_user", "vllm\nUser=root", "not a valid user or group name"),
+    ("vllm_user", "Root", "not a valid user or group name"),
+    ("vllm_group", "a" * 33, "not a valid user or group name"),
+    ("vllm_instance", "a/b", "must be letters, digits"),
+    ("vllm_port", 0, "1 to 65535"),
+    ("vllm_port", 70000, "1 to 65535"),
+    ("vllm_port", "http", "1 to 65535"),
+    ("vllm_bind_address", "0.0.0.0.0", "is not an IP address"),
+    ("vllm_bind_address", "localhost", "is not an IP address"),
+    ("vllm_device_allow", "/dev/nvidia0", "must be a list"),
+    ("vllm_device_allow", ["/dev/nvidia0 rw\nDeviceAllow=/dev/sda"], "is not a /dev path"),
+    ("vllm_device_allow", ["nvidia0"], "is not a /dev path"),
+])
+def test_a_bad_unit_string_is_refused_naming_host_setting_value_and_fix(setting, value, says):
+    (message,) = errors(**{setting: value})
+    assert message.startswith(f"h1: {setting}") and says in message and "fix:" in message
+    shown = value[0] if isinstance(value, list) else value
+    assert repr(shown)[:20] in message
+
+
+@pytest.mark.parametrize("environment,says", [
+    ({"BAD KEY": "1"}, "is not a variable name"),
+    ({"A=B": "1"}, "is not a variable name"),
+    ({"1X": "1"}, "is not a variable name"),
+    ({"HF_HUB_OFFLINE": "0"}, "turns off one of the site's guarantees"),
+    ({"VLLM_NO_USAGE_STATS": "0"}, "turns off one of the site's guarantees"),
+    ({"LD_PRELOAD": "/tmp/x.so"}, "changes which code the service loads"),
+    ({"PYTHONPATH": "/tmp"}, "changes which code the service loads"),
+    ({"LD_LIBRARY_PATH": "/tmp"}, "changes which code the service loads"),
+    ({"VLLM_CACHE_ROOT": "/tmp"}, "would override what the unit's environment file sets"),
+    ({"VLLM_API_KEY": "x"}, "set vllm_api_key"),
+    ({"OMP_NUM_THREADS": "8\nLD_PRELOAD=/tmp/x.so"}, "control character"),
+    ({"OMP_NUM_THREADS": "a\\b"}, "backslash"),
+    ({"OMP_NUM_THREADS": '"8"'}, "starts with a quote"),
+    ({"OMP_NUM_THREADS": " 8"}, "starts or ends with whitespace"),
+    ({"OMP_NUM_THREADS": ["8"]}, "must be a string"),
+])
+def test_a_bad_environment_entry_is_refused(environment, says):
+    (message,) = errors(vllm_environment=environment)
+    assert message.startswith("h1: vllm_environment") and says in message and "fix:" in message
+
+
+def test_a_guarded_key_passes_with_its_explicit_opt_in_only():
+    assert errors(vllm_environment={"PYTHONPATH": "/opt/faults"}, vllm_environment_allow=["PYTHONPATH"]) == []
+    assert errors(vllm_environment={"PYTHONPATH": "/opt/faults"}, vllm_environment_allow=["LD_PRELOAD"])
+
+
+@pytest.mark.parametrize("setting,value,says", [
+    ("vllm_api_key", SECRET + "\nHF_HUB_OFFLINE=0", "control character"),
+    ("vllm_api_key", 'sk"quoted', None),
+    ("vllm_api_key", SECRET + "\\", "backslash"),
+    ("vllm_hf_token", " " + SECRET, "whitespace"),
+])
+def test_a_secret_is_named_but_never_shown(setting, value, says):
+    found = errors(**{setting: value})
+    if says is None:  # a quote inside a value reads back as written
+        assert found == []
+        return
+    (message,) = found
+    assert message.startswith(f"h1: {setting} (value not shown)") and says in message
+    assert SECRET not in message and "sk" not in message.split("(value not shown)")[1]
+
+
+def test_a_secret_looking_environment_value_is_not_shown_either():
+    (message,) = errors(vllm_environment={"MY_TOKEN": SECRET + "\n"})
+    assert "(value not shown)" in message and SECRET not in message
+
+
+def test_the_plan_refuses_them_before_anything_changes():
+    entry = planner.plan_host("h1", {"vllm_profile_name": "cpu-lab-tiny", "vllm_version": "0.32.0",
+                                     "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0},
+                                     "vllm_cache_dir": "/var/cache/vllm\nExecStartPre=+/bin/sh"})
+    assert any(e.startswith("h1: vllm_cache_dir") for e in entry["errors"]), entry["errors"]
