@@ -8,13 +8,15 @@ before any host is changed, for what its file can hold as written:
 - unit file: paths absolute and clean, with no whitespace (``ReadWritePaths=`` splits on it), ``%`` (a unit
   specifier), quotes, backslashes or control characters; user and group valid names; device entries a
   ``/dev`` path or a ``char-``/``block-`` class;
-- environment file: keys POSIX names, not the keys the template sets itself; values read back byte for byte
-  as written unquoted (no control characters, backslashes, leading quotes or surrounding whitespace); the
-  API key and tokens the same, named in a message but never shown;
+- environment file: keys POSIX names, not the keys the template sets itself; values (the API key too) are
+  written double-quoted with systemd's escapes (the ``systemd_env_quote`` filter), so any text without control
+  characters reads back byte for byte; the API key and tokens are named in a message but never shown;
 - keys that carry the site's guarantees (offline, no telemetry) or the loader's (``LD_PRELOAD``,
   ``PYTHONPATH``...) only with an explicit opt-in, ``vllm_environment_allow``; the keys the template sets
   from the role's own settings (caches, ``HOME``, the API key) never.
 
+The release and model-staging settings that only make sense together (a wheelhouse install needs its URL, a
+model source its location) are checked here too, so that the vllm role's preflight has nothing left to refuse.
 Each error names the host, the one setting, its value (not a secret's) and the fix.
 """
 
@@ -28,7 +30,10 @@ from typing import Any, Mapping
 # Every variable these checks read; the filter plugin fills the vllm role's defaults where the inventory is silent.
 UNIT_VARS = ("vllm_user", "vllm_group", "vllm_state_dir", "vllm_cache_dir", "vllm_home", "vllm_config_dir",
              "vllm_instance", "vllm_bind_address", "vllm_port", "vllm_device_allow", "vllm_environment",
-             "vllm_environment_allow", "vllm_api_key", "vllm_hf_token")
+             "vllm_environment_allow", "vllm_api_key", "vllm_hf_token",
+             "vllm_install_source", "vllm_wheelhouse_url", "vllm_keep_releases", "vllm_model_source",
+             "vllm_model_url", "vllm_model_src", "vllm_draft_model_source", "vllm_draft_model_url",
+             "vllm_draft_model_src")
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 UNSAFE_IN_UNIT_PATH = re.compile(r"[\s%\"'\\;]")
@@ -62,28 +67,47 @@ def _path(host: str, name: str, value: Any) -> list[str]:
 
 
 def _text(host: str, name: str, value: Any, secret: bool = False) -> list[str]:
-    """A value written unquoted into the environment file: systemd must read back exactly these bytes."""
+    """A value of the environment file, written double-quoted: systemd reads back any text without control
+    characters byte for byte (quotes, backslashes, $, % and spaces included)."""
     shown = "(value not shown)" if secret else repr(value)
-    fix = ("fix: remove it" + (" (re-encrypt the value with ansible-vault)" if secret else "")
-           + "; systemd reads a value back as written only without control characters, backslashes, "
-           "a leading quote or surrounding whitespace")
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
         return [f"{host}: {name} {shown} must be a string; fix: quote it in the inventory"]
-    text = str(value)
-    problem = None
-    if CONTROL.search(text):
-        problem = "holds a control character (a newline would add a line to the environment file)"
-    elif "\\" in text:
-        problem = "holds a backslash"
-    elif text[:1] in ("'", '"'):
-        problem = "starts with a quote"
-    elif text != text.strip():
-        problem = "starts or ends with whitespace"
-    return [f"{host}: {name} {shown} {problem}; {fix}"] if problem else []
+    if CONTROL.search(str(value)):
+        return [f"{host}: {name} {shown} holds a control character (a newline would add a line to the environment "
+                "file); fix: remove it" + (" and re-encrypt the value with ansible-vault" if secret else "")]
+    return []
 
 
-def check(host: str, values: Mapping[str, Any]) -> list[str]:
-    """The errors of a host's unit and environment strings (``values``: the UNIT_VARS it has)."""
+def _release(host: str, values: Mapping[str, Any], draft: bool) -> list[str]:
+    """Settings that need one another: the install's and the model's (and with a draft model, the draft's)
+    sources and their locations."""
+    errors = []
+    if values.get("vllm_install_source") == "wheelhouse" and not values.get("vllm_wheelhouse_url"):
+        errors.append(f"{host}: vllm_install_source=wheelhouse needs vllm_wheelhouse_url, which is empty; fix: the URL "
+                      "or path of a wheelhouse built by scripts/wheelhouse.sh (wheels plus requirements.lock)")
+    keep = values.get("vllm_keep_releases")
+    if keep is not None and (isinstance(keep, bool) or not str(keep).strip().isdigit() or int(str(keep)) < 2):
+        errors.append(f"{host}: vllm_keep_releases={keep!r} must be at least 2 (the running release and one to roll "
+                      "back to); fix: 3")
+    for prefix in ("vllm_model", "vllm_draft_model") if draft else ("vllm_model",):
+        source = values.get(f"{prefix}_source")
+        if prefix == "vllm_draft_model" and (source in (None, "") or "{{" in str(source)):
+            source = values.get("vllm_model_source")  # the role's default follows the model's source
+        if source == "url" and not values.get(f"{prefix}_url"):
+            errors.append(f"{host}: {prefix}_source=url needs {prefix}_url, which is empty; fix: the base URL of the "
+                          "model's files and manifest on the site's mirror")
+        elif source in ("controller", "path") and not values.get(f"{prefix}_src"):
+            where = "on the controller" if source == "controller" else "on the host"
+            errors.append(f"{host}: {prefix}_source={source} needs {prefix}_src, which is empty; fix: the model's "
+                          f"folder {where}")
+        elif source in ("controller", "path"):
+            errors += _path(host, f"{prefix}_src", values[f"{prefix}_src"]) if source == "path" else []
+    return errors
+
+
+def check(host: str, values: Mapping[str, Any], draft: bool = False) -> list[str]:
+    """The errors of a host's unit and environment strings and its release and staging settings (``values``: the
+    UNIT_VARS it has; ``draft``: the profile stages a draft model)."""
     errors: list[str] = []
     for name in ("vllm_user", "vllm_group"):
         value = values.get(name)
@@ -123,6 +147,7 @@ def check(host: str, values: Mapping[str, Any]) -> list[str]:
                     errors.append(f"{host}: vllm_device_allow entry {device!r} is not a /dev path or a char-/block- "
                                   "device class; fix: for example /dev/nvidia0 or char-nvidia-uvm")
     errors += _environment(host, values.get("vllm_environment"), values.get("vllm_environment_allow"))
+    errors += _release(host, values, draft)
     for name in ("vllm_api_key", "vllm_hf_token"):
         if values.get(name):
             errors += _text(host, name, values[name], secret=True)

@@ -198,7 +198,9 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
     errors += profiles.validate(host, profile)
     gpu = hostvars.get("vllm_gpu")
     errors += _validate_gpu(host, gpu)
-    errors += inputs.check(host, {name: hostvars[name] for name in inputs.UNIT_VARS if name in hostvars})
+    spec = profile.get("speculative") or {}
+    errors += inputs.check(host, {name: hostvars[name] for name in inputs.UNIT_VARS if name in hostvars},
+                           draft=bool(spec.get("model")) and spec.get("method") not in profiles.MODEL_FREE_METHODS)
     if version is None:
         errors.append(f"{host}: vllm_version is not set; fix: set it in group_vars, e.g. vllm_version: \"0.33.0\"")
     else:
@@ -302,6 +304,14 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
             f"{host}: tensor_parallel_size={tp} but the host has {gpu['count']} GPU(s) ({gpu['name']}); "
             f"fix: tensor_parallel_size <= {gpu['count']}"
         )
+        return
+    pairing = _tensor_parallel_errors(host, "tensor_parallel_size", tp, arch)
+    if draft:
+        pairing += _tensor_parallel_errors(host, "speculative.draft_tensor_parallel_size",
+                                           spec.get("draft_tensor_parallel_size", tp), draft)
+        pairing += _draft_errors(host, spec, arch, draft)
+    if pairing:
+        errors += pairing
         return
     util = profile.get("gpu_memory_utilization", 0.92)
     max_len = profile.get("max_model_len") or arch.max_position_embeddings or 0
@@ -476,6 +486,51 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
                 "docs/gpu-results.md); fix: kv_cache_dtype: auto (calculate_kv_scales: null), or keep fp8 for "
                 f"more than {wide_tokens // typical} such requests"
             )
+
+
+def _divisors(number: int) -> list[int]:
+    return [d for d in range(1, number + 1) if number % d == 0]
+
+
+def _tensor_parallel_errors(host: str, name: str, tp: int, arch: catalogue.Architecture) -> list[str]:
+    """vLLM splits the attention heads across the GPUs, and the KV heads too (or replicates each over
+    tp / kv_heads GPUs): a size that divides neither way stops it at start."""
+    heads, kv_heads = arch.num_attention_heads, arch.num_key_value_heads
+    if heads % tp == 0 and (kv_heads % tp == 0 or tp % kv_heads == 0):
+        return []
+    sizes = [d for d in _divisors(heads) if kv_heads % d == 0 or d % kv_heads == 0]
+    return [f"{host}: {name}={tp} does not divide {arch.name}'s {heads} attention heads and {kv_heads} KV heads: "
+            f"vLLM refuses to start; fix: one of {', '.join(map(str, sizes[:6]))}"]
+
+
+# The tokenizer a checkpoint's model_type implies: a draft must propose tokens of the target's tokenizer.
+_TOKENIZER_FAMILY = {"qwen2": "Qwen", "qwen3": "Qwen", "llama": "Llama", "mistral": "Mistral"}
+# Padded vocabularies of one tokenizer differ by their padding only (Qwen2.5: 151,936 against 152,064).
+VOCAB_PADDING_SHARE = 0.01
+
+
+def _draft_errors(host: str, spec: Mapping[str, Any], arch: catalogue.Architecture,
+                  draft: catalogue.Architecture) -> list[str]:
+    """A draft must be smaller than its target and speak its tokenizer."""
+    errors = []
+    target_params, draft_params = arch.parameters(), draft.parameters()
+    if draft_params >= target_params:
+        errors.append(
+            f"{host}: speculative.model={spec['model']} has {draft_params / 1e9:.1f} B parameters, not fewer than "
+            f"the target {arch.name}'s {target_params / 1e9:.1f} B: every draft token would cost more than the "
+            "target's own; fix: a draft a fraction of the target's size (e.g. 0.5B for a 7B), or speculative: null"
+        )
+    family = _TOKENIZER_FAMILY.get(arch.model_type), _TOKENIZER_FAMILY.get(draft.model_type)
+    vocab_gap = abs(draft.vocab_size - arch.vocab_size) / max(arch.vocab_size, draft.vocab_size)
+    if family[0] != family[1] or vocab_gap > VOCAB_PADDING_SHARE:
+        errors.append(
+            f"{host}: speculative.model={spec['model']} ({family[1]} tokenizer, vocab_size={draft.vocab_size:,}) "
+            f"drafts for {arch.name} ({family[0]} tokenizer, vocab_size={arch.vocab_size:,}): another tokenizer's "
+            "token ids mean other text, so its drafts are rejected (use_heterogeneous_vocab only maps one "
+            "tokenizer's padded vocabularies); fix: pick a draft of the target's family (for example "
+            f"{'a small ' + family[0] if family[0] else 'a smaller checkpoint of the same model'}), or speculative: null"
+        )
+    return errors
 
 
 def cuda_graphs_reserved(version: str, spec: Mapping[str, Any], reserve: Mapping[str, Any]) -> bool:

@@ -4,10 +4,14 @@ What changed between releases is data (data/flag_changes.yml): for every key, th
 era and the release it came in. `render_args` picks the era of the deployed release, so older
 releases keep the old spellings and newer ones get the new ones; keys a release removed are dropped
 with the reason. The result is the argument list after `vllm serve` (the model first, positional).
+
+vllm_extra_args goes through the same table, and every name must be an option of the release's serve
+parser (data/serve_options.yml, generated from each release's `vllm serve --help=all`).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from dataclasses import asdict, dataclass, field
@@ -46,10 +50,17 @@ def table() -> dict[str, Any]:
     return datafiles.load("flag_changes.yml")
 
 
+@lru_cache(maxsize=1)
+def serve_options() -> dict[Version, frozenset[str]]:
+    """Release -> the long options of its `vllm serve` parser (data/serve_options.yml)."""
+    releases = datafiles.load("serve_options.yml")["releases"]
+    return {Version(release): frozenset(entry["options"]) for release, entry in releases.items()}
+
+
 @lru_cache(maxsize=256)
 def parse_version(version: Any) -> Version:
-    """A vLLM release as a Version; ValueError naming the value and the oldest release supported."""
-    minimum = Version(table()["min_version"])
+    """A vLLM release as a Version; ValueError naming the value and the releases supported."""
+    minimum, newest = Version(table()["min_version"]), table()["newest_series"]
     if not isinstance(version, str):
         raise ValueError(
             f"vllm_version={version!r} is a {type(version).__name__}, not a string; fix: quote it, e.g. \"0.33.0\""
@@ -58,12 +69,33 @@ def parse_version(version: Any) -> Version:
         parsed = Version(version)
     except InvalidVersion:
         raise ValueError(f"vllm_version={version!r} is not a release number; fix: use one like \"0.33.0\"") from None
+    if len(parsed.release) != 3 or parsed.local or parsed.epoch:
+        raise ValueError(
+            f"vllm_version={version!r} is not a full release number (pip and the virtualenv name pin X.Y.Z); "
+            f"fix: the release as PyPI lists it, e.g. \"{'.'.join(map(str, (parsed.release + (0, 0))[:3]))}\""
+        )
     if parsed < minimum:
         raise ValueError(
             f"vllm_version={version!r} is older than {minimum}, the oldest release whose flags the table knows; "
             f"fix: deploy vLLM >= {minimum}"
         )
+    if parsed.release[:2] > Version(newest).release[:2]:
+        raise ValueError(
+            f"vllm_version={version!r} is newer than the {newest} series, the newest whose flag changes "
+            "(data/flag_changes.yml) and serve options (data/serve_options.yml) the project knows; fix: pin a "
+            f"release up to {newest}.x, or capture the new release's `vllm serve --help=all` "
+            "(scripts/serve-options.py), record its flag changes and raise newest_series"
+        )
     return parsed
+
+
+def release_options(version: Version) -> tuple[Version | None, frozenset[str]]:
+    """(the release whose serve options apply, those options) for `version`: the newest capture of the same
+    X.Y series not newer than it; (None, every captured option) when that series has no capture."""
+    same = [v for v in serve_options() if v.release[:2] == version.release[:2] and v <= version]
+    if same:
+        return max(same), serve_options()[max(same)]
+    return None, frozenset().union(*serve_options().values())
 
 
 @lru_cache(maxsize=1024)
@@ -124,27 +156,68 @@ def _speculative(spec: Mapping[str, Any], version: Version, draft_model_path: st
         result.args += ["--speculative-draft-tensor-parallel-size", str(spec["draft_tensor_parallel_size"])]
 
 
+# The separate speculative flags, replaced by --speculative-config (the profile's `speculative`).
+_LEGACY_SPECULATIVE = ("speculative_model", "num_speculative_tokens", "speculative_draft_tensor_parallel_size")
+# Profile keys and the table's own entries that vllm_extra_args may not set (the profile renders them).
+_PROFILE_ONLY = ("model", "served_model_name", "speculative", "speculative_config")
+
+
+def _unknown_option(name: str, version: Version, flags: list[str]) -> str | None:
+    """Why `flags` (the rendering of vllm_extra_args.NAME) is not what the release's parser takes, or None."""
+    release, known = release_options(version)
+    missing = [f for f in flags if f not in known]
+    if not missing:
+        return None
+    where = (f"vLLM {release}'s serve parser (data/serve_options.yml)" if release
+             else f"the serve parser of any captured release ({', '.join(map(str, sorted(serve_options())))})")
+    near = difflib.get_close_matches(missing[0], sorted(known), n=3, cutoff=0.75)
+    hint = f" (options with a like name: {', '.join(near)})" if near else ""
+    return (f"vllm_extra_args.{name}: {' '.join(missing)} is not an option of {where}{hint}; fix: use the "
+            f"release's spelling (`vllm serve --help=all`), or remove it")
+
+
 def _extra(extra_args: Mapping[str, Any], profile: Mapping[str, Any], version: Version,
            result: RenderResult) -> None:
     if not isinstance(extra_args, Mapping):
         raise ValueError(f"vllm_extra_args={extra_args!r} is not a dict; fix: give a mapping of argument: value")
     form = era("extra_boolean", version)["form"]
-    for name in sorted(extra_args):
+    for name in sorted(extra_args, key=str):
         value = extra_args[name]
         if not isinstance(name, str) or not _EXTRA_NAME.match(name):
             raise ValueError(
                 f"vllm_extra_args key {name!r} is not a snake_case vLLM argument name; "
                 "fix: write it like max_num_partial_prefills (no leading dashes)"
             )
-        if name == "model" or name in profile or name == "served_model_name" or name == "speculative_config":
+        if name in _PROFILE_ONLY or name in profile:
             raise ValueError(
                 f"vllm_extra_args.{name} duplicates a profile key; fix: set it in vllm_profile instead"
             )
+        if name in _LEGACY_SPECULATIVE and era("speculative", version)["form"] == "json":
+            raise ValueError(
+                f"vllm_extra_args.{name}: {' '.join(era('speculative', version)['reason'].split())}; fix: set "
+                "vllm_profile.speculative (model, num_speculative_tokens), which renders --speculative-config"
+            )
+        in_table = name in table()["keys"]  # the table is the evidence of its keys' spelling in each release
+        if in_table and era(name, version)["form"] == "removed":
+            result.dropped.append({"flag": _flag(name), "reason": " ".join(era(name, version)["reason"].split())})
+            result.warnings.append(f"vllm_extra_args.{name} dropped: vLLM {version} no longer has {_flag(name)}")
+            continue
         if value is None:
             continue
         if isinstance(value, bool):
-            result.args += [_flag(name)] if value else _negative(name, form)
-        elif isinstance(value, Mapping):
+            spelled = era(name, version)["form"] if in_table else form
+            flags = [_flag(name)] if value else _negative(name, spelled)
+            problem = None if in_table else _unknown_option(name, version, [f.split("=", 1)[0] for f in flags])
+            if problem and not value and not _unknown_option(name, version, [_flag(name)]):
+                continue  # a store_true option has no negative form: false is its default, left out
+            if problem:
+                raise ValueError(problem)
+            result.args += flags
+            continue
+        problem = None if in_table else _unknown_option(name, version, [_flag(name)])
+        if problem:
+            raise ValueError(problem)
+        if isinstance(value, Mapping):
             result.args += [_flag(name), json.dumps(value, sort_keys=True, separators=(",", ":"))]
         elif isinstance(value, (list, tuple)):
             result.args += [_flag(name), *[str(v) for v in value]]

@@ -581,7 +581,8 @@ def test_the_fa3_rule_matches_hopper_names_only(name, hopper):
 # --- the plan is what the unit runs -------------------------------------------------------------------------
 def test_the_plan_renders_the_units_arguments_with_the_hosts_model_folders_bind_address_and_port():
     entry = plan("rtx4090-7b-decode", vllm_state_dir="/srv/vllm", vllm_model_source="url", vllm_model_src="",
-                 vllm_draft_model_source=None, vllm_draft_model_src="", vllm_bind_address="10.0.0.5", vllm_port=8100)
+                 vllm_model_url="http://mirror/m", vllm_draft_model_source=None, vllm_draft_model_src="",
+                 vllm_draft_model_url="http://mirror/d", vllm_bind_address="10.0.0.5", vllm_port=8100)
     assert entry["errors"] == []
     args = entry["args"]
     assert args[0] == "/srv/vllm/models/Qwen--Qwen2.5-7B-Instruct" == entry["model_dir"]

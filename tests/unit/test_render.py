@@ -4,6 +4,7 @@
 import json
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -83,7 +84,7 @@ def test_every_profile_at_every_boundary(name, version):
     ("0.32.0", ["--no-enable-chunked-prefill"], ["--no-enable-prefix-caching"]),
     ("0.32.99", ["--no-enable-chunked-prefill"], ["--no-enable-prefix-caching"]),
     ("0.33.0", ["--disable-chunked-prefill"], ["--disable-prefix-caching"]),
-    ("0.34.1", ["--disable-chunked-prefill"], ["--disable-prefix-caching"]),
+    ("0.33.4", ["--disable-chunked-prefill"], ["--disable-prefix-caching"]),
 ])
 def test_false_booleans_per_release(version, chunked, prefix):
     result = render.render_args({"model": "m", "enable_chunked_prefill": False, "enable_prefix_caching": False},
@@ -131,6 +132,7 @@ def test_model_path_replaces_the_model_and_keeps_the_served_name():
 
 
 def test_extra_args_are_rendered_sorted_after_the_profile():
+    """disable_log_stats: false renders nothing: the option is store_true (no --no- form in 0.32's parser)."""
     result = render.render_args({"model": "m", "max_num_seqs": 8}, "0.32.0", extra_args={
         "port": 8000, "host": "0.0.0.0", "enforce_eager": True, "disable_log_stats": False,
         "kv_cache_memory_bytes": "1G", "compilation_config": {"level": 0}, "allowed_origins": ["a", "b"],
@@ -139,7 +141,6 @@ def test_extra_args_are_rendered_sorted_after_the_profile():
         "--max-num-seqs", "8",
         "--allowed-origins", "a", "b",
         "--compilation-config", '{"level":0}',
-        "--no-disable-log-stats",
         "--enforce-eager",
         "--host", "0.0.0.0",
         "--kv-cache-memory-bytes", "1G",
@@ -164,6 +165,59 @@ def test_extra_boolean_false_per_release():
 def test_bad_extra_args(extra, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         render.render_args({"model": "m", "max_num_seqs": 8}, "0.33.0", extra_args=extra)
+
+
+@pytest.mark.parametrize("version,extra,message", [
+    ("0.33.0", {"max_num_seqz": 4}, "vllm_extra_args.max_num_seqz: --max-num-seqz is not an option of vLLM 0.33.0's "
+                                    "serve parser (data/serve_options.yml) (options with a like name: --max-num-seqs"),
+    ("0.33.0", {"speculative_model": "x"}, "vllm_extra_args.speculative_model: the three --speculative-* flags were "
+                                           "replaced by --speculative-config"),
+    ("0.32.0", {"num_speculative_tokens": 5}, "fix: set vllm_profile.speculative"),
+    # 0.26 has no capture: a name that no captured release's parser knows is refused all the same.
+    ("0.26.0", {"no_such_flag": 1}, "is not an option of the serve parser of any captured release (0.32.0, 0.33.0)"),
+])
+def test_extra_args_must_be_options_of_the_release(version, extra, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        render.render_args({"model": "m"}, version, extra_args=extra)
+
+
+def test_extra_args_go_through_the_release_table():
+    """swap_space was removed in 0.18.0: dropped with the table's reason, as it is from a profile."""
+    result = render.render_args({"model": "m"}, "0.33.0", extra_args={"swap_space": 4})
+    assert "--swap-space" not in result.args
+    assert result.dropped == [{"flag": "--swap-space", "reason": " ".join(
+        render.era("swap_space", "0.33.0")["reason"].split())}]
+    assert render.render_args({"model": "m"}, "0.17.0", extra_args={"swap_space": 4}).args[-2:] == ["--swap-space", "4"]
+
+
+def test_store_true_options_false_is_left_out():
+    """--disable-log-stats has no negative form in 0.33: false is its default and renders nothing."""
+    assert "--disable-log-stats" in render.serve_options()[render.Version("0.33.0")]
+    result = render.render_args({"model": "m"}, "0.33.0", extra_args={"disable_log_stats": False})
+    assert result.args == ["m", "--served-model-name", "m"]
+
+
+@pytest.mark.parametrize("version,message", [
+    ("0.33", "vllm_version='0.33' is not a full release number (pip and the virtualenv name pin X.Y.Z); fix: the "
+             "release as PyPI lists it, e.g. \"0.33.0\""),
+    ("99.0.0", "vllm_version='99.0.0' is newer than the 0.33 series"),
+    ("0.34.0", "fix: pin a release up to 0.33.x"),
+    ("0.33.0+cu130", "is not a full release number"),
+])
+def test_versions_the_project_cannot_vouch_for(version, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        render.parse_version(version)
+
+
+def test_serve_options_are_generated_from_the_captures():
+    """data/serve_options.yml is what scripts/serve-options.py extracts from the real help captures."""
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "serve-options.py")
+    proc = subprocess.run([sys.executable, script, "--check"] + [f"{v}={os.path.join(FIXTURES, f)}"
+                                                                 for v, f in HELP.items()],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for version in HELP:
+        assert render.serve_options()[render.Version(version)] == {o for o in help_options(version)}
 
 
 def test_extra_args_must_be_a_dict():
