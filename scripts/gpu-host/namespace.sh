@@ -42,17 +42,21 @@ unpack() {
     printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$LDP" "$SD$tool" >"$WRAP/${tool##*/}"
     chmod 755 "$WRAP/${tool##*/}"
   done
-  # Keep the host's /tmp and /var/tmp as they are: no boot-time cleaning by systemd-tmpfiles.
   mkdir -p /etc/systemd/system
-  for unit in systemd-tmpfiles-setup.service systemd-tmpfiles-clean.timer systemd-tmpfiles-clean.service; do
-    ln -sfn /dev/null /etc/systemd/system/$unit
-  done
   cat >"$SD/boot.sh" <<BOOT
 mount --make-rprivate /
 mkdir -p /usr/lib/systemd /usr/lib/x86_64-linux-gnu/systemd
 mount --bind $SD/lib/systemd /usr/lib/systemd
 mount --bind $SD/usr/lib/x86_64-linux-gnu/systemd /usr/lib/x86_64-linux-gnu/systemd
 mount -t tmpfs -o mode=755 tmpfs /run
+# Runtime units of the namespace only (its /run): keep the host's /tmp and /var/tmp as they are (no
+# boot-time cleaning by systemd-tmpfiles), and give journald the Debian libraries the host lacks (a
+# service does not inherit PID 1's LD_LIBRARY_PATH; without them it exits 127 and no unit has a journal).
+mkdir -p /run/systemd/system/systemd-journald.service.d
+for unit in systemd-tmpfiles-setup.service systemd-tmpfiles-clean.timer systemd-tmpfiles-clean.service; do
+  ln -sfn /dev/null /run/systemd/system/\$unit
+done
+printf '[Service]\nEnvironment=LD_LIBRARY_PATH=%s\n' "$LDP" >/run/systemd/system/systemd-journald.service.d/libraries.conf
 # Without its own cgroup2 mount systemd stops: "Failed to create /init.scope control group".
 umount /sys/fs/cgroup 2>/dev/null; mount -t cgroup2 cgroup2 /sys/fs/cgroup
 export LD_LIBRARY_PATH=$LDP container=other
@@ -66,8 +70,8 @@ boot() {
   unpack "$debs"
   echo on >/proc/sys/kernel/printk_devkmsg 2>/dev/null || true
   setsid unshare --pid --fork --mount --mount-proc --cgroup bash "$SD/boot.sh" </dev/null >/var/tmp/gpu-host-systemd.log 2>&1 &
-  local u=$! p="" state="" i
-  for i in $(seq 1 100); do
+  local u=$! p="" state=""
+  for _ in $(seq 1 100); do
     p=$(pgrep -P "$u" | head -n1)
     [[ -n $p ]] && break
     sleep 0.2

@@ -53,8 +53,8 @@ def model(model_id: str, to: Path) -> Path:
     return folder
 
 
-def ansible_cfg(to: Path, work: Path) -> None:
-    posix = ROOT / ".cache" / "collections" / "ansible_collections" / "ansible" / "posix"
+def ansible_cfg(to: Path, work: Path, collections: Path) -> None:
+    posix = collections / "ansible_collections" / "ansible" / "posix"
     timer = posix.is_dir()
     lines = [
         "[defaults]",
@@ -62,10 +62,10 @@ def ansible_cfg(to: Path, work: Path) -> None:
         f"library = {ROOT}/plugins/modules",
         f"module_utils = {ROOT}/plugins/module_utils",
         f"filter_plugins = {ROOT}/plugins/filter",
-        f"collections_path = {ROOT}/.cache/collections",
+        f"collections_path = {collections}",
         "stdout_callback = ansible.builtin.default",
         "callback_result_format = yaml",
-        "callbacks_enabled = ansible.posix.profile_tasks" if timer else "",
+        "callbacks_enabled = ansible.posix.profile_tasks" if timer else None,
         "host_key_checking = false",
         "retry_files_enabled = false",
         f"local_tmp = {work}/local-tmp",
@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("ansible-cfg")
     a.add_argument("--to", type=Path, required=True)
     a.add_argument("--work", type=Path, required=True)
+    a.add_argument("--collections", type=Path, default=ROOT / ".cache" / "collections")
     args = parser.parse_args(argv)
     if args.cmd == "wheelhouse":
         lock = wheelhouse(args.wheels, args.to, args.pins, args.section)
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.cmd == "model":
         print(model(args.id, args.to))
     else:
-        ansible_cfg(args.to, args.work)
+        ansible_cfg(args.to, args.work, args.collections)
         print(args.to)
     return 0
 

@@ -31,6 +31,10 @@ WORK=/var/tmp/gpu-host-site
 LOGS=$WORK/logs
 ASITE=$WORK/ansible
 NS=$ROOT/scripts/gpu-host/namespace.sh
+# The carried files (bundle parts, the systemd .debs, the ansible wheels) and ansible.posix (its task timer):
+# in this checkout, or in another one that holds them (GPU_HOST_FILES, GPU_HOST_COLLECTIONS).
+GPU=${GPU_HOST_FILES:-$ROOT/.gpu}
+COLLECTIONS=${GPU_HOST_COLLECTIONS:-$ROOT/.cache/collections}
 PY=$(command -v python3)
 MODEL_ID=Qwen/Qwen2.5-7B-Instruct
 UNIT=vllm@main.service
@@ -61,6 +65,10 @@ ansible_cli() {
 from ansible.cli.$cli import main; sys.exit(main())" "$ASITE" "$@"
 }
 ap() { ansible_cli playbook -i "$ROOT/inventories/gpu-host" "$@"; }
+# The driver role's hold reads the installed packages through package_facts, whose apt backend needs
+# python3-apt: this image has none and no registry to install it from. Nothing here is for it to hold
+# (no driver package is installed through dpkg: prepare lists what its pattern matches), so it is skipped.
+SITE_SKIP=(--skip-tags nvidia_driver_hold)
 
 health_wait() {  # seconds until /health answers 200 (or "timeout")
   local t0 limit=${1:-600}
@@ -75,7 +83,7 @@ health_wait() {  # seconds until /health answers 200 (or "timeout")
 }
 
 gpu_free() {  # wait until the GPU's memory is back (the engine core ends after the API server)
-  local i
+  local _
   for _ in $(seq 1 60); do
     (( $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -n1) < 2048 )) && return 0
     sleep 1
@@ -126,11 +134,11 @@ probe() {
     mount | grep -E 'cgroup|/tmp|/run ' ; ls /usr/lib/tmpfiles.d /etc/tmpfiles.d 2>&1 | head; ls /usr/lib/systemd 2>&1 | head -5
     cat /proc/driver/nvidia/version 2>&1 | head -2
   } >"$LOGS/probe-host.txt" 2>&1
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$ASITE" .gpu/wheels/ansible/*.whl \
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$ASITE" "$GPU"/wheels/ansible/*.whl \
     >"$LOGS/probe-pip.txt" 2>&1
-  "$PY" scripts/gpu-host/prepare.py ansible-cfg --to "$WORK/ansible.cfg" --work "$WORK"
+  "$PY" scripts/gpu-host/prepare.py ansible-cfg --to "$WORK/ansible.cfg" --work "$WORK" --collections "$COLLECTIONS"
   local t0; t0=$(now)
-  "$NS" boot .gpu/systemd >"$LOGS/probe-boot.txt" 2>&1
+  "$NS" boot "$GPU/systemd" >"$LOGS/probe-boot.txt" 2>&1
   say "probe: systemd booted in $(secs "$t0" "$(now)") s: $(tail -n2 "$LOGS/probe-boot.txt" | tr '\n' ' ')"
   {
     sysctl_ is-system-running; sysctl_ list-units --failed --no-legend
@@ -147,6 +155,35 @@ UNIT
     sysctl_ daemon-reload; sysctl_ start probe-journal.service; echo "start rc=$?"
     sleep 1; "$NS" exec journalctl --no-pager -u probe-journal.service; echo "journalctl rc=$?"
     sysctl_ status systemd-journald.service | head -5
+    # A release venv that sees the image's torch through a .pth (what vllm_venv_site_packages writes), CUDA
+    # under the unit's hardening as an unprivileged user, its output in the journal.
+    rm -rf /opt/probe-venv; python3 -m venv /opt/probe-venv
+    echo 'import site; site.addsitedir("/opt/torch/.venv/lib/python3.12/site-packages")' \
+      >"$(/opt/probe-venv/bin/python -c "import sysconfig; print(sysconfig.get_path('purelib'))")/zz-probe.pth"
+    cat >/etc/systemd/system/probe-cuda.service <<'UNIT'
+[Service]
+Type=oneshot
+User=nobody
+Environment=HOME=/var/tmp TRITON_CACHE_DIR=/var/tmp/probe-triton
+ExecStart=/opt/probe-venv/bin/python -c "import sys, torch; x = torch.ones(1024, 1024, device='cuda'); print('cuda ok', sys.prefix, torch.__file__, (x @ x).sum().item(), open('/proc/self/status').read().split('NoNewPrivs:')[1].split()[0])"
+StandardOutput=journal
+StandardError=journal
+NoNewPrivileges=yes
+ProtectSystem=strict
+ProtectHome=yes
+PrivateTmp=yes
+CapabilityBoundingSet=
+SystemCallFilter=@system-service
+SystemCallErrorNumber=EPERM
+DevicePolicy=closed
+DeviceAllow=/dev/nvidiactl rw
+DeviceAllow=/dev/nvidia-uvm rw
+DeviceAllow=/dev/nvidia-uvm-tools rw
+DeviceAllow=/dev/nvidia-modeset rw
+DeviceAllow=/dev/nvidia0 rw
+UNIT
+    sysctl_ daemon-reload; sysctl_ start probe-cuda.service; echo "probe-cuda rc=$?"
+    sleep 1; "$NS" exec journalctl --no-pager -o cat -u probe-cuda.service | tail -n 8
   } >"$LOGS/probe-systemd.txt" 2>&1
   cat >"$WORK/probe.yml" <<'PLAY'
 - name: The nvidia_driver role as site.yml runs it
@@ -161,7 +198,7 @@ UNIT
         msg: "{{ ansible_facts['service_mgr'] }} {{ ansible_facts['distribution'] }} {{ ansible_facts['distribution_version'] }} {{ ansible_facts['pkg_mgr'] }}"
 PLAY
   t0=$(now)
-  ap "$WORK/probe.yml" -e vllm_version=0.26.0 >"$LOGS/probe-driver.txt" 2>&1
+  ap "$WORK/probe.yml" "${SITE_SKIP[@]}" -e vllm_version=0.26.0 >"$LOGS/probe-driver.txt" 2>&1
   say "probe: nvidia_driver role under systemd rc=$? in $(secs "$t0" "$(now)") s: $(grep -A2 'PLAY RECAP' "$LOGS/probe-driver.txt" | tail -n1)"
   "$NS" stop
   cp "$LOGS"/probe-*.txt "$OUT/"
@@ -171,28 +208,30 @@ PLAY
 # --- the steps --------------------------------------------------------------------------------
 step_prepare() {
   if [[ ! -f $WORK/bundle.done ]]; then
-    "$PY" benchmarks/gpu/bundle.py assemble --parts /tmp/gpu-bundle/parts --parts .gpu --sums .gpu/SHA256SUMS \
+    "$PY" benchmarks/gpu/bundle.py assemble --parts /tmp/gpu-bundle/parts --parts "$GPU" --sums "$GPU/SHA256SUMS" \
       --to "$WORK/bundle" || return 1
     touch "$WORK/bundle.done"
   fi
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$ASITE" "$WORK"/bundle/wheels/ansible/*.whl || return 1
   "$PY" scripts/gpu-host/prepare.py wheelhouse --wheels "$WORK/bundle/wheels/vllm" --to "$WHEELHOUSE" || return 1
   "$PY" scripts/gpu-host/prepare.py model --id "$MODEL_ID" --to /opt/vllm-site/models || return 1
-  "$PY" scripts/gpu-host/prepare.py ansible-cfg --to "$WORK/ansible.cfg" --work "$WORK" || return 1
+  "$PY" scripts/gpu-host/prepare.py ansible-cfg --to "$WORK/ansible.cfg" --work "$WORK" --collections "$COLLECTIONS" || return 1
   nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader
-  "$NS" boot .gpu/systemd
+  echo "driver packages the hold would hold: $(dpkg-query -W -f '${Package}\n' | grep -cE \
+    '^(nvidia-|libnvidia-|libcuda|cuda-drivers|kmod-nvidia|linux-(modules|objects|signatures)-nvidia-|firmware-nvidia-)')"
+  "$NS" boot "$GPU/systemd"
 }
 
 ensure_up() {  # systemd running (boot it again if a former call's ended) and the service healthy
   if [[ -z $("$NS" pid) ]]; then
-    "$NS" boot .gpu/systemd || return 1
+    "$NS" boot "$GPU/systemd" || return 1
     say "systemd booted again; $UNIT (enabled) starting: healthy after $(health_wait 400) s"
   fi
   health_wait 400 >/dev/null
 }
 
 step_site1() {
-  ap "$ROOT/site.yml" -e vllm_verify_report_run_id=site-1
+  ap "$ROOT/site.yml" "${SITE_SKIP[@]}" -e vllm_verify_report_run_id=site-1
 }
 
 step_wrong() {
@@ -225,7 +264,7 @@ step_restart() { security site1; restart_with_streams no-backstop; }
 
 step_site2() {
   ensure_up || return 1
-  ap "$ROOT/site.yml" -e vllm_verify_report_run_id=site-2 -e "$CHANGE2"
+  ap "$ROOT/site.yml" "${SITE_SKIP[@]}" -e vllm_verify_report_run_id=site-2 -e "$CHANGE2"
   local rc=$?
   security site2
   return $rc
@@ -238,15 +277,24 @@ step_bare() {
   local t0 t1
   t0=$(now); sysctl_ stop "$UNIT"; t1=$(now); gpu_free
   say "systemctl stop (idle, backstop 20 s): $(secs "$t0" "$t1") s"
-  local argv env
-  argv=$("$PY" -c 'import json,shlex,sys; print(shlex.join(json.load(open(sys.argv[1]))))' /etc/vllm/main.args.json)
-  env=$(grep -E '^[A-Z_][A-Z0-9_]*=' /etc/vllm/main.env | tr '\n' ' ')
+  local argv=() env=()
+  mapfile -d '' argv < <("$PY" -c 'import json, sys; sys.stdout.write("\0".join(json.load(open(sys.argv[1]))) + "\0")' \
+    /etc/vllm/main.args.json)
+  # The environment file as systemd reads it: KEY=VALUE, a double-quoted value unescaped.
+  mapfile -d '' env < <("$PY" -c '
+import re, sys
+for line in open(sys.argv[1], encoding="utf-8"):
+    m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", line.rstrip("\n"))
+    if m:
+        v = m.group(2)
+        if len(v) >= 2 and v[0] == v[-1] == "\"":
+            v = re.sub(r"\\(.)", r"\1", v[1:-1])
+        sys.stdout.write(f"{m.group(1)}={v}\0")' /etc/vllm/main.env)
+  printf '%s\n' "${env[@]}" | grep -v API_KEY >"$LOGS/bare-env.txt"
   # The unit's ExecStart and EnvironmentFile, as its user, with no sandbox (no systemd at all).
   t0=$(now)
-  # shellcheck disable=SC2086
-  setsid setpriv --reuid=vllm --regid=vllm --init-groups env -i PATH=/usr/bin:/bin $env \
-    bash -c "cd /var/lib/vllm && exec /opt/vllm/venvs/vllm-0.26.0/bin/python /opt/vllm/bin/vllm-launch serve $argv" \
-    >"$LOGS/bare.log" 2>&1 &
+  (cd /var/lib/vllm && exec setsid setpriv --reuid=vllm --regid=vllm --init-groups env -i PATH=/usr/bin:/bin "${env[@]}" \
+    /opt/vllm/venvs/vllm-0.26.0/bin/python /opt/vllm/bin/vllm-launch serve "${argv[@]}") >"$LOGS/bare.log" 2>&1 &
   local pid=$! healthy
   healthy=$(health_wait 400)
   say "bare start (the unit's command and environment, as user vllm, no systemd): healthy after $healthy s"
@@ -263,7 +311,7 @@ step_unitstart() {
 
 step_site3() {
   ensure_up || return 1
-  ap "$ROOT/site.yml" -e vllm_verify_report_run_id=site-3 -e "$CHANGE3"
+  ap "$ROOT/site.yml" "${SITE_SKIP[@]}" -e vllm_verify_report_run_id=site-3 -e "$CHANGE3"
   local rc=$?
   say "site3 (a change that fails at start): rc=$rc; $(grep -oE 'Restored the last working release[^.]*\.' "$LOGS/site3.log" | head -n1)"
   health_wait 30 >/dev/null && say "after site3: the restored release answers /health"
