@@ -1,4 +1,4 @@
-"""Filters that lay out a command line for a systemd unit's ExecStart."""
+"""Filters that write values the way systemd reads them back: ExecStart lines, environment-file values."""
 import re
 
 from ansible.errors import AnsibleFilterError
@@ -31,6 +31,11 @@ _value:
   elements: str
 """
 
+# systemd_env_quote (same file): a value of an EnvironmentFile= file, double-quoted. In such a file systemd
+# reads `\\`, `\"`, `\$` and `\``  back as the character itself inside double quotes and keeps everything else
+# as written (spaces, %, single quotes), so any text without control characters reads back byte for byte.
+# Control characters are refused: the plan (vllm_fleet.inputs) refuses them first, naming the setting.
+
 _PLAIN = re.compile(r"^[A-Za-z0-9_@./:=,+-]+$")
 
 
@@ -44,6 +49,21 @@ def systemd_quote(value):
     if value and _PLAIN.match(value):
         return escaped
     return "'" + escaped.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+_ENV_ESCAPE = re.compile(r'([\\"$`])')
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def systemd_env_quote(value):
+    """Quote one value of an environment file (systemd.exec, EnvironmentFile=) so that it reads back as is."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise AnsibleFilterError(f"systemd_env_quote: a value of type {type(value).__name__} is not text")
+    text = str(value)
+    if _CONTROL.search(text):
+        raise AnsibleFilterError("systemd_env_quote: a value holds a control character, which an environment "
+                                 "file cannot carry (the value is not shown)")
+    return '"' + _ENV_ESCAPE.sub(r"\\\1", text) + '"'
 
 
 def systemd_exec_lines(args):
@@ -63,4 +83,5 @@ def systemd_exec_lines(args):
 
 class FilterModule:
     def filters(self):
-        return {"systemd_quote": systemd_quote, "systemd_exec_lines": systemd_exec_lines}
+        return {"systemd_quote": systemd_quote, "systemd_exec_lines": systemd_exec_lines,
+                "systemd_env_quote": systemd_env_quote}

@@ -5,7 +5,9 @@ from collections.abc import Mapping
 from functools import lru_cache
 
 import yaml
+from jinja2 import Undefined
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 try:
     from vllm_fleet import compat, inputs, planner, profiles, render
@@ -92,41 +94,122 @@ _PLAN_VARS = tuple(dict.fromkeys(("vllm_profile_name", "vllm_profile", "vllm_gpu
                                   "vllm_draft_model_config", "vllm_extra_args") + planner.DEPLOY_VARS + inputs.UNIT_VARS))
 
 
-def plan_inputs(variables):
-    """The planning variables of one host (a dict, or Ansible's lazy hostvars), with the role's defaults."""
+def plan_inputs(variables, skip=()):
+    """The planning variables of one host (a dict, or Ansible's lazy hostvars), with the role's defaults (also
+    in place of the names in `skip`, which its argument spec refused)."""
     inputs = {}
     defaults = deploy_defaults()
     for name in _PLAN_VARS:
-        value = variables.get(name)
-        inputs[name] = defaults.get(name) if value is None and name in defaults else value
+        value = None if name in skip else variables.get(name)
+        if isinstance(value, Undefined):
+            continue  # built from what the plan publishes (vllm_profile_effective): the role checks it
+        inputs[name] = defaults.get(name) if value is None and name in defaults else _plain(value)
     for name in ("vllm_typical_prompt_tokens", "vllm_typical_output_tokens"):
         if variables.get(name) is not None:
             inputs[name] = variables.get(name)
     return inputs
 
 
+# The roles site.yml runs on a host, by the group that brings them: the plan checks every setting a host gives
+# any of them against that role's argument spec, so that a bad value stops the run before the driver play.
+SITE_ROLES = (("vllm_nodes", ("vllm", "vllm_verify")), ("gpu_nodes", ("nvidia_driver",)))
+ROLES = os.path.join(os.path.dirname(__file__), "..", "..", "roles")
+_SECRET_WORDS = ("key", "token", "password", "secret")
+
+
+@lru_cache(maxsize=None)
+def role_options(role):
+    """The options of a role's main entry point (roles/ROLE/meta/argument_specs.yml)."""
+    with open(os.path.join(ROLES, role, "meta", "argument_specs.yml")) as handle:
+        return yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+
+
+@lru_cache(maxsize=None)
+def _validator(role, name):
+    spec = {key: value for key, value in role_options(role)[name].items() if key not in ("default", "required")}
+    return ArgumentSpecValidator({name: spec})
+
+
+def _plain(value):
+    """Ansible's lazy containers and tagged strings as plain Python, so that messages show plain values."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    for kind in (bool, str, int, float):  # bool before int: True is an int too
+        if isinstance(value, kind):
+            return kind(value)
+    return value
+
+
+def _spec_message(host, role, name, option, value, error):
+    secret = option.get("no_log") or any(word in name.lower() for word in _SECRET_WORDS)
+    shown = f"{name} (value not shown)" if secret else f"{name}={value!r}"
+    where = f"(the {role} role's argument spec, README)"
+    kind = type(error).__name__
+    if kind == "ArgumentValueError" and option.get("choices"):
+        return f"{host}: {shown} is not one of {', '.join(map(str, option['choices']))} {where}; fix: one of them"
+    if kind in ("ArgumentTypeError", "ElementError"):
+        wanted = option.get("type", "str") + (f" of {option['elements']}" if option.get("elements") else "")
+        default = option.get("default")
+        example = f" (its default: {default!r})" if default not in (None, "", [], {}) and "{{" not in str(default) else ""
+        article = "an" if wanted[0] in "aeiou" else "a"
+        return f"{host}: {shown} is not {article} {wanted} {where}; fix: give {article} {wanted}{example}"
+    return f"{host}: {shown}: {error.msg if not secret else kind} {where}; fix: see the setting's description"
+
+
+def spec_errors(host, variables):
+    """(errors, the names that failed) of the host's settings against the argument specs of its roles."""
+    groups = variables.get("group_names") or []
+    errors, failed = [], set()
+    for group, roles in SITE_ROLES:
+        if group not in groups:
+            continue
+        for role in roles:
+            for name, option in role_options(role).items():
+                if name in failed or name not in variables:
+                    continue
+                value = variables.get(name)
+                if value is None or isinstance(value, Undefined):
+                    continue  # Undefined: built from what the plan publishes (vllm_profile_effective)
+                value = _plain(value)
+                result = _validator(role, name).validate({name: value})
+                if result.error_messages:
+                    errors.append(_spec_message(host, role, name, option, value, result.errors.errors[0]))
+                    failed.add(name)
+    return errors, failed
+
+
 def vllm_plan_host(hostvars, host):
     if not isinstance(hostvars, Mapping):
         raise AnsibleFilterError(f"vllm_plan_host: expected a mapping of the host's variables, got {type(hostvars).__name__}")
-    return planner.plan_host(str(host), plan_inputs(hostvars))
+    return _plan(str(host), hostvars)
+
+
+def _plan(host, variables, typical_prompt_tokens=None, typical_output_tokens=None):
+    errors, failed = spec_errors(host, variables)
+    inputs = plan_inputs(variables, skip=failed)
+    if typical_prompt_tokens is not None:
+        inputs["vllm_typical_prompt_tokens"] = typical_prompt_tokens
+    if typical_output_tokens is not None:
+        inputs["vllm_typical_output_tokens"] = typical_output_tokens
+    entry = planner.plan_host(host, inputs)
+    entry["errors"][:0] = errors
+    return entry
 
 
 def vllm_plan_hosts(hostvars, hosts, typical_prompt_tokens=None, typical_output_tokens=None):
     """plan.json for `hosts`, reading each host's planning variables from `hostvars` in one pass."""
     if isinstance(hosts, str) or not hasattr(hosts, "__iter__"):
         raise AnsibleFilterError(f"vllm_plan_hosts: expected a list of host names, got {hosts!r}")
-    inputs = {}
-    for host in hosts:
+    plan = {}
+    for host in sorted(hosts, key=str):
         try:
             variables = hostvars[host]
         except KeyError:
             raise AnsibleFilterError(f"vllm_plan_hosts: host {host!r} is not in hostvars") from None
-        inputs[str(host)] = plan_inputs(variables)
-        if typical_prompt_tokens is not None:
-            inputs[str(host)]["vllm_typical_prompt_tokens"] = typical_prompt_tokens
-        if typical_output_tokens is not None:
-            inputs[str(host)]["vllm_typical_output_tokens"] = typical_output_tokens
-    return planner.plan_hosts(inputs)
+        plan[str(host)] = _plan(str(host), variables, typical_prompt_tokens, typical_output_tokens)
+    return {"hosts": plan}
 
 
 def vllm_profile_resolve(name, overrides=None, host="host", validate=True):

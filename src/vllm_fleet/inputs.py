@@ -93,10 +93,11 @@ def _release(host: str, values: Mapping[str, Any], draft: bool) -> list[str]:
         source = values.get(f"{prefix}_source")
         if prefix == "vllm_draft_model" and (source in (None, "") or "{{" in str(source)):
             source = values.get("vllm_model_source")  # the role's default follows the model's source
-        if source == "url" and not values.get(f"{prefix}_url"):
+        # A location the inventory builds from the plan's own output is not in `values`: the role checks it.
+        if source == "url" and f"{prefix}_url" in values and not values[f"{prefix}_url"]:
             errors.append(f"{host}: {prefix}_source=url needs {prefix}_url, which is empty; fix: the base URL of the "
                           "model's files and manifest on the site's mirror")
-        elif source in ("controller", "path") and not values.get(f"{prefix}_src"):
+        elif source in ("controller", "path") and f"{prefix}_src" in values and not values[f"{prefix}_src"]:
             where = "on the controller" if source == "controller" else "on the host"
             errors.append(f"{host}: {prefix}_source={source} needs {prefix}_src, which is empty; fix: the model's "
                           f"folder {where}")
@@ -158,8 +159,8 @@ def _environment(host: str, environment: Any, allow: Any) -> list[str]:
     if environment is None:
         return []
     if not isinstance(environment, Mapping):
-        return [f"{host}: vllm_environment must be a dict of NAME: value; fix: for example "
-                "{{OMP_NUM_THREADS: \"8\"}}"]
+        return [f"{host}: vllm_environment={environment!r} must be a dict of NAME: value; fix: for example "
+                "{OMP_NUM_THREADS: \"8\"}"]
     allowed = set(allow or []) if isinstance(allow, (list, tuple)) else set()
     errors = []
     for key, value in environment.items():

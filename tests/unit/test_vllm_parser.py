@@ -5,6 +5,7 @@ Run inside the parser venv (scripts/vllm-parser-venv.sh builds it):
 Elsewhere the whole module is skipped. Needs only vllm, pyyaml, packaging and this repo's src/.
 """
 
+import argparse
 import importlib.metadata
 import importlib.util
 import json
@@ -53,6 +54,20 @@ def vllm_serve():
         return namespace
 
     return parse
+
+
+def test_the_plans_serve_options_are_this_parsers(vllm_serve):
+    """data/serve_options.yml's 0.32.0 list (from the help capture) against the real parser's options: every
+    listed option is the parser's, and every option of the parser's that the list lacks is one it hides."""
+    parser, _ = _launcher().serve_parser()
+    serve = next(a for a in parser._actions if hasattr(a, "choices") and isinstance(a.choices, dict)).choices["serve"]
+    actions = {option: action for action in serve._actions for option in action.option_strings
+               if option.startswith("--")}
+    listed = render.serve_options()[render.Version(PARSER_VERSION)]
+    assert listed <= set(actions), sorted(listed - set(actions))
+    hidden = {option for option in set(actions) - listed if actions[option].help != argparse.SUPPRESS}
+    assert hidden == set()
+    assert len(listed) > 300
 
 
 def rejects(parse, args, capsys):
