@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[3]
 INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
 REPORTS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"
@@ -43,11 +45,37 @@ def args_of(host):
     return json.loads(on(host, "cat", "/etc/vllm/main.args.json"))
 
 
+def layer(host):
+    """The host's vars in the scenario's thin layer (inventory/lab-layer.yml)."""
+    return yaml.safe_load((Path(__file__).parents[1] / "inventory" / "lab-layer.yml").read_text())["all"]["hosts"][host]
+
+
+def request(host, path, body=None, key=None):
+    """(HTTP status, body) of a request to the host's vLLM, from the host itself."""
+    cmd = ["podman", "exec", host, "curl", "-s", "-m", "30", "-w", "\n%{http_code}", f"http://127.0.0.1:8000{path}"]
+    if key is not None:
+        cmd += ["-H", f"Authorization: Bearer {key}"]
+    if body is not None:
+        cmd += ["-H", "Content-Type: application/json", "-d", json.dumps(body)]
+    out = subprocess.run(cmd, capture_output=True, text=True).stdout
+    text, _, status = out.rpartition("\n")
+    return int(status or 0), text
+
+
 def serves(host):
-    body = json.dumps({"model": "tiny-qwen2", "prompt": "Hello", "max_tokens": 4})
-    out = subprocess.run(["podman", "exec", host, "curl", "-s", "-m", "30", "http://127.0.0.1:8000/v1/completions",
-                          "-H", "Content-Type: application/json", "-d", body], capture_output=True, text=True).stdout
-    return bool(out) and bool(json.loads(out).get("choices"))
+    variables = layer(host)
+    name = (variables.get("vllm_profile") or {}).get("served_model_name", "tiny-qwen2")
+    status, out = request(host, "/v1/completions", {"model": name, "prompt": "Hello", "max_tokens": 4},
+                          key=variables.get("vllm_api_key"))
+    return status == 200 and bool(json.loads(out).get("choices"))
+
+
+def service_process(host, what):
+    """The running service's main process: its environment (dict) or its arguments (list), as systemd started it."""
+    pid = on(host, "systemctl", "show", "-p", "MainPID", "--value", "vllm@main.service").strip()
+    raw = on(host, "cat", f"/proc/{pid}/{what}")
+    items = [item for item in raw.split("\0") if item]
+    return dict(item.split("=", 1) for item in items) if what == "environ" else items
 
 
 def converge_report():
@@ -83,6 +111,23 @@ def test_the_unit_runs_the_plans_arguments():
         unit = on(host, "cat", "/etc/systemd/system/vllm@main.service")
         for arg in args:
             assert arg in unit
+
+
+def test_odd_strings_of_the_inventory_reach_the_service_byte_for_byte():
+    """prod-l40's layer has a served name with spaces, %, $ and quotes, an environment value and an API key with
+    quotes, backslashes and $: systemd hands the running service exactly those strings (read from /proc), the
+    key opens /v1 and nothing else does."""
+    variables = layer("prod-l40")
+    environ = service_process("prod-l40", "environ")
+    assert environ["VLLM_FLEET_READBACK"] == variables["vllm_environment"]["VLLM_FLEET_READBACK"]
+    assert environ["VLLM_API_KEY"] == variables["vllm_api_key"]
+    assert environ["HF_HUB_OFFLINE"] == "1" and environ["VLLM_NO_USAGE_STATS"] == "1"
+    argv = service_process("prod-l40", "cmdline")
+    assert argv[argv.index("--served-model-name") + 1] == variables["vllm_profile"]["served_model_name"]
+    status, body = request("prod-l40", "/v1/models", key=variables["vllm_api_key"])
+    assert status == 200 and json.loads(body)["data"][0]["id"] == variables["vllm_profile"]["served_model_name"]
+    assert request("prod-l40", "/v1/models")[0] == 401
+    assert request("prod-l40", "/v1/models", key=variables["vllm_api_key"][:-1])[0] == 401
 
 
 def test_the_readme_commands_plan_and_check_the_l40_group():
