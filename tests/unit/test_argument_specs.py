@@ -44,3 +44,17 @@ def test_readme_variable_tables_are_generated_from_the_specs():
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "role-docs.py"), "--check"],
                             capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_roles_metadata_agrees():
+    """One author, one namespace and the ansible-core the project pins (requirements/controller.txt), everywhere."""
+    metas = {p.parent.parent.name: yaml.safe_load(p.read_text())["galaxy_info"]
+             for p in sorted(ROOT.glob("roles/*/meta/main.yml"))}
+    pinned = next(line.split("==")[1] for line in (ROOT / "requirements" / "controller.txt").read_text().split()
+                  if line.startswith("ansible-core=="))
+    assert len(metas) == 4
+    for role, meta in metas.items():
+        assert meta["role_name"] == role
+        assert (meta["namespace"], meta["author"], meta["license"]) == ("vllm_fleet", "vllm-fleet maintainers",
+                                                                         "Apache-2.0"), role
+        assert pinned.startswith(meta["min_ansible_version"] + "."), (role, meta["min_ansible_version"], pinned)
