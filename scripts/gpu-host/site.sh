@@ -224,6 +224,7 @@ step_prepare() {
 }
 
 ensure_up() {  # systemd running (boot it again if a former call's ended) and the service healthy
+  [[ -f /etc/systemd/system/$UNIT ]] || { say "no $UNIT installed (site1 did not get that far)"; return 1; }
   if [[ -z $("$NS" pid) ]]; then
     "$NS" boot "$GPU/systemd" || return 1
     say "systemd booted again; $UNIT (enabled) starting: healthy after $(health_wait 400) s"
@@ -271,7 +272,10 @@ step_site2() {
   return $rc
 }
 
-step_drain() { restart_with_streams backstop-20s; }
+step_drain() {
+  grep -q -- '--shutdown-timeout' /etc/vllm/main.args.json || { say "drain: site2 did not deploy the backstop"; return 1; }
+  restart_with_streams backstop-20s
+}
 
 step_bare() {
   ensure_up || return 1
@@ -325,9 +329,11 @@ run_steps() {
     "step_$s" >"$LOGS/$s.log" 2>&1
     rc=$?
     say "step $s: rc=$rc in $(secs "$t0" "$(now)") s $(grep -A1 'PLAY RECAP' "$LOGS/$s.log" 2>/dev/null | tail -n1 | tr -s ' ')"
-    touch "$WORK/done/$s"
     pack
+    # A step's rc is its result (a wrong expectation must fail); only a failed preparation stops the run,
+    # and it is tried again by the next run.
     if [[ $s == prepare && $rc != 0 ]]; then tail -n 20 "$LOGS/$s.log" >&2; return 1; fi
+    touch "$WORK/done/$s"
   done
 }
 
