@@ -83,7 +83,10 @@ def time_playbook(hosts):
             sys.stderr.write(run.stdout[-3000:] + run.stderr[-3000:])
         with open(os.path.join(tmp, "out", "plan.json"), encoding="utf-8") as f:
             planned = len(json.load(f)["hosts"])
-        return elapsed, run.returncode, planned
+        # The profile_tasks callback's recap (ansible.cfg): where the time went, largest first.
+        recap = run.stdout.split("TASKS RECAP", 1)[-1].splitlines()
+        costs = [line.strip() for line in recap if line.rstrip().endswith("s") and "---" in line][:6]
+        return elapsed, run.returncode, planned, costs
 
 
 def main():
@@ -102,8 +105,10 @@ def main():
     print(f"  library, warm caches: {warm:.3f} s ({warm / options.hosts * 1000:.2f} ms/host)")
     print(f"  hosts with errors: {errors}, with warnings: {warnings}")
     if options.playbook:
-        elapsed, rc, planned = time_playbook(hosts)
+        elapsed, rc, planned, costs = time_playbook(hosts)
         print(f"  ansible-playbook playbooks/plan.yml: {elapsed:.1f} s, rc={rc}, {planned} hosts in plan.json")
+        for line in costs:
+            print(f"    {line}")
         return 0 if rc in (0, 2) else 1
     return 0
 

@@ -75,15 +75,22 @@ _value:
   type: raw
 """
 
+import os
 import sys
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
+# As plugins/filter/vllm_plan.py: the installed package, else this checkout's src/.
 try:
-    from vllm_fleet import metrics as _metrics
-    from vllm_fleet import report as _report
-except ImportError as _exc:  # the controller venv lacks the package
+    try:
+        from vllm_fleet import metrics as _metrics
+        from vllm_fleet import report as _report
+    except ImportError:
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
+        from vllm_fleet import metrics as _metrics
+        from vllm_fleet import report as _report
+except ImportError as _exc:  # a dependency is missing (prometheus_client)
     _metrics = _report = None
     _IMPORT_ERROR = _exc
 else:
