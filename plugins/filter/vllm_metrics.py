@@ -21,7 +21,7 @@ description:
   - C(vllm_metrics_required) applied to a boolean (speculation on) returns the required families,
     name to type.
   - C(vllm_verify_result) applied to the probe results, with host, expect and thresholds, builds the
-    per-host verification result (see C(vllm_fleet.report.host_entry)).
+    per-host verification result (see C(vllm_fleet.verdict.host_entry)).
   - C(vllm_verify_unit_verdict) applied to the output of C(systemctl show) for the properties LoadState,
     ActiveState, SubState, Result and NRestarts, with the unit and max_restarts, returns the properties,
     restarts and error (empty while the unit may still come up; else not installed, failed, stopped or
@@ -86,12 +86,14 @@ try:
     try:
         from vllm_fleet import metrics as _metrics
         from vllm_fleet import report as _report
+        from vllm_fleet import verdict as _verdict
     except ImportError:
         sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
         from vllm_fleet import metrics as _metrics
         from vllm_fleet import report as _report
+        from vllm_fleet import verdict as _verdict
 except ImportError as _exc:  # a dependency is missing (prometheus_client)
-    _metrics = _report = None
+    _metrics = _report = _verdict = None
     _IMPORT_ERROR = _exc
 else:
     _IMPORT_ERROR = None
@@ -230,7 +232,7 @@ def vllm_verify_result(probes, host, expect, thresholds=None):
         raise AnsibleFilterError("vllm_verify_result: expect must be a dict, got %s" % _short(expect))
     if not host or not isinstance(host, str):
         raise AnsibleFilterError("vllm_verify_result: host must be a name, got %s" % _short(host))
-    return _report.host_entry(
+    return _verdict.host_entry(
         str(host), dict(probes), dict(expect), _thresholds(dict(thresholds or {}), "vllm_verify_result")
     )
 
@@ -245,7 +247,7 @@ def vllm_verify_unit_verdict(show_output, unit, max_restarts=0):
         raise AnsibleFilterError(
             "vllm_verify_unit_verdict: max_restarts must be 0 or more, got %s" % _short(max_restarts)
         )
-    return _report.unit_verdict(str(show_output), str(unit), int(max_restarts))
+    return _verdict.unit_verdict(str(show_output), str(unit), int(max_restarts))
 
 
 def vllm_report_fragment(data, host, kind):

@@ -1,0 +1,455 @@
+"""The verdict on one host: its probes (the registered results of the role's uri calls and health wait)
+judged against what it should run, one small function per probe; :func:`host_entry` puts them together into
+the host's verification result, the ``vllm_verify_result`` fact. Every check that fails adds a line to
+``errors``; the role fails the host when there is any. :mod:`vllm_fleet.report` only renders results.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import email.utils
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from vllm_fleet import metrics as _metrics
+
+__all__ = ["crashed_after_start", "host_entry", "unit_verdict", "version_matches"]
+
+API_PROBES = ("version", "models", "smoke", "metrics_before", "metrics_after")
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _status(result: Mapping[str, Any] | None) -> int | None:
+    if not result:
+        return None
+    try:
+        return int(result.get("status"))
+    except (TypeError, ValueError):
+        return None
+
+
+def _http_error(what: str, result: Mapping[str, Any] | None) -> str | None:
+    """``None`` when the probe answered 200, else a line naming the probe and what came back."""
+    if not result:
+        return "%s: not probed" % what
+    if result.get("skipped"):
+        return "%s: not probed (%s)" % (what, result.get("skip_reason") or "skipped")
+    status = _status(result)
+    if status == 200:
+        return None
+    detail = str(result.get("msg") or "").strip()
+    if status in (None, -1):
+        return "%s: no answer (%s)" % (what, detail or "connection failed")
+    return "%s: HTTP %s%s" % (what, status, " (%s)" % detail if detail else "")
+
+
+def version_matches(pinned: str, reported: str) -> bool:
+    """``/version`` equals the pinned version; a PEP 440 local label (``0.32.0+cpu``) is ignored."""
+    if not pinned or not reported:
+        return False
+    return str(reported).strip().split("+", 1)[0] == str(pinned).strip().split("+", 1)[0]
+
+
+def _json_body(result: Mapping[str, Any] | None) -> Any:
+    if not result:
+        return None
+    body = result.get("json")
+    if body is None and isinstance(result.get("content"), str):
+        try:
+            body = json.loads(result["content"])
+        except ValueError:
+            body = None
+    return body
+
+
+def _metrics_facts(
+    what: str, result: Mapping[str, Any] | None, errors: list[str] | None
+) -> _metrics.MetricsFacts | None:
+    """Parse a /metrics probe; record why not in ``errors`` (when given)."""
+    if result and "families" in result:
+        return _metrics.MetricsFacts.from_dict(result)
+    problem = _http_error(what, result)
+    if problem is None:
+        try:
+            return _metrics.parse(result.get("content") or "")
+        except _metrics.MetricsParseError as exc:
+            problem = "%s: %s" % (what, exc)
+    if errors is not None:
+        errors.append(problem)
+    return None
+
+
+def unit_verdict(show_output: str, unit: str, max_restarts: int = 0) -> dict[str, Any]:
+    """Judge ``systemctl show --property=LoadState,ActiveState,SubState,Result,NRestarts UNIT``.
+
+    Returns the properties, ``restarts`` (``NRestarts``, plus one while the unit waits in
+    ``auto-restart``: it has crashed once more than the counter says yet) and ``error``: ``""`` while the
+    unit may still become healthy, else why waiting longer is pointless (not installed, failed,
+    stopped, or more than ``max_restarts`` restarts: a crash loop). systemd sets ``NRestarts`` back to
+    0 when the unit is stopped and started, so after a rollout's restart every crash counts.
+    """
+    props: dict[str, Any] = {}
+    for line in str(show_output or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            props[key.strip()] = value.strip()
+    try:
+        restarts = int(props.get("NRestarts") or 0)
+    except ValueError:
+        restarts = 0
+    if props.get("SubState") == "auto-restart":
+        restarts += 1
+    props["restarts"] = restarts
+    props["unit"] = unit
+    active, sub, result = props.get("ActiveState", ""), props.get("SubState", "?"), props.get("Result", "?")
+    if props.get("LoadState") == "not-found":
+        error = "unit %s is not installed" % unit
+    elif active == "failed":
+        error = "unit %s failed (Result=%s, %d restarts)" % (unit, result, restarts)
+    elif active in ("inactive", "deactivating"):
+        error = "unit %s is not running (%s/%s, Result=%s)" % (unit, active, sub, result)
+    elif restarts > int(max_restarts):
+        error = "unit %s is crash-looping: %d restarts (at most %d allowed), last Result=%s" % (
+            unit, restarts, int(max_restarts), result)
+    else:
+        error = ""
+    props["error"] = error
+    return props
+
+
+def crashed_after_start(health: Mapping[str, Any], unit_after: Mapping[str, Any] | None) -> str | None:
+    """Why the release counts as crashed after it answered /health, or ``None``.
+
+    ``unit_after`` is :func:`unit_verdict` of the unit read after the probes. vLLM's API server exits (with
+    status 0) when its engine dies, and the unit restarts it: a restart counter above the one the health
+    wait saw, or a unit no longer running, is a crash after start, not a slow start.
+    """
+    if not health.get("ok") or not unit_after:
+        return None
+    try:
+        before = int(health.get("restarts") or 0)
+    except (TypeError, ValueError):
+        before = 0
+    after = int(unit_after.get("restarts") or 0)
+    unit = unit_after.get("unit") or "the unit"
+    if after > before:
+        return ("crashed after start: %s answered /health, then exited and was restarted %d time(s) during the "
+                "probes (Result=%s); see its journal" % (unit, after - before, unit_after.get("Result", "?")))
+    if unit_after.get("ActiveState") not in (None, "active", "activating", "reloading"):
+        return "crashed after start: %s answered /health, then stopped (%s/%s, Result=%s)" % (
+            unit, unit_after.get("ActiveState"), unit_after.get("SubState", "?"), unit_after.get("Result", "?"))
+    return None
+
+
+def _startup_seconds(health: Mapping[str, Any], after: _metrics.MetricsFacts | None) -> float | None:
+    """Seconds from the API server's process start to the first 200 of /health, both on the host's clock.
+
+    The 200's ``Date`` header (1 s resolution) minus ``process_start_time_seconds`` of the scrape. Only
+    when the wait really waited (a service already up when the wait began says nothing about its
+    start-up) and the process did not restart since.
+    """
+    if not health.get("ok") or health.get("already_up") or not health.get("healthy_date") or after is None:
+        return None
+    started = (after.gauges.get("process_start_time_seconds") or {}).get("max")
+    if started is None:
+        return None
+    try:
+        healthy_at = email.utils.parsedate_to_datetime(str(health["healthy_date"])).timestamp()
+    except (TypeError, ValueError):
+        return None
+    seconds = healthy_at - float(started)
+    return round(seconds, 1) if seconds >= -1 else None
+
+
+def _num(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(out) else out
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = json.dumps(value, sort_keys=True, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ------------------------------------------------------------------------------------------------
+# Fragments and the merged report
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Lines:
+    """What the checks found so far, in the order they ran."""
+
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Probes:
+    """The probes, and which API probes were not made (skipped, or absent) after the health wait failed."""
+
+    results: Mapping[str, Any]
+    health_failed: bool
+    not_probed: list[str]
+
+    def error(self, what: str, name: str) -> str | None:
+        """The HTTP problem of probe ``name``, or None (also for an API probe the failed health wait skipped)."""
+        if self.health_failed and name in self.not_probed:
+            return None
+        return _http_error(what, self.results.get(name))
+
+
+def _judge_health(probes: Mapping[str, Any], out: _Lines) -> dict[str, Any]:
+    health = dict(probes.get("health") or {})
+    if health.get("skipped"):
+        out.warnings.append("health wait skipped (%s)" % (health.get("skip_reason") or "skipped"))
+    elif not health.get("ok"):
+        out.errors.append("health: %s" % (health.get("error") or "/health did not answer 200"))
+    if probes.get("aborted"):
+        out.errors.append("verification stopped: %s" % str(probes["aborted"]).strip())
+    crash = crashed_after_start(health, probes.get("unit_after"))
+    if crash:
+        out.errors.append(crash)
+    return health
+
+
+def _judge_version(probes: _Probes, pinned: str, out: _Lines) -> Any:
+    body = _json_body(probes.results.get("version")) or {}
+    reported = body.get("version") if isinstance(body, Mapping) else None
+    error = probes.error("/version", "version")
+    if error:
+        out.errors.append(error)
+    elif "version" in probes.not_probed:
+        pass
+    elif not pinned:
+        out.warnings.append("vllm_version is not set: /version reports %s, not compared" % reported)
+    elif not version_matches(pinned, reported):
+        out.errors.append("/version reports %r, the pinned vllm_version is %r" % (reported, pinned))
+    return reported
+
+
+def _judge_models(probes: _Probes, served: str, out: _Lines) -> tuple[str, list[str]]:
+    """(the served name, what /v1/models lists); without a configured name, the listed one."""
+    body = _json_body(probes.results.get("models")) or {}
+    model_ids = [
+        str(m.get("id"))
+        for m in (body.get("data") or [] if isinstance(body, Mapping) else [])
+        if isinstance(m, Mapping)
+    ]
+    error = probes.error("/v1/models", "models")
+    if error:
+        out.errors.append(error)
+    elif "models" in probes.not_probed:
+        pass
+    elif not model_ids:
+        out.errors.append("/v1/models lists no model")
+    elif served and served not in model_ids:
+        out.errors.append("/v1/models lists %s, not the served name %r" % (model_ids, served))
+    elif not served:
+        out.warnings.append("no served model name configured: used %r from /v1/models" % model_ids[0])
+        served = model_ids[0]
+    return served, model_ids
+
+
+def _scrapes(probes: _Probes, out: _Lines) -> tuple[_metrics.MetricsFacts | None, _metrics.MetricsFacts | None]:
+    """The /metrics scrapes before and after the smoke request, parsed."""
+    before = _metrics_facts("/metrics (before the smoke request)", probes.results.get("metrics_before"), None)
+    if before is None and "metrics_before" not in probes.not_probed:
+        out.warnings.append("the first /metrics scrape failed: findings use totals since start")
+    after = (
+        None if probes.health_failed and "metrics_after" in probes.not_probed
+        else _metrics_facts("/metrics", probes.results.get("metrics_after"), out.errors)
+    )
+    return before, after
+
+
+def _judge_readback(after: _metrics.MetricsFacts | None, speculative: bool, expect: Mapping[str, Any],
+                    profile: Mapping[str, Any] | None, plan: Mapping[str, Any] | None,
+                    out: _Lines) -> tuple[list[str], list[dict[str, Any]], str]:
+    """(missing families, drifts of cache_config_info against the profile, the read-back's state)."""
+    missing: list[str] = []
+    drifts: list[dict[str, Any]] = []
+    state = "not done"
+    if after is not None:
+        missing = _metrics.check_families(after, speculative)
+        out.errors.extend(missing)
+        if not expect.get("readback", True):
+            state = "skipped: vllm_verify_readback is false"
+        elif not profile:
+            state = "skipped: no vllm_profile_effective fact on this host (run the planning role first)"
+        else:
+            dropped = [d.get("flag", "") for d in (plan or {}).get("dropped") or [] if isinstance(d, Mapping)]
+            wanted = dict(profile)
+            wanted.update(expect.get("extra_args") or {})
+            drifts = _metrics.readback(after, wanted, skip=dropped)
+            out.errors.extend("read-back: %s" % d["message"] for d in drifts)
+            state = "drift" if drifts else "matches the profile"
+    if state.startswith("skipped"):
+        out.warnings.append("cache_config_info read-back %s" % state)
+    return missing, drifts, state
+
+
+def _judge_smoke(probes: _Probes, expect: Mapping[str, Any], served: str, before: _metrics.MetricsFacts | None,
+                 after: _metrics.MetricsFacts | None, out: _Lines) -> dict[str, Any]:
+    result = probes.results.get("smoke")
+    body = _json_body(result) or {}
+    usage = body.get("usage") or {} if isinstance(body, Mapping) else {}
+    choices = body.get("choices") or [] if isinstance(body, Mapping) else []
+    budget = _num(expect.get("latency_budget_s"))
+    server = _metrics.window_latencies(before, after) if after is not None else {}
+    smoke_requests = int(expect.get("smoke_requests") or 1)
+    client_elapsed = _num((result or {}).get("elapsed"))
+    server_e2e = server.get("e2e_s")
+    latency = max(v for v in (server_e2e, client_elapsed) if v is not None) if (
+        server_e2e is not None or client_elapsed is not None
+    ) else None
+    error = probes.error("smoke chat completion", "smoke")
+    if error:
+        out.errors.append(error)
+    elif "smoke" in probes.not_probed:
+        pass
+    elif not choices or not usage.get("completion_tokens"):
+        out.errors.append("smoke chat completion: the answer has no generated tokens (%s)" % _short(body))
+    elif budget is not None and latency is not None and latency > budget:
+        out.errors.append(
+            "smoke chat completion took %.3f s, over the latency budget of %.3f s" % (latency, budget)
+        )
+    if server.get("requests") and server["requests"] > smoke_requests:
+        out.warnings.append(
+            "server-side latencies are the mean of %d requests finished between the scrapes, not the "
+            "smoke request alone" % server["requests"]
+        )
+    return {
+        "status": _status(result),
+        "model": served or None,
+        "prompt_tokens": usage.get("prompt_tokens"),
+        "completion_tokens": usage.get("completion_tokens"),
+        "finish_reason": (choices[0].get("finish_reason") if choices and isinstance(choices[0], Mapping) else None),
+        "client_elapsed_s": client_elapsed,
+        "server": server,
+        "server_window_requests": server.get("requests"),
+        "latency_s": latency,
+        "budget_s": budget,
+    }
+
+
+def _kv_cache(after: _metrics.MetricsFacts | None, plan: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The engine's KV cache as cache_config_info reports it, against the planner's prediction."""
+    cache = after.cache_config if after is not None else {}
+    predicted = ((plan or {}).get("capacity") or {}).get("kv_cache_tokens")
+    return {
+        "tokens": cache.get("kv_cache_size_tokens"),
+        "memory_bytes": cache.get("kv_cache_memory_bytes"),
+        "num_gpu_blocks": cache.get("num_gpu_blocks"),
+        "block_size": cache.get("block_size"),
+        "max_concurrency": cache.get("kv_cache_max_concurrency"),
+        "cache_dtype": cache.get("cache_dtype"),
+        "enable_prefix_caching": cache.get("enable_prefix_caching"),
+        "gpu_memory_utilization": cache.get("gpu_memory_utilization"),
+        "predicted_tokens": predicted,
+        "prediction_error_pct": _metrics.kv_prediction_error(predicted, after) if after is not None else None,
+    }
+
+
+def _judge_findings(before: _metrics.MetricsFacts | None, after: _metrics.MetricsFacts | None,
+                    thresholds: Mapping[str, Any], fail: bool, out: _Lines) -> tuple[list[dict[str, Any]], dict]:
+    """(day-2 findings over the window of the two scrapes, the rates they come from)."""
+    if after is None:
+        return [], {}
+    found = _metrics.findings(before, after, **thresholds)
+    rates = _metrics.rates(before, after,
+                           **{k: thresholds[k] for k in ("min_prefix_queries", "min_draft_tokens") if k in thresholds})
+    if fail:
+        out.errors.extend("finding: %s" % f["message"] for f in found)
+    return found, rates
+
+
+def host_entry(
+    host: str,
+    probes: Mapping[str, Any],
+    expect: Mapping[str, Any],
+    thresholds: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The verification result of one host.
+
+    ``probes`` (registered results; any may be missing or skipped):
+      ``health``: ``{"ok", "seconds", "restarts", "active_state", "sub_state", "error"}``;
+      ``version``, ``models``, ``smoke``: ``uri`` results (``status``, ``json``, ``msg``, ``elapsed``);
+      ``metrics_before``, ``metrics_after``: ``uri`` results with ``content`` (or parsed facts).
+    ``expect``:
+      ``vllm_version`` (pinned), ``served_model_name`` (``""``: take what /v1/models lists),
+      ``profile_name``, ``profile`` (the effective profile dict or ``None``), ``extra_args``
+      (``vllm_extra_args``: its ``block_size``, ``kv_cache_memory_bytes``... are read back too),
+      ``plan`` (the planner's host entry, or the whole plan with ``hosts``, or ``None``),
+      ``speculative`` (``None``: from the profile/plan), ``latency_budget_s``,
+      ``smoke_requests`` (how many smoke requests were sent, default 1), ``readback`` (default true),
+      ``fail_on_findings`` (default false), and ``unit``/``url`` (shown in the report).
+    ``thresholds``: keyword arguments of :func:`vllm_fleet.metrics.findings`.
+    """
+    out = _Lines()
+    profile = expect.get("profile") or None
+    plan = expect.get("plan") or None
+    if plan and isinstance(plan.get("hosts"), Mapping):  # the whole plan (vllm_plan of the plan role)
+        plan = plan["hosts"].get(host) or None
+
+    health = _judge_health(probes, out)
+    # When the service never became healthy the API probes are skipped: that is one error (health),
+    # not one per probe.
+    not_probed = [name for name in API_PROBES if not probes.get(name) or (probes.get(name) or {}).get("skipped")]
+    api = _Probes(probes, bool(out.errors), not_probed)
+    if api.health_failed and not_probed:
+        out.warnings.append("not probed because of the errors above: %s" % ", ".join(not_probed))
+
+    pinned = str(expect.get("vllm_version") or "")
+    reported = _judge_version(api, pinned, out)
+    served, model_ids = _judge_models(api, str(expect.get("served_model_name") or ""), out)
+    before, after = _scrapes(api, out)
+    health["startup_s"] = _startup_seconds(health, after)
+    speculative = expect.get("speculative")
+    if speculative is None:
+        speculative = _metrics.is_speculative(profile, (plan or {}).get("args") or [])
+    speculative = bool(speculative)
+    missing, drifts, readback_state = _judge_readback(after, speculative, expect, profile, plan, out)
+    smoke = _judge_smoke(api, expect, served, before, after, out)
+    found, rates = _judge_findings(before, after, dict(thresholds or {}), bool(expect.get("fail_on_findings")), out)
+
+    return {
+        "host": host,
+        "ok": not out.errors,
+        "errors": out.errors,
+        "warnings": out.warnings,
+        "checked_at": _now(),
+        "url": expect.get("url"),
+        "unit": expect.get("unit"),
+        "version": {"pinned": pinned or None, "reported": reported},
+        # The card the plan sized the host for: the detected one on GPU hosts (site.yml plans them again).
+        "gpu": (plan or {}).get("gpu"),
+        "profile": {
+            "name": expect.get("profile_name") or (plan or {}).get("profile"),
+            "readback": readback_state,
+            "drifts": drifts,
+            "speculative": speculative,
+        },
+        "health": health,
+        "served_model_name": served or None,
+        "models": model_ids,
+        "smoke": smoke,
+        "metrics": {
+            "families": len(after.families) if after is not None else 0,
+            "missing": missing,
+            "model_names": after.model_names if after is not None else [],
+        },
+        "kv_cache": _kv_cache(after, plan),
+        "rates": rates,
+        "findings": found,
+    }

