@@ -10,10 +10,10 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 try:
-    from vllm_fleet import compat, inputs, planner, profiles, render
+    from vllm_fleet import compat, inputs, planner
 except ImportError:  # run from a checkout whose package is not installed in Ansible's Python
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
-    from vllm_fleet import compat, inputs, planner, profiles, render
+    from vllm_fleet import compat, inputs, planner
 
 DOCUMENTATION = r"""
 name: vllm_plan_host
@@ -25,9 +25,7 @@ description:
   - Returns the host's entry of C(plan.json); problems are in its C(errors) and C(warnings), never raised.
   - "C(hostvars | vllm_plan_hosts(ansible_play_hosts, typical_prompt_tokens, typical_output_tokens)) plans many hosts
     in one pass and returns the whole C(plan.json), a dict with one key C(hosts): host name to plan."
-  - The same file holds C(vllm_profile_resolve) (name | vllm_profile_resolve(overrides, host=...)),
-    C(vllm_render_args) (profile | vllm_render_args(version, model_path=, draft_model_path=, extra_args=))
-    C(vllm_min_driver) (vllm_version | vllm_min_driver, the C({vllm, cuda, driver}) line of data/cuda_compat.yml)
+  - The same file holds C(vllm_min_driver) (vllm_version | vllm_min_driver, the C({vllm, cuda, driver}) line of data/cuda_compat.yml)
     and C(vllm_plan_table) (plan | vllm_plan_table); those raise AnsibleFilterError naming the bad value.
 options:
   _input:
@@ -49,14 +47,6 @@ EXAMPLES = r"""
     __vllm_plan_host: >-
       {{ {'vllm_profile_name': vllm_profile_name, 'vllm_profile': vllm_profile | default({}),
           'vllm_gpu': vllm_gpu, 'vllm_version': vllm_version} | vllm_plan_host(inventory_hostname) }}
-
-- name: Resolve a profile with one key overridden
-  ansible.builtin.debug:
-    msg: "{{ 'rtx4090-7b-decode' | vllm_profile_resolve({'max_num_seqs': 32}, host=inventory_hostname) }}"
-
-- name: Render it for vLLM 0.33.0, the model staged at a local path
-  ansible.builtin.debug:
-    msg: "{{ profile | vllm_render_args('0.33.0', model_path='/var/lib/vllm/models/qwen') }}"
 """
 
 RETURN = r"""
@@ -212,28 +202,6 @@ def vllm_plan_hosts(hostvars, hosts, typical_prompt_tokens=None, typical_output_
     return {"hosts": plan}
 
 
-def vllm_profile_resolve(name, overrides=None, host="host", validate=True):
-    try:
-        profile = profiles.resolve(str(host), name or None, overrides or {})
-    except profiles.ProfileError as exc:
-        raise AnsibleFilterError(f"vllm_profile_resolve: {exc}") from exc
-    if validate:
-        errors = profiles.validate(str(host), profile)
-        if errors:
-            raise AnsibleFilterError("vllm_profile_resolve: " + " | ".join(errors))
-    return profile
-
-
-def vllm_render_args(profile, version, model_path=None, draft_model_path=None, extra_args=None):
-    if not isinstance(profile, dict):
-        raise AnsibleFilterError(f"vllm_render_args: profile={profile!r} is not a dict")
-    try:
-        return render.render_args(profile, version, model_path=model_path or None,
-                                  draft_model_path=draft_model_path or None, extra_args=extra_args or None).as_dict()
-    except ValueError as exc:
-        raise AnsibleFilterError(f"vllm_render_args: {exc}") from exc
-
-
 def vllm_min_driver(vllm_version):
     """The {vllm, cuda, driver} line of data/cuda_compat.yml that applies to a vLLM release."""
     try:
@@ -255,8 +223,6 @@ class FilterModule:
         return {
             "vllm_plan_host": vllm_plan_host,
             "vllm_plan_hosts": vllm_plan_hosts,
-            "vllm_profile_resolve": vllm_profile_resolve,
-            "vllm_render_args": vllm_render_args,
             "vllm_plan_table": vllm_plan_table,
             "vllm_min_driver": vllm_min_driver,
         }

@@ -196,6 +196,10 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
         return entry
     entry["model"] = profile.get("model")
     errors += profiles.validate(host, profile)
+    if not errors:
+        # The one resolution of the profile: verify.yml and benchmark.yml take it from here even when the rest of
+        # the host's plan has errors (what runs is verified all the same).
+        entry["profile_effective"] = profile
     gpu = hostvars.get("vllm_gpu")
     errors += _validate_gpu(host, gpu)
     spec = profile.get("speculative") or {}
@@ -217,7 +221,6 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
         return entry
 
     deploy = deploy_inputs(hostvars)
-    entry["profile_effective"] = profile
     # Where the vllm role stages the model and its draft (model_path() is where the unit reads them).
     entry["model_dir"] = model_path(profile.get("model"), "staged", None, deploy["vllm_state_dir"])
     draft = (profile.get("speculative") or {}).get("model")

@@ -374,8 +374,7 @@ def test_filter_plugin_filters():
     from ansible.errors import AnsibleFilterError
 
     filters = vllm_plan.FilterModule().filters()
-    assert set(filters) == {"vllm_plan_host", "vllm_plan_hosts", "vllm_profile_resolve", "vllm_render_args",
-                            "vllm_plan_table", "vllm_min_driver"}
+    assert set(filters) == {"vllm_plan_host", "vllm_plan_hosts", "vllm_plan_table", "vllm_min_driver"}
     assert filters["vllm_min_driver"]("0.33.0")["driver"] == "580.65.06"
     with pytest.raises(AnsibleFilterError, match="vllm_min_driver: vllm_version='latest'"):
         filters["vllm_min_driver"]("latest")
@@ -388,15 +387,11 @@ def test_filter_plugin_filters():
         filters["vllm_plan_hosts"](hostvars, ["c"])
     with pytest.raises(AnsibleFilterError, match=r"vllm_plan_hosts: expected a list of host names, got 'a'"):
         filters["vllm_plan_hosts"](hostvars, "a")
-    profile = filters["vllm_profile_resolve"]("rtx4090-7b-decode", {"max_num_seqs": 32}, host="h1")
-    assert profile["max_num_seqs"] == 32
-    rendered = filters["vllm_render_args"](profile, "0.33.0", model_path="/m", draft_model_path="", extra_args={})
-    assert rendered["args"][0] == "/m" and {d["flag"] for d in rendered["dropped"]} == {"--swap-space",
-                                                                                        "--calculate-kv-scales"}
-    with pytest.raises(AnsibleFilterError, match=r"vllm_profile_resolve: h1: max_num_seqs='32' must be an integer"):
-        filters["vllm_profile_resolve"]("rtx4090-7b-decode", {"max_num_seqs": "32"}, host="h1")
-    with pytest.raises(AnsibleFilterError, match=r"vllm_render_args: vllm_version='next' is not a release number"):
-        filters["vllm_render_args"](profile, "next")
+    # The profile is resolved and rendered in the plan only: the plan's entry has both.
+    entry = filters["vllm_plan_host"](dict(hostvars["a"], vllm_profile={"max_num_seqs": 32}), "a")
+    assert entry["profile_effective"]["max_num_seqs"] == 32
+    assert entry["args"][entry["args"].index("--max-num-seqs") + 1] == "32"
+    assert {d["flag"] for d in entry["dropped"]} == {"--swap-space", "--calculate-kv-scales"}
     with pytest.raises(AnsibleFilterError, match=r"vllm_plan_host: expected a mapping of the host's variables, got str"):
         filters["vllm_plan_host"]("x", "h1")
     with pytest.raises(AnsibleFilterError, match=r"vllm_plan_table: expected plan.json's"):
