@@ -1,0 +1,197 @@
+# Thin Ansible filters over vllm_fleet.verdict and vllm_fleet.report: what the vllm_verify role uses.
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: vllm_verify_result
+short_description: Judge a host's verification probes, and the other vllm_verify_* / vllm_report_* filters
+description:
+  - C(vllm_verify_result) applied to the probe results, with host, expect and thresholds, builds the
+    per-host verification result (see C(vllm_fleet.verdict.host_entry)). The raw /metrics scrapes are parsed
+    there with prometheus_client's parser, read back against the profile and judged for day-2 findings.
+  - C(vllm_verify_unit_verdict) applied to the output of C(systemctl show) for the properties LoadState,
+    ActiveState, SubState, Result and NRestarts, with the unit and max_restarts, returns the properties,
+    restarts and error (empty while the unit may still come up; else not installed, failed, stopped or
+    crash-looping).
+  - C(vllm_report_fragment) (data, host, kind), C(vllm_report_fragment_name), C(vllm_report_merge)
+    (fragments, run_id, meta) and C(vllm_report_markdown) build the run report (see C(vllm_fleet.report)).
+  - Every filter raises AnsibleFilterError naming the value it could not use.
+options:
+  _input:
+    description: The probe results (a dict of the registered uri results and the health wait).
+    type: dict
+    required: true
+  host:
+    description: The host's name.
+    type: str
+    required: true
+  expect:
+    description: What the host should run (pinned version, served name, profile, plan, latency budget...).
+    type: dict
+    required: true
+  thresholds:
+    description: Day-2 thresholds (min_acceptance_rate, min_prefix_hit_rate, max_preemption_increase...).
+    type: dict
+requirements:
+  - The C(vllm_fleet) package (this repository's C(src/); the checkout's is used when it is not installed) and
+    C(prometheus_client).
+author:
+  - vllm-fleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Judge the probes
+  ansible.builtin.set_fact:
+    vllm_verify_result: "{{ _probes | vllm_verify_result(inventory_hostname, _expect, {'min_prefix_queries': 1000}) }}"
+
+- name: Is the unit crash-looping?
+  ansible.builtin.debug:
+    msg: "{{ __unit.stdout | vllm_verify_unit_verdict('vllm@main.service', 3) }}"
+"""
+
+RETURN = r"""
+_value:
+  description:
+    - For C(vllm_verify_result), the host's verification result (ok, errors, warnings, health, smoke, kv_cache,
+      findings...); for the others, see the description.
+  type: raw
+"""
+
+import os
+import sys
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+# As plugins/filter/vllm_plan.py: the installed package, else this checkout's src/.
+try:
+    try:
+        from vllm_fleet import metrics as _metrics
+        from vllm_fleet import report as _report
+        from vllm_fleet import verdict as _verdict
+    except ImportError:
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
+        from vllm_fleet import metrics as _metrics
+        from vllm_fleet import report as _report
+        from vllm_fleet import verdict as _verdict
+except ImportError as _exc:  # a dependency is missing (prometheus_client)
+    _metrics = _report = _verdict = None
+    _IMPORT_ERROR = _exc
+else:
+    _IMPORT_ERROR = None
+
+
+def _need_lib(name):
+    if _IMPORT_ERROR is not None:
+        raise AnsibleFilterError(
+            "%s needs the vllm_fleet package in the controller's Python (%s): %s; "
+            "install it with `pip install -e .` from the repository" % (name, sys.executable, _IMPORT_ERROR)
+        )
+
+
+def _short(value, limit=120):
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_THRESHOLDS = tuple(_metrics.DEFAULTS) if _metrics else ()
+
+
+def _thresholds(values, name):
+    out = {}
+    for key, value in values.items():
+        if key not in _THRESHOLDS:
+            raise AnsibleFilterError("%s: unknown threshold %r (known: %s)" % (name, key, ", ".join(_THRESHOLDS)))
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            raise AnsibleFilterError("%s: threshold %s must be a number, got %r" % (name, key, value))
+        try:
+            out[key] = float(value)
+        except (TypeError, ValueError):
+            raise AnsibleFilterError("%s: threshold %s must be a number, got %s" % (name, key, _short(value)))
+    return out
+
+
+def _is_number(value):
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def vllm_verify_result(probes, host, expect, thresholds=None):
+    _need_lib("vllm_verify_result")
+    if not isinstance(probes, Mapping):
+        raise AnsibleFilterError("vllm_verify_result: probes must be a dict, got %s" % _short(probes))
+    if not isinstance(expect, Mapping):
+        raise AnsibleFilterError("vllm_verify_result: expect must be a dict, got %s" % _short(expect))
+    if not host or not isinstance(host, str):
+        raise AnsibleFilterError("vllm_verify_result: host must be a name, got %s" % _short(host))
+    return _verdict.host_entry(
+        str(host), dict(probes), dict(expect), _thresholds(dict(thresholds or {}), "vllm_verify_result")
+    )
+
+
+def vllm_verify_unit_verdict(show_output, unit, max_restarts=0):
+    _need_lib("vllm_verify_unit_verdict")
+    if not isinstance(show_output, str):
+        raise AnsibleFilterError(
+            "vllm_verify_unit_verdict expects the stdout of systemctl show, got %s" % _short(show_output)
+        )
+    if isinstance(max_restarts, bool) or not _is_number(max_restarts) or int(max_restarts) < 0:
+        raise AnsibleFilterError(
+            "vllm_verify_unit_verdict: max_restarts must be 0 or more, got %s" % _short(max_restarts)
+        )
+    return _verdict.unit_verdict(str(show_output), str(unit), int(max_restarts))
+
+
+def vllm_report_fragment(data, host, kind):
+    _need_lib("vllm_report_fragment")
+    try:
+        return _report.fragment(str(host) if isinstance(host, str) else host, kind, data)
+    except ValueError as exc:
+        raise AnsibleFilterError("vllm_report_fragment: %s" % exc)
+
+
+def vllm_report_fragment_name(frag):
+    _need_lib("vllm_report_fragment_name")
+    if not isinstance(frag, Mapping) or not {"host", "kind", "recorded_at"} <= set(frag):
+        raise AnsibleFilterError(
+            "vllm_report_fragment_name expects the output of vllm_report_fragment, got %s" % _short(frag)
+        )
+    return _report.fragment_name(frag)
+
+
+def vllm_report_merge(fragments, run_id=None, meta=None):
+    _need_lib("vllm_report_merge")
+    if isinstance(fragments, (str, Mapping)) or not hasattr(fragments, "__iter__"):
+        raise AnsibleFilterError("vllm_report_merge expects a list of fragments, got %s" % _short(fragments))
+    frags = list(fragments)
+    for item in frags:
+        if not isinstance(item, Mapping) or not {"host", "kind", "data"} <= set(item):
+            raise AnsibleFilterError("vllm_report_merge: not a report fragment: %s" % _short(item))
+    return _report.merge(frags, run_id=run_id, meta=dict(meta or {}))
+
+
+def vllm_report_markdown(report):
+    _need_lib("vllm_report_markdown")
+    if not isinstance(report, Mapping) or "hosts" not in report:
+        raise AnsibleFilterError(
+            "vllm_report_markdown expects the output of vllm_report_merge, got %s" % _short(report)
+        )
+    return _report.render_markdown(report)
+
+
+class FilterModule:
+    """vLLM verification and rollout report filters."""
+
+    def filters(self):
+        return {
+            "vllm_verify_result": vllm_verify_result,
+            "vllm_verify_unit_verdict": vllm_verify_unit_verdict,
+            "vllm_report_fragment": vllm_report_fragment,
+            "vllm_report_fragment_name": vllm_report_fragment_name,
+            "vllm_report_merge": vllm_report_merge,
+            "vllm_report_markdown": vllm_report_markdown,
+        }

@@ -1,0 +1,122 @@
+"""The vllm_verify filter plugin: thin wrappers over vllm_fleet.verdict and vllm_fleet.report, on REAL vLLM
+answers and /metrics pages (tests/unit/fixtures/vllm/), and AnsibleFilterError naming the bad value."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = Path(__file__).resolve().parent / "fixtures" / "vllm"
+IDLE = (FIX / "0.32.0-cpu" / "metrics_idle.txt").read_text()
+AFTER = (FIX / "0.32.0-cpu" / "metrics_after_20_requests.txt").read_text()
+CHAT = json.loads((FIX / "0.32.0-cpu" / "responses" / "chat.json").read_text())
+MODELS = json.loads((FIX / "0.32.0-cpu" / "responses" / "models.json").read_text())
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("vllm_verify_filter", ROOT / "plugins" / "filter" / "vllm_verify.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+plugin = _load()
+F = plugin.FilterModule().filters()
+PROBES = {"health": {"ok": True, "already_up": True}, "version": {"status": 200, "json": {"version": "0.32.0"}},
+          "models": {"status": 200, "json": MODELS}, "smoke": {"status": 200, "json": CHAT, "elapsed": 0},
+          "metrics_before": {"status": 200, "content": IDLE}, "metrics_after": {"status": 200, "content": AFTER}}
+EXPECT = {"vllm_version": "0.32.0", "served_model_name": "tiny", "profile": None, "plan": None, "latency_budget_s": 10}
+
+
+def preempted(text: str, value: float) -> str:
+    return re.sub(r"(?m)^(vllm:num_preemptions_total\{[^}]*\}) \S+$", r"\g<1> %r" % value, text)
+
+
+def test_only_what_the_role_uses_is_registered():
+    assert sorted(F) == ["vllm_report_fragment", "vllm_report_fragment_name", "vllm_report_markdown",
+                         "vllm_report_merge", "vllm_verify_result", "vllm_verify_unit_verdict"]
+    used = " ".join(p.read_text() for p in (ROOT / "roles" / "vllm_verify").rglob("*.yml"))
+    assert all(name in used for name in F)
+
+
+def test_docs_examples_return_are_yaml():
+    for name in ("DOCUMENTATION", "EXAMPLES", "RETURN"):
+        assert yaml.safe_load(getattr(plugin, name)), name
+    assert yaml.safe_load(plugin.DOCUMENTATION)["name"] == "vllm_verify_result"
+
+
+def test_ansible_doc_reads_the_documentation():
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-doc"), "-t", "filter", "vllm_verify_result"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "vllm_verify_result" in proc.stdout and "thresholds" in proc.stdout
+
+
+def test_verify_result_and_report_filters():
+    entry = F["vllm_verify_result"](PROBES, "lab-1", EXPECT, {"min_prefix_queries": 100})
+    assert entry["ok"] and entry["host"] == "lab-1"
+    frag = F["vllm_report_fragment"](entry, "lab-1", "verify")
+    assert F["vllm_report_fragment_name"](frag).endswith("--lab-1--verify.json")
+    merged = F["vllm_report_merge"]([frag], "run-1")
+    assert merged["summary"]["ok"] == ["lab-1"]
+    assert F["vllm_report_markdown"](merged).startswith("# vLLM rollout report: run-1")
+    verdict = F["vllm_verify_unit_verdict"]("ActiveState=active\nSubState=running\nNRestarts=0\n", "vllm@main.service")
+    assert verdict["error"] == "" and verdict["restarts"] == 0
+
+
+def test_thresholds_reach_the_findings():
+    """A real scrape pair with preemptions grown by 4: a finding at the default threshold, none at 10."""
+    probes = dict(PROBES, metrics_after={"status": 200, "content": preempted(AFTER, 4.0)})
+    found = F["vllm_verify_result"](probes, "h", EXPECT)["findings"]
+    assert [f["id"] for f in found if f["id"] == "preemptions_growing"] == ["preemptions_growing"]
+    assert not [f for f in F["vllm_verify_result"](probes, "h", EXPECT, {"max_preemption_increase": 10})["findings"]
+                if f["id"] == "preemptions_growing"]
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: F["vllm_verify_result"]([], "h", {}), "probes must be a dict, got []"),
+        (lambda: F["vllm_verify_result"]({}, "", {}), "host must be a name, got ''"),
+        (lambda: F["vllm_verify_result"]({}, "h", []), "expect must be a dict, got []"),
+        (lambda: F["vllm_verify_result"]({}, "h", {}, {"min_hit_rate": 0.5}), "unknown threshold 'min_hit_rate'"),
+        (lambda: F["vllm_verify_result"]({}, "h", {}, {"min_acceptance_rate": "high"}),
+         "threshold min_acceptance_rate must be a number, got 'high'"),
+        (lambda: F["vllm_verify_result"]({}, "h", {}, {"max_preemption_increase": True}),
+         "threshold max_preemption_increase must be a number, got True"),
+        (lambda: F["vllm_verify_unit_verdict"](None, "u"), "expects the stdout of systemctl show, got None"),
+        (lambda: F["vllm_verify_unit_verdict"]("", "u", -1), "max_restarts must be 0 or more, got -1"),
+        (lambda: F["vllm_report_fragment"]({}, "h", "../x"), "kind must be a word"),
+        (lambda: F["vllm_report_fragment_name"]({"host": "h"}), "expects the output of vllm_report_fragment"),
+        (lambda: F["vllm_report_merge"]("hosts/"), "expects a list of fragments, got 'hosts/'"),
+        (lambda: F["vllm_report_merge"]([{"host": "h"}]), "not a report fragment: {'host': 'h'}"),
+        (lambda: F["vllm_report_markdown"]([]), "expects the output of vllm_report_merge, got []"),
+    ],
+)
+def test_bad_values_are_named(call, message):
+    with pytest.raises(AnsibleFilterError) as err:
+        call()
+    assert message in str(err.value)
+
+
+def test_long_bad_values_are_shortened():
+    with pytest.raises(AnsibleFilterError) as err:
+        F["vllm_verify_result"](["x" * 500], "h", {})
+    assert len(str(err.value)) < 300 and "..." in str(err.value)
+
+
+def test_a_missing_library_is_explained(monkeypatch):
+    monkeypatch.setattr(plugin, "_IMPORT_ERROR", ImportError("No module named 'prometheus_client'"))
+    with pytest.raises(AnsibleFilterError, match=r"needs the vllm_fleet package .* `pip install -e \.`"):
+        F["vllm_verify_result"](PROBES, "h", EXPECT)
