@@ -7,7 +7,7 @@ before any host is changed, for what its file can hold as written:
 
 - unit file: paths absolute and clean, with no whitespace (``ReadWritePaths=`` splits on it), ``%`` (a unit
   specifier), quotes, backslashes or control characters; user and group valid names; device entries a
-  ``/dev`` path or a ``char-``/``block-`` class;
+  ``/dev`` path or a ``char-``/``block-`` class; system-call filter entries calls or ``@groups``;
 - environment file: keys POSIX names, not the keys the template sets itself; values (the API key too) are
   written double-quoted with systemd's escapes (the ``systemd_env_quote`` filter), so any text without control
   characters reads back byte for byte; the API key and tokens are named in a message but never shown;
@@ -33,7 +33,7 @@ UNIT_VARS = ("vllm_user", "vllm_group", "vllm_state_dir", "vllm_cache_dir", "vll
              "vllm_environment_allow", "vllm_api_key", "vllm_hf_token",
              "vllm_install_source", "vllm_wheelhouse_url", "vllm_keep_releases", "vllm_model_source",
              "vllm_model_url", "vllm_model_src", "vllm_draft_model_source", "vllm_draft_model_url",
-             "vllm_draft_model_src")
+             "vllm_draft_model_src", "vllm_syscall_filter")
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 UNSAFE_IN_UNIT_PATH = re.compile(r"[\s%\"'\\;]")
@@ -41,6 +41,7 @@ NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 INSTANCE = re.compile(r"[A-Za-z0-9_-]+")
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DEVICE = re.compile(r"(/dev/[A-Za-z0-9._/+-]+|char-[A-Za-z0-9._-]+|block-[A-Za-z0-9._-]+)")
+SYSCALL = re.compile(r"~?@?[a-z0-9_-]+(:[A-Za-z0-9_]+)?")  # a call or @group, ~ for a deny list, :errno
 
 # What templates/vllm.env.j2 sets from the role's own settings: a second assignment would silently win.
 TEMPLATE_ENV = ("VLLM_TARGET_DEVICE", "HOME", "VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR",
@@ -147,6 +148,11 @@ def check(host: str, values: Mapping[str, Any], draft: bool = False) -> list[str
                 if not (isinstance(device, str) and DEVICE.fullmatch(device)):
                     errors.append(f"{host}: vllm_device_allow entry {device!r} is not a /dev path or a char-/block- "
                                   "device class; fix: for example /dev/nvidia0 or char-nvidia-uvm")
+    filters = values.get("vllm_syscall_filter")
+    for entry in filters if isinstance(filters, (list, tuple)) else []:
+        if not (isinstance(entry, str) and SYSCALL.fullmatch(entry)):
+            errors.append(f"{host}: vllm_syscall_filter entry {entry!r} is not a system call or @group; fix: for "
+                          "example @system-service, or ~@privileged to deny a group")
     errors += _environment(host, values.get("vllm_environment"), values.get("vllm_environment_allow"))
     errors += _release(host, values, draft)
     for name in ("vllm_api_key", "vllm_hf_token"):

@@ -49,6 +49,8 @@ CASES = [
     ("device-newline", {"vllm_device_allow": ["/dev/nvidia0" + UNIT_LINE]}, "vllm_device_allow", "not a /dev path"),
     ("device-not-dev", {"vllm_device_allow": ["/tmp/x"]}, "vllm_device_allow", "not a /dev path"),
     ("device-mode", {"vllm_device_allow": ["/dev/nvidia0 rw"]}, "vllm_device_allow", "not a /dev path"),
+    ("syscall-newline", {"vllm_syscall_filter": ["@system-service" + UNIT_LINE]}, "vllm_syscall_filter",
+     "not a system call or @group"),
     ("instance-slash", {"vllm_instance": "a/b"}, "vllm_instance", "letters, digits, _ and -"),
     ("instance-space", {"vllm_instance": "gpu 0"}, "vllm_instance", "letters, digits, _ and -"),
     ("instance-empty", {"vllm_instance": ""}, "vllm_instance", "letters, digits, _ and -"),
