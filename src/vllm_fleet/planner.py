@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping
 
@@ -281,15 +282,103 @@ def draft_model_path(profile: Mapping[str, Any], deploy: Mapping[str, Any]) -> s
                       deploy["vllm_state_dir"])
 
 
+@dataclass
+class Sizing:
+    """One host's instance sized the way vLLM sizes it: what the rules below judge."""
+
+    host: str
+    profile: Mapping[str, Any]
+    gpu: Mapping[str, Any]
+    extra: Mapping[str, Any]
+    version: str
+    arch: catalogue.Architecture
+    draft: catalogue.Architecture | None
+    spec: Mapping[str, Any]
+    device: str
+    tp: int
+    util: float
+    max_len: int
+    seqs: int
+    budget: int
+    chunked: bool
+    act_bytes: int
+    kv_dtype: str
+    kv_elem: int
+    block: int
+    prompt_tokens: int
+    output_tokens: int
+    gpu_bytes: int = 0
+    weights: int = 0
+    draft_weights: int = 0
+    kv_per_token: int = 0
+    activation: int = 0
+    graphs: int = 0
+    runtime: int = 0
+    explicit_kv: int | None = None
+    explicit_name: str | None = None
+    kv_bytes: int = 0
+    limit_text: str = ""
+    fits: bool = False
+    kv_tokens: int = 0
+
+    @property
+    def model(self) -> str:
+        return self.profile["model"]
+
+    @property
+    def others(self) -> int:
+        """Everything on the card but the KV cache."""
+        return self.weights + self.draft_weights + self.activation + self.runtime
+
+    @property
+    def typical(self) -> int:
+        return self.prompt_tokens + self.output_tokens
+
+    @property
+    def fp8_fix(self) -> str:
+        return "" if self.kv_elem == 1 else "kv_cache_dtype: fp8, "
+
+
 def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], extra: Mapping[str, Any],
               hostvars: Mapping[str, Any], prompt_tokens: int, output_tokens: int, entry: dict[str, Any]) -> None:
-    errors, warnings, capacity = entry["errors"], entry["warnings"], entry["capacity"]
+    """Size the host's instance (capacity, estimates), then judge it with ERROR_RULES and WARNING_RULES."""
+    size = _size(host, profile, gpu, extra, hostvars, prompt_tokens, output_tokens, entry["errors"])
+    if size is None:
+        return
+    bandwidth = gpu["bandwidth_gb_s"] * 1e9 * size.tp
+    entry["capacity"].update({
+        "gpu_memory_bytes": size.gpu_bytes,
+        "weights_bytes": size.weights,
+        "draft_weights_bytes": size.draft_weights,
+        "kv_bytes_per_token": size.kv_per_token,
+        "kv_cache_bytes": size.kv_bytes,
+        "kv_cache_tokens": size.kv_tokens,
+        "max_concurrency_at_max_len": size.kv_tokens // size.max_len if size.max_len else 0,
+        "decode_ceiling_tokens_per_s": int(bandwidth // (size.weights + size.draft_weights)),
+        "fits": size.fits,
+    })
+    entry["estimates"] = {"activation_peak_bytes": size.activation, "runtime_reserve_bytes": size.runtime,
+                          "cuda_graph_reserve_bytes": size.graphs * size.tp}
+    for rule in ERROR_RULES:
+        entry["errors"] += rule(size)
+    if size.device == "gpu":
+        crash_errors, crash_warnings = _known_failure(host, gpu, size.version, size.arch, profile, extra)
+        entry["errors"] += crash_errors
+        entry["warnings"] += crash_warnings
+    for rule in WARNING_RULES:
+        entry["warnings"] += rule(size)
+
+
+def _size(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], extra: Mapping[str, Any],
+          hostvars: Mapping[str, Any], prompt_tokens: int, output_tokens: int, errors: list[str]) -> Sizing | None:
+    """The host's Sizing, or None after adding to ``errors`` why it cannot be sized (unknown model, impossible
+    tensor-parallel size or draft, a quantization the checkpoint lacks, an unreadable explicit KV size)."""
     model = profile["model"]
     try:
         arch = catalogue.lookup(model, profile.get("model_config") or hostvars.get("vllm_model_config"))
     except catalogue.ModelError as exc:
         errors.append(f"{host}: {exc}")
-        return
+        return None
     spec = profile.get("speculative") or {}
     draft = None
     if spec.get("model") and spec.get("method") not in profiles.MODEL_FREE_METHODS:
@@ -297,7 +386,7 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
             draft = catalogue.lookup(spec["model"], hostvars.get("vllm_draft_model_config"))
         except catalogue.ModelError as exc:
             errors.append(f"{host}: draft {exc} (for a draft model: vllm_draft_model_config)")
-            return
+            return None
 
     device = "cpu" if str(gpu["name"]).lower() == "cpu" else "gpu"
     reserve = memory_model()[device]
@@ -307,7 +396,7 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
             f"{host}: tensor_parallel_size={tp} but the host has {gpu['count']} GPU(s) ({gpu['name']}); "
             f"fix: tensor_parallel_size <= {gpu['count']}"
         )
-        return
+        return None
     pairing = _tensor_parallel_errors(host, "tensor_parallel_size", tp, arch)
     if draft:
         pairing += _tensor_parallel_errors(host, "speculative.draft_tensor_parallel_size",
@@ -315,12 +404,7 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
         pairing += _draft_errors(host, spec, arch, draft)
     if pairing:
         errors += pairing
-        return
-    util = profile.get("gpu_memory_utilization", 0.92)
-    max_len = profile.get("max_model_len") or arch.max_position_embeddings or 0
-    seqs = profile.get("max_num_seqs", 256)
-    budget = profile.get("max_num_batched_tokens", 2048)
-    chunked = profile.get("enable_chunked_prefill", True)
+        return None
 
     act_bytes = arch.activation_dtype_bytes(profile.get("dtype"))
     quant = profile.get("quantization")
@@ -330,165 +414,174 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
             f"{'no quantization_config' if not arch.quant_method else 'quant_method ' + arch.quant_method}: "
             "vLLM refuses to start; fix: use the quantized checkpoint (e.g. an -AWQ model) or drop quantization"
         )
-        return
+        return None
     if quant == "fp8" and not arch.quant_method:
         arch = _with_quant(arch, "fp8")
     kv_dtype = profile.get("kv_cache_dtype", "auto")
-    kv_elem = act_bytes if kv_dtype == "auto" else catalogue.DTYPE_BYTES[kv_dtype]
+    size = Sizing(
+        host=host, profile=profile, gpu=gpu, extra=extra, version=hostvars["vllm_version"], arch=arch, draft=draft,
+        spec=spec, device=device, tp=tp, util=profile.get("gpu_memory_utilization", 0.92),
+        max_len=profile.get("max_model_len") or arch.max_position_embeddings or 0,
+        seqs=profile.get("max_num_seqs", 256), budget=profile.get("max_num_batched_tokens", 2048),
+        chunked=profile.get("enable_chunked_prefill", True), act_bytes=act_bytes, kv_dtype=kv_dtype,
+        kv_elem=act_bytes if kv_dtype == "auto" else catalogue.DTYPE_BYTES[kv_dtype], block=reserve["block_size"],
+        prompt_tokens=prompt_tokens, output_tokens=output_tokens)
 
-    gpu_bytes = gpu["memory_mib"] * MIB * tp
-    weights = arch.weight_bytes(act_bytes)
-    draft_weights = draft.weight_bytes(draft.activation_dtype_bytes(None)) if draft else 0
-    kv_per_token = arch.kv_bytes_per_token(kv_elem, tp)
+    size.gpu_bytes = gpu["memory_mib"] * MIB * tp
+    size.weights = arch.weight_bytes(act_bytes)
+    size.draft_weights = draft.weight_bytes(draft.activation_dtype_bytes(None)) if draft else 0
+    size.kv_per_token = arch.kv_bytes_per_token(size.kv_elem, tp)
     if draft:
-        kv_per_token += draft.kv_bytes_per_token(kv_elem, spec.get("draft_tensor_parallel_size", tp))
-    activation = int((reserve["activation_vocab_hidden_factor"] * arch.vocab_size
-                      + reserve["activation_token_hidden_factor"] * budget) * arch.hidden_size * act_bytes) // tp
+        size.kv_per_token += draft.kv_bytes_per_token(size.kv_elem, spec.get("draft_tensor_parallel_size", tp))
+    size.activation = int((reserve["activation_vocab_hidden_factor"] * arch.vocab_size
+                           + reserve["activation_token_hidden_factor"] * size.budget)
+                          * arch.hidden_size * act_bytes) // tp
     graph_layers = arch.num_hidden_layers + (draft.num_hidden_layers if draft else 0)
     eager = bool(profile.get("enforce_eager") or extra.get("enforce_eager"))
-    reserved = not eager and cuda_graphs_reserved(hostvars["vllm_version"], spec, reserve)
-    graphs = reserve["cuda_graph_bytes_per_layer"] * graph_layers if reserved else 0
-    runtime = (reserve["non_torch_bytes"] + graphs) * tp
-    others = weights + draft_weights + activation + runtime
+    reserved = not eager and cuda_graphs_reserved(size.version, spec, reserve)
+    size.graphs = reserve["cuda_graph_bytes_per_layer"] * graph_layers if reserved else 0
+    size.runtime = (reserve["non_torch_bytes"] + size.graphs) * tp
 
     # An explicit KV size, as vLLM takes it: --kv-cache-memory-bytes, or on CPU VLLM_CPU_KVCACHE_SPACE (GiB).
-    explicit_kv, explicit_name, raw = None, None, None
+    raw = None
     environment = hostvars.get("vllm_environment") or {}
     try:
         if extra.get("kv_cache_memory_bytes") is not None:
-            explicit_name, raw = "vllm_extra_args.kv_cache_memory_bytes", extra["kv_cache_memory_bytes"]
-            explicit_kv = parse_bytes(raw) * tp
+            size.explicit_name, raw = "vllm_extra_args.kv_cache_memory_bytes", extra["kv_cache_memory_bytes"]
+            size.explicit_kv = parse_bytes(raw) * tp
         elif device == "cpu" and environment.get("VLLM_CPU_KVCACHE_SPACE") not in (None, ""):
-            explicit_name, raw = "vllm_environment.VLLM_CPU_KVCACHE_SPACE", environment["VLLM_CPU_KVCACHE_SPACE"]
-            explicit_kv = int(float(raw) * GIB)
+            size.explicit_name, raw = "vllm_environment.VLLM_CPU_KVCACHE_SPACE", environment["VLLM_CPU_KVCACHE_SPACE"]
+            size.explicit_kv = int(float(raw) * GIB)
     except ValueError:
         errors.append(
-            f"{host}: {explicit_name}={raw!r} is not a size; fix: give bytes for kv_cache_memory_bytes "
+            f"{host}: {size.explicit_name}={raw!r} is not a size; fix: give bytes for kv_cache_memory_bytes "
             "(1073741824 or 1G), GiB for VLLM_CPU_KVCACHE_SPACE (\"1\")"
         )
-        return
+        return None
     if device == "cpu":
         # vllm-cpu: the KV cache is its own allocation of the given size; vllm_gpu.memory_mib is the
         # budget the host sets aside for it. Weights and activations live in ordinary RAM.
-        kv_bytes = explicit_kv if explicit_kv is not None else gpu_bytes
-        limit, limit_text = gpu_bytes, f"the CPU KV budget vllm_gpu.memory_mib = {gib(gpu_bytes)}"
-        fits = kv_bytes <= gpu_bytes
-    elif explicit_kv is not None:
-        kv_bytes = explicit_kv
-        limit, limit_text = gpu_bytes, f"{gpu['name']} memory {gib(gpu_bytes)}"
-        fits = others + kv_bytes <= gpu_bytes
+        size.kv_bytes = size.explicit_kv if size.explicit_kv is not None else size.gpu_bytes
+        size.limit_text = f"the CPU KV budget vllm_gpu.memory_mib = {gib(size.gpu_bytes)}"
+        size.fits = size.kv_bytes <= size.gpu_bytes
+    elif size.explicit_kv is not None:
+        size.kv_bytes = size.explicit_kv
+        size.limit_text = f"{gpu['name']} memory {gib(size.gpu_bytes)}"
+        size.fits = size.others + size.kv_bytes <= size.gpu_bytes
     else:
-        limit = math.ceil(gpu_bytes * util)
-        limit_text = f"{gpu['name']} {gib(gpu_bytes)} x gpu_memory_utilization {util} = {gib(limit)}"
-        kv_bytes = limit - others
-        fits = kv_bytes > 0
-    block = reserve["block_size"]
-    kv_tokens = max(kv_bytes, 0) // kv_per_token // block * block
-    bandwidth = gpu["bandwidth_gb_s"] * 1e9 * tp
-    capacity.update({
-        "gpu_memory_bytes": gpu_bytes,
-        "weights_bytes": weights,
-        "draft_weights_bytes": draft_weights,
-        "kv_bytes_per_token": kv_per_token,
-        "kv_cache_bytes": kv_bytes,
-        "kv_cache_tokens": kv_tokens,
-        "max_concurrency_at_max_len": kv_tokens // max_len if max_len else 0,
-        "decode_ceiling_tokens_per_s": int(bandwidth // (weights + draft_weights)),
-        "fits": fits,
-    })
-    entry["estimates"] = {"activation_peak_bytes": activation, "runtime_reserve_bytes": runtime,
-                          "cuda_graph_reserve_bytes": graphs * tp}
+        limit = math.ceil(size.gpu_bytes * size.util)
+        size.limit_text = f"{gpu['name']} {gib(size.gpu_bytes)} x gpu_memory_utilization {size.util} = {gib(limit)}"
+        size.kv_bytes = limit - size.others
+        size.fits = size.kv_bytes > 0
+    size.kv_tokens = max(size.kv_bytes, 0) // size.kv_per_token // size.block * size.block
+    return size
 
-    fp8_fix = "" if kv_elem == 1 else "kv_cache_dtype: fp8, "
-    # --- errors: vLLM would refuse to start, or the guide forbids it --------------------------------
-    if util > MAX_UTILIZATION:
-        errors.append(
-            f"{host}: gpu_memory_utilization={util} is above {MAX_UTILIZATION}: the guide's limit (the CUDA context, "
-            f"fragmentation and other processes need the rest); fix: 0.90-0.95"
-        )
-    if not fits and device == "cpu":
-        errors.append(
-            f"{host}: the KV cache of {gib(kv_bytes)} ({explicit_name}) exceeds {limit_text}; fix: lower "
-            f"{explicit_name} or raise vllm_gpu.memory_mib to the memory the host can give vLLM's KV cache"
-        )
-    elif not fits:
-        draft_text = f" + draft {gib(draft_weights)}" if draft else ""
-        errors.append(
-            f"{host}: {model} does not fit: {limit_text}; weights {gib(weights)}{draft_text} + activations "
-            f"{gib(activation)} + runtime {gib(runtime)}"
-            + (f" + KV cache {gib(kv_bytes)} = {gib(others + kv_bytes)}" if explicit_kv is not None
-               else f" leave {gib(kv_bytes)} for the KV cache")
-            + "; fix: a quantized checkpoint (AWQ), a smaller model or no draft, more GPUs (tensor_parallel_size), "
-            "or a lower max_num_batched_tokens"
-        )
-    elif max_len and kv_tokens < max_len:
-        errors.append(
-            f"{host}: the KV cache holds {kv_tokens:,} tokens ({gib(kv_bytes)} at {kv_per_token:,} B/token), "
-            f"below max_model_len={max_len:,}: vLLM refuses to start; fix: max_model_len <= {kv_tokens:,}, "
-            f"{fp8_fix}a quantized checkpoint or a higher gpu_memory_utilization"
-        )
-    if draft and draft.vocab_size != arch.vocab_size and not spec.get("use_heterogeneous_vocab"):
-        errors.append(
-            f"{host}: draft model {spec['model']} has vocab_size={draft.vocab_size:,}, the target {model} "
-            f"{arch.vocab_size:,}: vLLM refuses to start (\"Target and draft model should have the same vocabulary "
+
+# --- errors: vLLM would refuse to start, or the guide forbids it ------------------------------------------
+def _above_max_utilization(s: Sizing) -> list[str]:
+    if s.util <= MAX_UTILIZATION:
+        return []
+    return [f"{s.host}: gpu_memory_utilization={s.util} is above {MAX_UTILIZATION}: the guide's limit (the CUDA "
+            f"context, fragmentation and other processes need the rest); fix: 0.90-0.95"]
+
+
+def _does_not_fit(s: Sizing) -> list[str]:
+    """The KV cache does not fit, or holds less than one sequence of max_model_len (one message at most)."""
+    if not s.fits and s.device == "cpu":
+        return [f"{s.host}: the KV cache of {gib(s.kv_bytes)} ({s.explicit_name}) exceeds {s.limit_text}; fix: lower "
+                f"{s.explicit_name} or raise vllm_gpu.memory_mib to the memory the host can give vLLM's KV cache"]
+    if not s.fits:
+        draft_text = f" + draft {gib(s.draft_weights)}" if s.draft else ""
+        return [f"{s.host}: {s.model} does not fit: {s.limit_text}; weights {gib(s.weights)}{draft_text} + "
+                f"activations {gib(s.activation)} + runtime {gib(s.runtime)}"
+                + (f" + KV cache {gib(s.kv_bytes)} = {gib(s.others + s.kv_bytes)}" if s.explicit_kv is not None
+                   else f" leave {gib(s.kv_bytes)} for the KV cache")
+                + "; fix: a quantized checkpoint (AWQ), a smaller model or no draft, more GPUs "
+                "(tensor_parallel_size), or a lower max_num_batched_tokens"]
+    if s.max_len and s.kv_tokens < s.max_len:
+        return [f"{s.host}: the KV cache holds {s.kv_tokens:,} tokens ({gib(s.kv_bytes)} at {s.kv_per_token:,} "
+                f"B/token), below max_model_len={s.max_len:,}: vLLM refuses to start; fix: max_model_len <= "
+                f"{s.kv_tokens:,}, {s.fp8_fix}a quantized checkpoint or a higher gpu_memory_utilization"]
+    return []
+
+
+def _draft_vocabulary_differs(s: Sizing) -> list[str]:
+    if not s.draft or s.draft.vocab_size == s.arch.vocab_size or s.spec.get("use_heterogeneous_vocab"):
+        return []
+    return [f"{s.host}: draft model {s.spec['model']} has vocab_size={s.draft.vocab_size:,}, the target {s.model} "
+            f"{s.arch.vocab_size:,}: vLLM refuses to start (\"Target and draft model should have the same vocabulary "
             f"size\", seen with vLLM 0.26.0); fix: speculative.use_heterogeneous_vocab: true (vLLM maps the shared "
-            "tokens, greedy drafts), a draft with the same vocab_size, or speculative: null"
-        )
-    if arch.max_position_embeddings and profile.get("max_model_len", 0) > arch.max_position_embeddings:
-        errors.append(
-            f"{host}: max_model_len={profile['max_model_len']:,} exceeds {model}'s max_position_embeddings="
-            f"{arch.max_position_embeddings:,}: vLLM refuses it; fix: max_model_len <= {arch.max_position_embeddings:,}"
-        )
-    if max_len and budget < max_len and not chunked:
-        errors.append(
-            f"{host}: max_num_batched_tokens={budget:,} < max_model_len={max_len:,} with chunked prefill off: a "
-            f"prompt longer than {budget:,} tokens can never be scheduled; fix: enable_chunked_prefill: true "
-            f"or max_num_batched_tokens >= {max_len:,}"
-        )
+            "tokens, greedy drafts), a draft with the same vocab_size, or speculative: null"]
 
-    if device == "gpu":
-        crash_errors, crash_warnings = _known_failure(host, gpu, hostvars["vllm_version"], arch, profile, extra)
-        errors += crash_errors
-        warnings += crash_warnings
 
-    # --- warnings: it runs, but not as the guide intends --------------------------------------------
-    if spec and seqs > SPECULATION_MAX_SEQS:
-        warnings.append(
-            f"{host}: speculative decoding with max_num_seqs={seqs} (> {SPECULATION_MAX_SEQS}): in large batches "
+def _max_len_above_positions(s: Sizing) -> list[str]:
+    positions = s.arch.max_position_embeddings
+    if not positions or s.profile.get("max_model_len", 0) <= positions:
+        return []
+    return [f"{s.host}: max_model_len={s.profile['max_model_len']:,} exceeds {s.model}'s max_position_embeddings="
+            f"{positions:,}: vLLM refuses it; fix: max_model_len <= {positions:,}"]
+
+
+def _long_prompts_never_scheduled(s: Sizing) -> list[str]:
+    if not (s.max_len and s.budget < s.max_len and not s.chunked):
+        return []
+    return [f"{s.host}: max_num_batched_tokens={s.budget:,} < max_model_len={s.max_len:,} with chunked prefill off: a "
+            f"prompt longer than {s.budget:,} tokens can never be scheduled; fix: enable_chunked_prefill: true "
+            f"or max_num_batched_tokens >= {s.max_len:,}"]
+
+
+# --- warnings: it runs, but not as the guide intends --------------------------------------------------------
+def _speculation_in_large_batches(s: Sizing) -> list[str]:
+    if not (s.spec and s.seqs > SPECULATION_MAX_SEQS):
+        return []
+    return [f"{s.host}: speculative decoding with max_num_seqs={s.seqs} (> {SPECULATION_MAX_SEQS}): in large batches "
             "decoding is compute-bound and drafts cost more than they save; fix: max_num_seqs <= 32 or "
-            "speculative: null"
-        )
-    filled = seqs * prompt_tokens
-    if filled < budget:
-        warnings.append(
-            f"{host}: max_num_seqs={seqs} x typical prompt {prompt_tokens} tokens = {filled:,} < "
-            f"max_num_batched_tokens={budget:,}: the token budget never fills; fix: max_num_seqs >= "
-            f"{-(-budget // prompt_tokens)} or max_num_batched_tokens = {filled:,}"
-        )
-    typical = prompt_tokens + output_tokens
-    if fits and kv_tokens < seqs * typical:
-        warnings.append(
-            f"{host}: the KV cache holds {kv_tokens:,} tokens, less than max_num_seqs={seqs} requests of typical "
-            f"length {typical} ({prompt_tokens} prompt + {output_tokens} output) = {seqs * typical:,}: expect "
-            f"preemptions; fix: max_num_seqs <= {kv_tokens // typical}, {fp8_fix}"
-            + ("a quantized model or no draft model" if draft else "or a quantized model")
-        )
-    # fp8 KV on Ada: vLLM 0.26 has no FlashAttention path for it there and runs it on Triton attention (FlashInfer
-    # where installed). Measured (docs/gpu-results.md, fourth loan): rtx4090-7b-prefill at 64 users x 1,536 tokens
-    # gave 8.4 % less output throughput with fp8 than with bf16 on FlashAttention 2. Where the bf16 cache holds
-    # max_num_seqs typical requests, fp8 buys nothing for that cost. Measured for bf16 models without a draft.
-    if (device == "gpu" and fits and kv_elem == 1 and not draft and act_bytes == 2
-            and not _runs_in_float16(arch, profile.get("dtype")) and is_ada(gpu)):
-        wide_tokens = max(kv_bytes, 0) // arch.kv_bytes_per_token(act_bytes, tp) // block * block
-        if wide_tokens >= seqs * typical:
-            warnings.append(
-                f"{host}: kv_cache_dtype={kv_dtype} buys no capacity here: a {act_bytes * 8}-bit cache would hold "
-                f"{wide_tokens:,} tokens, enough for max_num_seqs={seqs} requests of typical length {typical} "
-                f"({seqs * typical:,}); on {gpu['name']} (Ada) vLLM runs an fp8 cache on Triton attention, which "
-                "cost 8.4 % output throughput against bf16 on FlashAttention 2 (rtx4090-7b-prefill, "
-                "docs/gpu-results.md); fix: kv_cache_dtype: auto (calculate_kv_scales: null), or keep fp8 for "
-                f"more than {wide_tokens // typical} such requests"
-            )
+            "speculative: null"]
+
+
+def _budget_never_fills(s: Sizing) -> list[str]:
+    filled = s.seqs * s.prompt_tokens
+    if filled >= s.budget:
+        return []
+    return [f"{s.host}: max_num_seqs={s.seqs} x typical prompt {s.prompt_tokens} tokens = {filled:,} < "
+            f"max_num_batched_tokens={s.budget:,}: the token budget never fills; fix: max_num_seqs >= "
+            f"{-(-s.budget // s.prompt_tokens)} or max_num_batched_tokens = {filled:,}"]
+
+
+def _expect_preemptions(s: Sizing) -> list[str]:
+    if not (s.fits and s.kv_tokens < s.seqs * s.typical):
+        return []
+    return [f"{s.host}: the KV cache holds {s.kv_tokens:,} tokens, less than max_num_seqs={s.seqs} requests of "
+            f"typical length {s.typical} ({s.prompt_tokens} prompt + {s.output_tokens} output) = "
+            f"{s.seqs * s.typical:,}: expect preemptions; fix: max_num_seqs <= {s.kv_tokens // s.typical}, "
+            f"{s.fp8_fix}" + ("a quantized model or no draft model" if s.draft else "or a quantized model")]
+
+
+def _fp8_buys_nothing_on_ada(s: Sizing) -> list[str]:
+    """fp8 KV on Ada: vLLM 0.26 has no FlashAttention path for it there and runs it on Triton attention
+    (FlashInfer where installed). Measured (docs/gpu-results.md, fourth run): rtx4090-7b-prefill at 64 users x
+    1,536 tokens gave 8.4 % less output throughput with fp8 than with bf16 on FlashAttention 2. Where the bf16
+    cache holds max_num_seqs typical requests, fp8 buys nothing for that cost. Measured for bf16 models without
+    a draft."""
+    if not (s.device == "gpu" and s.fits and s.kv_elem == 1 and not s.draft and s.act_bytes == 2
+            and not _runs_in_float16(s.arch, s.profile.get("dtype")) and is_ada(s.gpu)):
+        return []
+    wide_tokens = max(s.kv_bytes, 0) // s.arch.kv_bytes_per_token(s.act_bytes, s.tp) // s.block * s.block
+    if wide_tokens < s.seqs * s.typical:
+        return []
+    return [f"{s.host}: kv_cache_dtype={s.kv_dtype} buys no capacity here: a {s.act_bytes * 8}-bit cache would hold "
+            f"{wide_tokens:,} tokens, enough for max_num_seqs={s.seqs} requests of typical length {s.typical} "
+            f"({s.seqs * s.typical:,}); on {s.gpu['name']} (Ada) vLLM runs an fp8 cache on Triton attention, which "
+            "cost 8.4 % output throughput against bf16 on FlashAttention 2 (rtx4090-7b-prefill, "
+            "docs/gpu-results.md); fix: kv_cache_dtype: auto (calculate_kv_scales: null), or keep fp8 for "
+            f"more than {wide_tokens // s.typical} such requests"]
+
+
+# The rules, in the order their messages appear. The known failures of data/known_failures.yml run between
+# the two lists (GPU hosts only).
+ERROR_RULES = (_above_max_utilization, _does_not_fit, _draft_vocabulary_differs, _max_len_above_positions,
+               _long_prompts_never_scheduled)
+WARNING_RULES = (_speculation_in_large_batches, _budget_never_fills, _expect_preemptions, _fp8_buys_nothing_on_ada)
 
 
 def _divisors(number: int) -> list[int]:
