@@ -657,33 +657,65 @@ def plan_hosts(hosts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return {"hosts": {host: plan_host(host, hosts[host]) for host in sorted(hosts)}}
 
 
-def table(plan: Mapping[str, Any]) -> list[str]:
-    """A readable per-host table of plan.json, then each host's errors and warnings."""
+# Above this many hosts the table groups hosts that plan alike, and warnings that say the same (plan.json has
+# every host's entry).
+TABLE_MAX_ROWS = 40
+
+
+def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
+    """A readable table of plan.json, then the errors and warnings. Up to ``max_rows`` hosts: one row each and
+    each host's messages. A larger fleet: a summary first, one row per group of hosts that plan alike, every
+    error, and each warning once with the hosts it concerns."""
     header = ("host", "profile", "vllm", "weights", "draft", "KV cache", "KV tokens", "conc@len",
               "decode t/s", "status")
-    rows = [header]
-    notes: list[str] = []
+    hosts = plan["hosts"]
+    grouped = len(hosts) > max_rows
+    groups: dict[tuple, list[str]] = {}
+    errors: list[str] = []
+    warnings: dict[str, list[str]] = {}
     dropped: dict[tuple[str, str], list[str]] = {}
-    for host, e in plan["hosts"].items():
+    for host, e in hosts.items():
         c = e["capacity"]
         status = "ERROR" if e["errors"] else ("warn" if e["warnings"] else "ok")
 
         def num(key, fmt):
             return "-" if c.get(key) is None else fmt(c[key])
 
-        rows.append((
-            host, e["profile"], str(e["vllm_version"]),
+        row = (
+            e["profile"], str(e["vllm_version"]),
             num("weights_bytes", gib), num("draft_weights_bytes", lambda v: gib(v) if v else "-"),
             num("kv_cache_bytes", gib), num("kv_cache_tokens", lambda v: f"{v:,}"),
             num("max_concurrency_at_max_len", str), num("decode_ceiling_tokens_per_s", str),
             f"{status} ({len(e['errors'])}E {len(e['warnings'])}W)" if status != "ok" else "ok",
-        ))
-        notes += [f"ERROR {m}" for m in e["errors"]] + [f"warn  {m}" for m in e["warnings"]]
+        )
+        groups.setdefault(row if grouped else (host, *row), []).append(host)
+        errors += e["errors"]
+        for message in e["warnings"]:
+            text = message.removeprefix(f"{host}: ") if grouped else message
+            warnings.setdefault(text, []).append(host)
         for d in e["dropped"]:
             dropped.setdefault((d["flag"], d["reason"]), []).append(host)
+    rows = [header]
+    for key, members in groups.items():
+        if grouped:
+            rows.append((f"{members[0]}" + (f" (+{len(members) - 1} alike)" if len(members) > 1 else ""), *key))
+        else:
+            rows.append(key)
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    for (flag, reason), hosts in dropped.items():
-        notes.append(f"note  dropped {flag} ({len(hosts)} host{'s' if len(hosts) > 1 else ''}): {reason}")
+    if grouped:
+        failed = sum(bool(e["errors"]) for e in hosts.values())
+        warned = sum(bool(e["warnings"]) and not e["errors"] for e in hosts.values())
+        lines[:0] = [f"{len(hosts)} hosts: {len(hosts) - failed - warned} ok, {warned} with warnings, {failed} with "
+                     f"errors; {len(groups)} groups of hosts that plan alike (every host's entry is in plan.json)", ""]
+    notes = [f"ERROR {m}" for m in errors]
+    for text, members in warnings.items():
+        if grouped:
+            names = ", ".join(members[:3]) + (f" and {len(members) - 3} more" if len(members) > 3 else "")
+            notes.append(f"warn  ({len(members)} host{'s' if len(members) > 1 else ''}: {names}) {text}")
+        else:
+            notes.append(f"warn  {text}")
+    for (flag, reason), members in dropped.items():
+        notes.append(f"note  dropped {flag} ({len(members)} host{'s' if len(members) > 1 else ''}): {reason}")
     return lines + ([""] + notes if notes else [])

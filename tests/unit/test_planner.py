@@ -360,6 +360,26 @@ def test_plan_json_contract():
     assert any(line.startswith("ERROR h1") or line.startswith("ERROR a: ") for line in lines)
 
 
+def test_a_large_fleets_table_starts_with_a_summary_and_groups_alike_hosts():
+    """Above TABLE_MAX_ROWS hosts: a summary line first, one row per group of hosts that plan alike, every error
+    in full, each warning once with its hosts; a small fleet keeps a row per host."""
+    hosts = {f"h{i:03d}": {"vllm_profile_name": "rtx4090-7b-decode" if i % 2 else "rtx4090-7b-prefill",
+                           "vllm_gpu": RTX4090, "vllm_version": "0.33.0"} for i in range(100)}
+    hosts["h007"] = {"vllm_profile_name": "nope", "vllm_gpu": RTX4090, "vllm_version": "0.33.0"}
+    lines = planner.table(planner.plan_hosts(hosts))
+    assert lines[0].startswith("100 hosts: 50 ok, 49 with warnings, 1 with errors; 3 groups")
+    rows = [line for line in lines if line.startswith("h0")]
+    assert len(rows) == 3 and any(line.startswith("h000 (+49 alike)") for line in rows)
+    assert [line for line in lines if line.startswith("ERROR")] == [
+        f"ERROR {m}" for m in planner.plan_host("h007", hosts["h007"])["errors"]]
+    speculative = [line for line in lines if "speculative decoding with max_num_seqs=64" in line]
+    assert len(speculative) == 1 and speculative[0].startswith("warn  (49 hosts: h001, h003, h005 and 46 more) ")
+    assert len(lines) < 15
+    small = planner.table(planner.plan_hosts(dict(list(hosts.items())[:planner.TABLE_MAX_ROWS])))
+    assert small[0].split()[:3] == ["host", "profile", "vllm"]
+    assert sum(line.startswith("h0") for line in small) == planner.TABLE_MAX_ROWS
+
+
 # --- the filter plugin --------------------------------------------------------------------------------
 def load_filters():
     pytest.importorskip("ansible", reason="the filter plugin needs ansible-core (the .venv)")
