@@ -85,7 +85,7 @@ def time_playbook(hosts):
             planned = len(json.load(f)["hosts"])
         # The profile_tasks callback's recap (ansible.cfg): where the time went, largest first.
         recap = run.stdout.split("TASKS RECAP", 1)[-1].splitlines()
-        costs = [line.strip() for line in recap if line.rstrip().endswith("s") and "---" in line][:6]
+        costs = [line.strip() for line in recap if line.rstrip().endswith("s") and "---" in line][:8]
         return elapsed, run.returncode, planned, costs
 
 
