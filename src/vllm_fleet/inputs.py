@@ -81,7 +81,8 @@ def _text(host: str, name: str, value: Any, secret: bool = False) -> list[str]:
 
 def _release(host: str, values: Mapping[str, Any], draft: bool) -> list[str]:
     """Settings that need one another: the install's and the model's (and with a draft model, the draft's)
-    sources and their locations."""
+    sources and their locations. ``vllm_draft_model_source`` comes resolved (planner.deploy_inputs: it follows
+    the model's source unless set)."""
     errors = []
     if values.get("vllm_install_source") == "wheelhouse" and not values.get("vllm_wheelhouse_url"):
         errors.append(f"{host}: vllm_install_source=wheelhouse needs vllm_wheelhouse_url, which is empty; fix: the URL "
@@ -92,8 +93,6 @@ def _release(host: str, values: Mapping[str, Any], draft: bool) -> list[str]:
                       "back to); fix: 3")
     for prefix in ("vllm_model", "vllm_draft_model") if draft else ("vllm_model",):
         source = values.get(f"{prefix}_source")
-        if prefix == "vllm_draft_model" and (source in (None, "") or "{{" in str(source)):
-            source = values.get("vllm_model_source")  # the role's default follows the model's source
         # A location the inventory builds from the plan's own output is not in `values`: the role checks it.
         if source == "url" and f"{prefix}_url" in values and not values[f"{prefix}_url"]:
             errors.append(f"{host}: {prefix}_source=url needs {prefix}_url, which is empty; fix: the base URL of the "

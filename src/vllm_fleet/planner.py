@@ -204,7 +204,9 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
     gpu = hostvars.get("vllm_gpu")
     errors += _validate_gpu(host, gpu)
     spec = profile.get("speculative") or {}
-    errors += inputs.check(host, {name: hostvars[name] for name in inputs.UNIT_VARS if name in hostvars},
+    unit_values = {name: hostvars[name] for name in inputs.UNIT_VARS if name in hostvars}
+    unit_values["vllm_draft_model_source"] = deploy_inputs(hostvars)["vllm_draft_model_source"]
+    errors += inputs.check(host, unit_values,
                            draft=bool(spec.get("model")) and spec.get("method") not in profiles.MODEL_FREE_METHODS)
     if version is None:
         errors.append(f"{host}: vllm_version is not set; fix: set it in group_vars, e.g. vllm_version: \"0.33.0\"")
