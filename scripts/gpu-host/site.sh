@@ -231,8 +231,9 @@ step_prepare() {
   "$PY" scripts/gpu-host/prepare.py model --id "$MODEL_ID" --to /opt/vllm-site/models || return 1
   "$PY" scripts/gpu-host/prepare.py ansible-cfg --to "$WORK/ansible.cfg" --work "$WORK" --collections "$COLLECTIONS" || return 1
   nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader
-  echo "driver packages the hold would hold: $(dpkg-query -W -f '${Package}\n' | grep -cE \
-    '^(nvidia-|libnvidia-|libcuda|cuda-drivers|kmod-nvidia|linux-(modules|objects|signatures)-nvidia-|firmware-nvidia-)')"
+  # The role's own pattern (roles/nvidia_driver/vars/main.yml), so that this list is what the hold holds.
+  local hold; hold=$(grep -A1 '^_nvidia_driver_hold_pattern:' roles/nvidia_driver/vars/main.yml | tail -n1 | tr -d ' ')
+  echo "driver packages the hold would hold: $(dpkg-query -W -f '${Package}\n' | grep -E "$hold" | tr '\n' ' ')"
   "$NS" boot "$GPU/systemd" || return 1
   limits >"$LOGS/limits.txt" 2>&1
 }
@@ -331,7 +332,7 @@ step_site3() {
   ensure_up || return 1
   ap "$ROOT/site.yml" "${SITE_SKIP[@]}" -e vllm_verify_report_run_id=site-3 -e "$CHANGE3"
   local rc=$?
-  say "site3 (a change that fails at start): rc=$rc; $(grep -oE 'Restored the last working release[^.]*\.' "$LOGS/site3.log" | head -n1)"
+  say "site3 (a change that fails at start): rc=$rc; $(grep -oE 'Restored the last working release [^ ]+ \([^)]*\)' "$LOGS/site3.log" | head -n1)"
   health_wait 30 >/dev/null && say "after site3: the restored release answers /health"
   [[ $rc != 0 ]]
 }
