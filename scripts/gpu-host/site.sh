@@ -7,7 +7,7 @@
 #   scripts/gpu-host/site.sh probe          read what the host has (Python, venv, apt, devices), boot
 #                                           systemd, run the nvidia_driver role under it (needs the
 #                                           ansible wheels in .gpu/wheels/ansible and .gpu/systemd/*.deb)
-#   scripts/gpu-host/site.sh stage          copy a carried bundle part (.gpu/part-NN) into /tmp/gpu-bundle
+#   scripts/gpu-host/site.sh stage          copy a bundle part (.gpu/part-NN) into /tmp/gpu-bundle
 #   scripts/gpu-host/site.sh run [BUDGET]   run, in order, the steps not yet done on this host while they
 #                                           fit in BUDGET seconds (default: all of them); run it again
 #                                           to go on. Steps:
@@ -31,8 +31,8 @@ WORK=/var/tmp/gpu-host-site
 LOGS=$WORK/logs
 ASITE=$WORK/ansible
 NS=$ROOT/scripts/gpu-host/namespace.sh
-# The carried files (bundle parts, the systemd .debs, the ansible wheels) and ansible.posix (its task timer):
-# in this checkout, or in another one that holds them (GPU_HOST_FILES, GPU_HOST_COLLECTIONS).
+# The files brought to the host (bundle parts, the systemd .debs, the ansible wheels) and ansible.posix (its
+# task timer): in this checkout, or in another one that holds them (GPU_HOST_FILES, GPU_HOST_COLLECTIONS).
 GPU=${GPU_HOST_FILES:-$ROOT/.gpu}
 COLLECTIONS=${GPU_HOST_COLLECTIONS:-$ROOT/.cache/collections}
 PY=$(command -v python3)
@@ -57,7 +57,7 @@ now() { date +%s.%N; }
 secs() { "$PY" -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$1" "$2"; }
 sysctl_() { "$NS" exec systemctl --no-pager "$@"; }
 
-# ansible-playbook / ansible inside the namespace, from the carried ansible-core, with this checkout's
+# ansible-playbook / ansible inside the namespace, from the bundle's ansible-core, with this checkout's
 # vllm_fleet (src/) importable by the filter plugins, as `pip install -e .` makes it on a controller; not on
 # PYTHONPATH, so that nothing of it leaks into the commands and the service the run starts.
 ansible_cli() {
@@ -238,7 +238,7 @@ step_prepare() {
   limits >"$LOGS/limits.txt" 2>&1
 }
 
-ensure_up() {  # systemd running (boot it again if a former call's ended) and the service healthy
+ensure_up() {  # systemd running (boot it again if it has ended since the last run) and the service healthy
   [[ -f /etc/systemd/system/$UNIT ]] || { say "no $UNIT installed (site1 did not get that far)"; return 1; }
   if [[ -z $("$NS" pid) ]]; then
     "$NS" boot "$GPU/systemd" || return 1
