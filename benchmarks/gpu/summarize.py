@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Fold the GPU harness's results into docs/gpu/summary.json and print the tables of docs/gpu-results.md.
+"""Fold the GPU benchmark's results into RESULTS/summary.json and print the tables of docs/gpu-results.md.
 
-    benchmarks/gpu/summarize.py [--results docs/gpu] [--plan docs/gpu/experiments.json]
+    benchmarks/gpu/summarize.py --results docs/gpu/DATE-NAME [--plan RESULTS/experiments.json]
 
-Reads every results-callN.json (and the server logs inside raw-callN.tar.gz) that the harness brought
-back, and compares them with the plan (experiments.json: the planner's predictions made when the
+Reads every results-roundN.json (and the server logs inside raw-roundN.tar.gz) that the harness wrote
+(the summary's "call" is the round that measured a row), and compares them with the plan (experiments.json: the planner's predictions made when the
 experiments were written) and with the planner run again now on the budget vLLM really had:
 vLLM takes gpu_memory_utilization of CUDA's total memory, which on the H200 is 143,156 MiB
 (torch.cuda.mem_get_info), 615 MiB less than the 143,771 MiB nvidia-smi shows and the emulation
@@ -29,14 +29,14 @@ import harness  # noqa: E402
 from vllm_fleet import planner  # noqa: E402
 
 MIB = 1 << 20
-# The guide's cards measured elsewhere on the H200 (shared/reference/GPU-HOST.md): matrix-vector pass
-# over 15 GB of bf16 weights at 3.9 TB/s effective; the datasheet's 4.8 TB/s is what the planner uses.
+# What a matrix-vector pass over 15 GB of bf16 weights reached on the H200 host: 3.9 TB/s effective; the
+# datasheet's 4.8 TB/s is what the planner uses.
 H200_EFFECTIVE_GB_S = 3900
 
 
 def load_results(folder: Path) -> list[dict]:
     out = []
-    for path in sorted(folder.glob("results-call*.json")):
+    for path in sorted(folder.glob("results-round*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
         logs = {}
         raw = path.with_name(path.name.replace("results-", "raw-").replace(".json", ".tar.gz"))
@@ -61,7 +61,7 @@ def cuda_total_mib(environment: dict) -> int | None:
 
 def replan(exp_plan: dict, memory_mib: int) -> dict:
     """The planner on the H200 with the memory vLLM saw and the emulated utilization."""
-    # The settings the plan resolved when it was made (plans before the third loan: the profile by name).
+    # The settings the plan resolved when it was made (plans of runs 1 and 2: the profile by name).
     if "settings" in exp_plan:
         name, overrides = None, dict(exp_plan["settings"])
     else:
@@ -123,7 +123,7 @@ def summarise(plan: dict, results: list[dict]) -> dict:
         if actual is None:
             continue
         # The planner predicts a first start. A restart that finds vLLM's compile cache profiles a smaller
-        # activation peak and sizes a larger cache (fourth and sixth loans); when an earlier start of the same
+        # activation peak and sizes a larger cache (runs 4 and 6); when an earlier start of the same
         # experiment compiled, fidelity is judged on that one and the warm restart is shown beside it.
         basis, warm = rec, None
         if compile_cache(rec.get("_log", "")) == "warm":
@@ -201,7 +201,7 @@ def summarise(plan: dict, results: list[dict]) -> dict:
 
 def _repeat(rec: dict) -> dict:
     """An earlier record of an experiment that a later call ran again (served, or sized its cache before its
-    start bound ran out): its KV size and guide loads, kept beside the later record that the tables use."""
+    start bound ran out): its KV size and reference loads, kept beside the later record that the tables use."""
     loads = [dict(load=a["name"], **{k: (a.get("result") or {}).get(k) for k in (
         "completed", "output_throughput", "p99_ttft_ms", "p99_itl_ms")}, preemptions=a.get("preemptions"))
         for a in rec.get("actions") or [] if a.get("kind") in ("bench", "fleet") and a.get("result")]
@@ -223,7 +223,7 @@ def _single(entry: dict, exp: dict, rate: float | None) -> dict:
 
 
 def compare(plan: dict, loads: list[dict], not_run: list[dict]) -> list[dict]:
-    """Per emulated card: the shipped profile against vLLM's defaults on the same guide load. The issue's
+    """Per emulated card: the shipped profile against vLLM's defaults on the tuning reference's load. The
     goal: lower p99 TTFT and p99 inter-token latency, at least the same output throughput, no preemptions."""
     out = []
     for card in plan["cards"]:
@@ -314,7 +314,7 @@ def tables(summary: dict) -> str:
          f"{r['smoke']['status']}, {r['smoke']['completion_tokens']} tokens"] for r in summary["verification"]])
     out += _section("Loads", ["experiment", "load", "completed", "output tok/s", "TTFT mean / p99 ms",
                               "ITL mean / p99 ms", "TPOT mean ms", "preemptions",
-                              "ITL p99.9 ms / stalled % (vllm_fleet.bench, after the third loan)"], [
+                              "ITL p99.9 ms / stalled % (vllm_fleet.bench, from run 4)"], [
         [r["experiment"], r["load"], r.get("completed"), _n(r.get("output_throughput"), 1),
          f"{_n(r.get('mean_ttft_ms'), 1)} / {_n(r.get('p99_ttft_ms'), 1)}",
          f"{_n(r.get('mean_itl_ms'), 2)} / {_n(r.get('p99_itl_ms'), 2)}", _n(r.get("mean_tpot_ms"), 2),
@@ -324,14 +324,14 @@ def tables(summary: dict) -> str:
                                       "at 3.9 TB/s effective", "ratio"], [
         [r["experiment"], r["tokens_per_s"], r["planner_ceiling_h200"], f"{r['ratio_pct']}%",
          r["effective_ceiling_3_9_tb_s"], f"{r['ratio_effective_pct']}%"] for r in summary["single_stream"]])
-    out += _section("Shipped profile (fid-) and candidates (cand-) against vLLM's defaults (the guide's load)", [
+    out += _section("Shipped profile (fid-) and candidates (cand-) against vLLM's defaults (the tuning reference's load)", [
         "card", "tuned / default", "p99 TTFT ms", "p99 ITL ms", "output tok/s", "preemptions", "verdict"],
         [_comparison_row(r) for r in summary["comparisons"]])
     if summary.get("repeats"):
-        out += _section("Earlier runs of an experiment that a later call ran again (loads above: the later run; "
+        out += _section("Earlier starts of an experiment that a later round ran again (loads above: the later one; "
                        "fidelity: the first start that compiled)", [
-            "experiment", "call", "status", "start s", "engine KV tokens", "torch.compile cache",
-            "guide load: output tok/s, p99 TTFT / ITL ms, preemptions"], [
+            "experiment", "round", "status", "start s", "engine KV tokens", "torch.compile cache",
+            "reference load: output tok/s, p99 TTFT / ITL ms, preemptions"], [
             [r["experiment"], r["call"], r["status"], _n(r["start_s"], 0), _n(r["engine_kv_tokens"]),
              r["compile_cache"] or "-",
              "; ".join(f"{_n(x['output_throughput'], 1)}, {_n(x['p99_ttft_ms'], 1)} / {_n(x['p99_itl_ms'], 2)}, "
@@ -344,7 +344,7 @@ def tables(summary: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", type=Path, default=ROOT / "docs" / "gpu")
+    parser.add_argument("--results", type=Path, required=True, help="a folder of results, e.g. docs/gpu/DATE-NAME")
     parser.add_argument("--plan", type=Path, default=None,
                         help="the plan the results were run with (default: RESULTS/experiments.json, the copy "
                              "kept with them, else benchmarks/gpu/experiments.json)")
