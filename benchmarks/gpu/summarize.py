@@ -4,8 +4,9 @@
     benchmarks/gpu/summarize.py --results docs/gpu/DATE-NAME [--plan RESULTS/experiments.json]
 
 Reads every results-roundN.json (and the server logs inside raw-roundN.tar.gz) that the harness wrote
-(the summary's "call" is the round that measured a row), and compares them with the plan (experiments.json: the planner's predictions made when the
-experiments were written) and with the planner run again now on the budget vLLM really had:
+(a row's "call" is the round that measured it), and compares them with the plan (experiments.json: the
+planner's predictions made when the experiments were written) and with the planner run again now on the
+budget vLLM really had:
 vLLM takes gpu_memory_utilization of CUDA's total memory, which on the H200 is 143,156 MiB
 (torch.cuda.mem_get_info), 615 MiB less than the 143,771 MiB nvidia-smi shows and the emulation
 formula uses; "planner, vLLM's budget" feeds the planner that total, so it isolates the memory model.
@@ -101,7 +102,7 @@ def summarise(plan: dict, results: list[dict]) -> dict:
     by_name = {e["name"]: e for e in plan["experiments"]}
     latest: dict[str, dict] = {}
     superseded: list[dict] = []
-    for rec in results:  # a later call's record of the same experiment wins, unless it was skipped
+    for rec in results:  # a later round's record of the same experiment wins, unless it was skipped
         if rec["status"] != "skipped" or rec["name"] not in latest:
             if rec["name"] in latest and engine_kv(latest[rec["name"]])[0] is not None:
                 superseded.append(latest[rec["name"]])  # it served, or at least sized its cache
@@ -162,7 +163,7 @@ def summarise(plan: dict, results: list[dict]) -> dict:
                                    "error_card_pct": pct(card_plan, warm_kv)}
         fidelity.append(row)
         for action in rec.get("actions") or []:
-            if action.get("status") == "skipped":  # did not fit in the call (older records lack "kind")
+            if action.get("status") == "skipped":  # did not fit in the round (older records lack "kind")
                 not_run.append({"experiment": name, "action": action["name"], "reason": action.get("reason")})
             elif action["kind"] == "ansible" and action["name"].startswith("verify"):
                 report = ((action.get("report") or {}).get("hosts") or {}).get("gpu-host") or {}
@@ -200,7 +201,7 @@ def summarise(plan: dict, results: list[dict]) -> dict:
 
 
 def _repeat(rec: dict) -> dict:
-    """An earlier record of an experiment that a later call ran again (served, or sized its cache before its
+    """An earlier record of an experiment that a later round ran again (served, or sized its cache before its
     start bound ran out): its KV size and reference loads, kept beside the later record that the tables use."""
     loads = [dict(load=a["name"], **{k: (a.get("result") or {}).get(k) for k in (
         "completed", "output_throughput", "p99_ttft_ms", "p99_itl_ms")}, preemptions=a.get("preemptions"))
@@ -283,7 +284,7 @@ def _fidelity_row(r: dict) -> list:
 def _compile_cell(r: dict) -> str:
     warm = r.get("warm_restart")
     cell = r.get("compile_cache") or "-"
-    return cell + (f"; warm restart (call {warm['call']}): {_n(warm['engine_kv_tokens'])}, "
+    return cell + (f"; warm restart (round {warm['call']}): {_n(warm['engine_kv_tokens'])}, "
                    f"{warm['error_card_pct']:+.1f}%" if warm else "")
 
 
@@ -324,7 +325,8 @@ def tables(summary: dict) -> str:
                                       "at 3.9 TB/s effective", "ratio"], [
         [r["experiment"], r["tokens_per_s"], r["planner_ceiling_h200"], f"{r['ratio_pct']}%",
          r["effective_ceiling_3_9_tb_s"], f"{r['ratio_effective_pct']}%"] for r in summary["single_stream"]])
-    out += _section("Shipped profile (fid-) and candidates (cand-) against vLLM's defaults (the tuning reference's load)", [
+    out += _section("Shipped profile (fid-) and candidates (cand-) against vLLM's defaults "
+                    "(the tuning reference's load)", [
         "card", "tuned / default", "p99 TTFT ms", "p99 ITL ms", "output tok/s", "preemptions", "verdict"],
         [_comparison_row(r) for r in summary["comparisons"]])
     if summary.get("repeats"):
