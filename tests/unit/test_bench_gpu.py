@@ -509,9 +509,10 @@ def test_summary_of_the_committed_gpu_results():
     """docs/gpu/2026-11-29-run2-ada-emulation/summary.json is what summarize.py makes of the committed raw
     results and the plan they ran with (experiments.json beside them)."""
     summarize = _load("summarize")
-    plan = json.loads((ROOT / "docs" / "gpu" / "2026-11-29-run2-ada-emulation" / "experiments.json").read_text())
-    summary = summarize.summarise(plan, summarize.load_results(ROOT / "docs" / "gpu" / "2026-11-29-run2-ada-emulation"))
-    assert json.loads(json.dumps(summary)) == json.loads((ROOT / "docs" / "gpu" / "2026-11-29-run2-ada-emulation" / "summary.json").read_text())
+    folder = ROOT / "docs" / "gpu" / "2026-11-29-run2-ada-emulation"
+    plan = json.loads((folder / "experiments.json").read_text())
+    summary = summarize.summarise(plan, summarize.load_results(folder))
+    assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
     rows = {r["experiment"]: r for r in summary["fidelity"]}
     assert len(rows) == 8 and all(abs(r["error_budget_pct"]) < 5 for r in rows.values())
     assert rows["fid-rtx4090-7b-decode"]["engine_kv_tokens"] == 148_736
@@ -527,8 +528,8 @@ def test_summary_of_the_committed_gpu_results():
 
 
 def test_summary_of_the_third_loan():
-    """docs/gpu/2026-11-29-run3-l40-comparison: the L40 pair in one loan (goal met), the same KV sizes as the second loan, and the
-    bf16 4090 start that the old 300 s bound cut off, its KV size read from the start-up log."""
+    """docs/gpu/2026-11-29-run3-l40-comparison: the L40 pair in one loan (goal met), the same KV sizes as the second
+    loan, and the bf16 4090 start that the old 300 s bound cut off, its KV size read from the start-up log."""
     summarize = _load("summarize")
     folder = ROOT / "docs" / "gpu" / "2026-11-29-run3-l40-comparison"
     plan = json.loads((folder / "experiments.json").read_text())
@@ -537,7 +538,8 @@ def test_summary_of_the_third_loan():
     rows = {r["experiment"]: r for r in summary["fidelity"]}
     assert all(abs(r["error_budget_pct"]) < 5 and abs(r["error_card_pct"]) < 5 for r in rows.values())
     second = {r["experiment"]: r["engine_kv_tokens"]
-              for r in json.loads((ROOT / "docs" / "gpu" / "2026-11-29-run2-ada-emulation" / "summary.json").read_text())["fidelity"]}
+              for r in json.loads(
+                  (ROOT / "docs" / "gpu" / "2026-11-29-run2-ada-emulation" / "summary.json").read_text())["fidelity"]}
     repeated = [name for name in rows if rows[name]["engine_source"] == "cache_config_info"]
     assert len(repeated) == 6 and all(rows[n]["engine_kv_tokens"] == second[n] for n in repeated)
     bf16 = rows["fid-rtx4090-7b-prefill"]
@@ -553,8 +555,8 @@ def test_summary_of_the_third_loan():
 
 
 def test_summary_of_the_fourth_loan():
-    """docs/gpu/2026-11-29-run4-rtx4090-bf16: the 4090 with a bf16 KV cache (now the shipped rtx4090-7b-prefill) against vLLM's
-    defaults and against the guide's fp8 cache, in one loan with one tool; the JIT cache kept between starts."""
+    """docs/gpu/2026-11-29-run4-rtx4090-bf16: the 4090 with a bf16 KV cache (now the shipped rtx4090-7b-prefill) against
+    vLLM's defaults and against the guide's fp8 cache, in one loan with one tool; the JIT cache kept between starts."""
     summarize = _load("summarize")
     folder = ROOT / "docs" / "gpu" / "2026-11-29-run4-rtx4090-bf16"
     plan = json.loads((folder / "experiments.json").read_text())
@@ -588,10 +590,10 @@ def test_summary_of_the_fourth_loan():
 
 
 def test_the_carried_jit_cache_was_taken_by_the_driver():
-    """docs/gpu/2026-11-29-run5-jit-cache: a fresh machine, the fourth loan's JIT cache unpacked by the harness before the
-    start of vLLM's bf16 4090 defaults. The driver compiled nothing (the cache did not grow) and the FULL CUDA
-    graphs took 4 s, against 139 s when it compiled (fourth loan, call 4). The start ran past the 110 s bound
-    that the session's last device time allowed, after sizing its cache (start-up log)."""
+    """docs/gpu/2026-11-29-run5-jit-cache: a fresh machine, the fourth loan's JIT cache unpacked by the harness before
+    the start of vLLM's bf16 4090 defaults. The driver compiled nothing (the cache did not grow) and the FULL CUDA
+    graphs took 4 s, against 139 s when it compiled (fourth loan, call 4). The start ran past the 110 s bound that the
+    session's last device time allowed, after sizing its cache (start-up log)."""
     summarize = _load("summarize")
     folder = ROOT / "docs" / "gpu" / "2026-11-29-run5-jit-cache"
     results = json.loads((folder / "results-round1.json").read_text())
@@ -610,10 +612,10 @@ def test_the_carried_jit_cache_was_taken_by_the_driver():
 
 
 def test_summary_of_the_sixth_loan():
-    """docs/gpu/2026-11-29-run6-whole-plan: the whole plan rerun in one loan on a fresh machine with the carried JIT cache.
-    Every shipped profile vLLM accepts sized its cache within 5% of the planner at its first start; both cards'
-    shipped profiles met the goal against vLLM's defaults; the guide's decode profile was refused by vLLM and
-    by the planner; the verification passed and the wrong expectation failed."""
+    """docs/gpu/2026-11-29-run6-whole-plan: the whole plan rerun in one loan on a fresh machine with the carried JIT
+    cache. Every shipped profile vLLM accepts sized its cache within 5% of the planner at its first start; both cards'
+    shipped profiles met the goal against vLLM's defaults; the guide's decode profile was refused by vLLM and by the
+    planner; the verification passed and the wrong expectation failed."""
     summarize = _load("summarize")
     folder = ROOT / "docs" / "gpu" / "2026-11-29-run6-whole-plan"
     plan = json.loads((folder / "experiments.json").read_text())
