@@ -184,7 +184,7 @@ def benchmark_action(profile_name: str, emulated: float) -> dict:
 
 
 HET_VOCAB = {"speculative": {"use_heterogeneous_vocab": True}}
-AS_GUIDE = {"speculative": {"use_heterogeneous_vocab": None}}
+AS_REFERENCE = {"speculative": {"use_heterogeneous_vocab": None}}
 
 
 def build() -> dict:
@@ -221,7 +221,7 @@ def build() -> dict:
     experiments.append(experiment("fid-rtx4090-7b-prefix-heavy", "RTX 4090", "rtx4090-7b-prefix-heavy", est_s=130))
     # The decode profiles as the tuning reference writes them: vLLM 0.26 refuses a draft whose vocab_size differs
     # from the target's (Qwen2.5-0.5B/1.5B: 151,936; 7B/14B: 152,064). Last: the planner refuses it first.
-    experiments.append(experiment("refuse-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", AS_GUIDE,
+    experiments.append(experiment("refuse-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", AS_REFERENCE,
                                   est_s=30, expect_refusal=True,
                                   note="as the tuning reference writes it: draft and target vocab sizes differ"))
     # Candidates (optional: they run only when named with --only). The 4090's bf16 candidate of runs 3 and 4
