@@ -685,8 +685,11 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(f"{q.name} {q.stat().st_size / 2**20:.1f} MiB" for q in pieces))
         return 0
     if args.cmd == "stage":
-        staged, missing = parts.stage(REPO / ".gpu", bundle.read_sums(REPO / ".gpu" / bundle.SUMS),
-                                      BUNDLE_DIR / "parts")
+        sums = REPO / ".gpu" / bundle.SUMS
+        if not sums.exists():
+            log(f"no {sums.relative_to(REPO)}: copy it with the part (build-bundle.sh writes both)")
+            return 1
+        staged, missing = parts.stage(REPO / ".gpu", bundle.read_sums(sums), BUNDLE_DIR / "parts")
         log(f"staged {', '.join(staged) or 'nothing'}; missing: {missing or 'none'}")
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
