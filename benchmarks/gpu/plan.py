@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Write benchmarks/gpu/experiments.json: what the GPU benchmark runs, decided on the controller.
 
-    benchmarks/gpu/plan.py [--out benchmarks/gpu/experiments.json]
+    benchmarks/gpu/plan.py [--out benchmarks/gpu/experiments.json] [--host-gpu NAME,MIB,GB_S]
+
+--host-gpu names the GPU the plan will run on, as nvidia-smi reports its memory (default: the H200 of
+the committed plan, "H200,143771,4800"); experiments for a card larger than it are left out.
 
 Every serve argument comes from the project's own renderer for vLLM 0.26.0 (the release the H200
 host runs), every prediction from the project's planner with vllm_gpu set to the emulated card, so the
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import sys
 from pathlib import Path
@@ -114,22 +118,27 @@ def _plan(host: str, profile_name: str | None, profile: dict, gpu: dict) -> dict
 
 def experiment(name: str, card: str, profile_name: str | None, overrides: dict | None = None,
                actions: list | None = None, est_s: int = 120, expect_refusal: bool = False,
-               note: str = "") -> dict:
-    """One vLLM start: the profile (shipped, plus overrides) on the emulated card."""
+               note: str = "", host: dict = H200) -> dict:
+    """One vLLM start: the profile (shipped, plus overrides) on the emulated card. A card larger than the
+    host gives a record marked `left_out` (build drops it)."""
     overrides = copy.deepcopy(overrides or {})
     gpu = CARDS[card]
+    if gpu["memory_mib"] > host["memory_mib"]:
+        return {"name": name, "card": card, "actions": [], "emulated_utilization": None,
+                "left_out": f"the {card} ({gpu['memory_mib']:,} MiB) does not fit on the {host['name']}"}
     profile = profiles.resolve(name, profile_name, overrides)
     util = profile.get("gpu_memory_utilization", VLLM_DEFAULTS["gpu_memory_utilization"])
-    emulated = emulated_utilization(gpu["memory_mib"], util)
-    # The planner sees the card; vLLM sees the H200 with the card's budget.
+    emulated = emulated_utilization(gpu["memory_mib"], util, host["memory_mib"])
+    # The planner sees the card; vLLM sees the host with the card's budget.
     plan_card = _plan(name, profile_name, overrides, gpu)
     served = dict(profile, gpu_memory_utilization=emulated)
     draft = (profile.get("speculative") or {}).get("model")
     rendered = render.render_args(served, VLLM_VERSION, model_path=placeholder(profile["model"]),
                                   draft_model_path=placeholder(draft) if draft else None)
     capacity = plan_card["capacity"]
-    # The decode ceiling on the machine that runs it: the planner with the H200's bandwidth.
-    plan_h200 = _plan(name, profile_name, dict(overrides, gpu_memory_utilization=emulated), H200)
+    # The decode ceiling on the machine that runs it: the planner with the host's bandwidth ("_h200": the
+    # key's name since the first plan, which ran there).
+    plan_h200 = _plan(name, profile_name, dict(overrides, gpu_memory_utilization=emulated), host)
     return {
         "name": name, "card": card, "profile": profile_name, "overrides": overrides, "note": note,
         "settings": profile,  # the profile as resolved today: summarize replans with it after profiles change
@@ -149,12 +158,12 @@ def experiment(name: str, card: str, profile_name: str | None, overrides: dict |
     }
 
 
-def verify_actions(exp_name: str, profile_name: str, emulated: float, draft: bool) -> list[dict]:
+def verify_actions(exp_name: str, profile_name: str, emulated: float, draft: bool, host: dict = H200) -> list[dict]:
     """The verify playbook against the running server: as the inventory would say (must pass), then
     with a wrong expectation (fp8 KV cache expected as auto: the read-back must fail the host)."""
     host_vars = {
         "vllm_profile_name": profile_name, "vllm_profile": {"gpu_memory_utilization": emulated},
-        "vllm_gpu": H200, "vllm_version": VLLM_VERSION, "vllm_port": 8000,
+        "vllm_gpu": host, "vllm_version": VLLM_VERSION, "vllm_port": 8000,
         "vllm_verify_check_unit": False, "vllm_verify_health_timeout": 60,
     }
     if draft:  # the shipped profile as corrected here (see docs/gpu-results.md)
@@ -172,11 +181,11 @@ def verify_actions(exp_name: str, profile_name: str, emulated: float, draft: boo
     ]
 
 
-def benchmark_action(profile_name: str, emulated: float) -> dict:
+def benchmark_action(profile_name: str, emulated: float, host: dict = H200) -> dict:
     """playbooks/benchmark.yml against the running server (the operator's benchmark, -c local)."""
     return {"kind": "ansible", "name": "benchmark-playbook", "playbook": "playbooks/benchmark.yml",
             "host_vars": {"vllm_profile_name": profile_name, "vllm_profile": {"gpu_memory_utilization": emulated},
-                          "vllm_gpu": H200, "vllm_version": VLLM_VERSION, "vllm_port": 8000},
+                          "vllm_gpu": host, "vllm_version": VLLM_VERSION, "vllm_port": 8000},
             "extra_vars": {"vllm_benchmark_run_id": "gpu-benchmark-playbook", "vllm_benchmark_requests": 64,
                            "vllm_benchmark_concurrency": 16, "vllm_benchmark_prompt_tokens": 1024,
                            "vllm_benchmark_max_tokens": 256, "vllm_benchmark_duration_s": 60},
@@ -187,8 +196,9 @@ HET_VOCAB = {"speculative": {"use_heterogeneous_vocab": True}}
 AS_REFERENCE = {"speculative": {"use_heterogeneous_vocab": None}}
 
 
-def build() -> dict:
+def build(host: dict = H200) -> dict:
     experiments: list[dict] = []
+    experiment = functools.partial(globals()["experiment"], host=host)  # every start below, on this host
     # In priority order; the harness runs them in this order while they fit in a round and takes up the
     # skipped ones in the next. est_s: the longest measured start plus actions of runs 2 to 4 on the H200
     # (docs/gpu/2026-11-29-run*/), with the stdlib generator's loads, rounded up; schedule() packs them.
@@ -199,14 +209,14 @@ def build() -> dict:
     # compiles its graphs, outran a 98 s bound (runs 2-4: 94-108 s), so it gets 130 s.
     dec = experiment("fid-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", HET_VOCAB, est_s=205,
                      note="use_heterogeneous_vocab: true, the correction")
-    dec["actions"] = verify_actions(dec["name"], "rtx4090-7b-decode", dec["emulated_utilization"], True)
+    dec["actions"] = verify_actions(dec["name"], "rtx4090-7b-decode", dec["emulated_utilization"], True, host)
     experiments.append(dec)
     experiments.append(experiment("fid-l40-14b-decode", "L40", "l40-14b-decode", HET_VOCAB, est_s=165,
                                   note="use_heterogeneous_vocab: true, the correction"))
     experiments.append(experiment("fid-rtx4090-7b-awq", "RTX 4090", "rtx4090-7b-awq", actions=[SINGLE], est_s=150))
     pre = experiment("fid-rtx4090-7b-prefill", "RTX 4090", "rtx4090-7b-prefill", est_s=190,
                      actions=[reference_load(64, 192, single=3)])
-    pre["actions"].append(benchmark_action("rtx4090-7b-prefill", pre["emulated_utilization"]))
+    pre["actions"].append(benchmark_action("rtx4090-7b-prefill", pre["emulated_utilization"], host))
     experiments.append(pre)
     experiments.append(experiment("default-rtx4090-7b", "RTX 4090", None,
                                   {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
@@ -238,6 +248,8 @@ def build() -> dict:
     ):
         cand["optional"] = True
         experiments.append(cand)
+    left_out = [e for e in experiments if "left_out" in e]
+    experiments = [e for e in experiments if "left_out" not in e]
     used = sorted({e["model"] for e in experiments} | {e["draft"] for e in experiments if e["draft"]})
     models = {}
     for model_id in used:
@@ -248,18 +260,32 @@ def build() -> dict:
         models[model_id] = entry
     vocab = max(m["config"]["vocab_size"] for m in models.values())
     return {
-        "date": DATE, "vllm_version": VLLM_VERSION, "host_gpu": H200, "cards": CARDS, "port": 8000,
+        "date": DATE, "vllm_version": VLLM_VERSION, "host_gpu": host,
+        "cards": {c: v for c, v in CARDS.items() if v["memory_mib"] <= host["memory_mib"]}, "port": 8000,
         "environment": ENVIRONMENT, "harness_args": HARNESS_ARGS, "tokenizer_vocab_size": vocab,
         "vllm_defaults_small_gpu": VLLM_DEFAULTS, "models": models, "experiments": experiments,
         "jit_cache": JIT_CACHE,
+        **({"left_out": {e["name"]: e["left_out"] for e in left_out}} if left_out else {}),
     }
+
+
+def _host_gpu(text: str) -> dict:
+    try:
+        name, mib, gb_s = (part.strip() for part in text.split(","))
+        return {"name": name, "memory_mib": int(mib), "bandwidth_gb_s": int(gb_s), "count": 1}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME,MIB,GB_S (e.g. 'RTX 4090,24564,1008')") from None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=HERE / "experiments.json")
+    parser.add_argument("--host-gpu", type=_host_gpu, default=H200, metavar="NAME,MIB,GB_S",
+                        help="the GPU that will run the plan (default: H200,143771,4800)")
     args = parser.parse_args(argv)
-    plan = build()
+    plan = build(args.host_gpu)
+    for name, why in plan.get("left_out", {}).items():
+        print(f"{name:30s} left out: {why}")
     args.out.write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")
     for e in plan["experiments"]:
         p = e["planner"]

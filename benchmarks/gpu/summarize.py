@@ -60,8 +60,15 @@ def cuda_total_mib(environment: dict) -> int | None:
     return int(match.group(1)) // MIB if match else None
 
 
+def vllm_total_mib(rec: dict, exp_plan: dict) -> int:
+    """The memory vLLM took its budget from: CUDA's total as the harness recorded it, else on an H200 the
+    143,156 MiB measured there, else the host's nvidia-smi memory."""
+    host = exp_plan["host_gpu"]
+    return cuda_total_mib(rec["_environment"]) or (143156 if host["name"] == "H200" else host["memory_mib"])
+
+
 def replan(exp_plan: dict, memory_mib: int) -> dict:
-    """The planner on the H200 with the memory vLLM saw and the emulated utilization."""
+    """The planner on the host with the memory vLLM saw and the emulated utilization."""
     # The settings the plan resolved when it was made (plans of runs 1 and 2: the profile by name).
     if "settings" in exp_plan:
         name, overrides = None, dict(exp_plan["settings"])
@@ -69,7 +76,7 @@ def replan(exp_plan: dict, memory_mib: int) -> dict:
         name, overrides = exp_plan["profile"], dict(exp_plan["overrides"])
     overrides["gpu_memory_utilization"] = exp_plan["emulated_utilization"]
     hostvars = {"vllm_profile_name": name, "vllm_profile": overrides,
-                "vllm_gpu": {"name": "H200", "memory_mib": memory_mib, "bandwidth_gb_s": 4800, "count": 1},
+                "vllm_gpu": dict(exp_plan["host_gpu"], memory_mib=memory_mib),
                 "vllm_version": exp_plan.get("vllm_version", "0.26.0")}
     return planner.plan_host(exp_plan["name"], hostvars)
 
@@ -109,7 +116,7 @@ def summarise(plan: dict, results: list[dict]) -> dict:
             latest[rec["name"]] = rec
     fidelity, refusals, verification, loads, single, not_run = [], [], [], [], [], []
     for name, rec in latest.items():
-        exp = dict(by_name[name], vllm_version=plan["vllm_version"])
+        exp = dict(by_name[name], vllm_version=plan["vllm_version"], host_gpu=plan["host_gpu"])
         actual, source = engine_kv(rec)
         if rec["status"] in ("skipped", "start-timeout") and actual is None:  # never served: say so
             not_run.append({"experiment": name, "action": "start", "reason": rec.get("reason")})
@@ -118,7 +125,7 @@ def summarise(plan: dict, results: list[dict]) -> dict:
             refusals.append({
                 "experiment": name, "profile": exp["profile"], "card": exp["card"], "call": rec["_call"],
                 "vllm_said": rec.get("reason"), "expected": rec.get("expected"),
-                "planner_errors_now": replan(exp, cuda_total_mib(rec["_environment"]) or 143156)["errors"],
+                "planner_errors_now": replan(exp, vllm_total_mib(rec, exp))["errors"],
             })
             continue
         if actual is None:
@@ -134,7 +141,7 @@ def summarise(plan: dict, results: list[dict]) -> dict:
                 actual, source = engine_kv(basis)
         memory = harness.parse_memory_lines(basis.get("_log", "").splitlines())
         cache = basis.get("cache_config") or {}
-        total = cuda_total_mib(rec["_environment"]) or 143156
+        total = vllm_total_mib(rec, exp)
         now = replan(exp, total)
         card_plan = exp["planner"]["kv_cache_tokens"]
         row = {
@@ -212,14 +219,15 @@ def _repeat(rec: dict) -> dict:
 
 
 def _single(entry: dict, exp: dict, rate: float | None) -> dict:
-    """A single-stream decode rate against the planner's ceiling on the H200 (4.8 TB/s) and at 3.9 TB/s."""
-    ceiling = exp["planner"]["decode_ceiling_h200"]
+    """A single-stream decode rate against the planner's ceiling on the host (its datasheet bandwidth) and, on
+    an H200, at the 3.9 TB/s measured there."""
+    ceiling = exp["planner"]["decode_ceiling_h200"]  # the host's, whatever the key says
     weights = exp["planner"]["weights_bytes"] + exp["planner"]["draft_weights_bytes"]
-    effective = int(H200_EFFECTIVE_GB_S * 1e9 // weights)
+    effective = int(H200_EFFECTIVE_GB_S * 1e9 // weights) if exp["host_gpu"]["name"] == "H200" else None
     return dict(entry, tokens_per_s=rate, planner_ceiling_h200=ceiling,
                 ratio_pct=round(100 * rate / ceiling, 1) if rate else None,
                 effective_ceiling_3_9_tb_s=effective,
-                ratio_effective_pct=round(100 * rate / effective, 1) if rate else None,
+                ratio_effective_pct=round(100 * rate / effective, 1) if rate and effective else None,
                 planner_ceiling_card=exp["planner"]["decode_ceiling_card"])
 
 
@@ -321,10 +329,11 @@ def tables(summary: dict) -> str:
          f"{_n(r.get('mean_itl_ms'), 2)} / {_n(r.get('p99_itl_ms'), 2)}", _n(r.get("mean_tpot_ms"), 2),
          _n(r.get("preemptions")), f"{_n(r.get('p999_itl_ms'), 2)} / {_n(r.get('itl_stalled_pct'), 2)}"]
         for r in summary["loads"] if "load" in r])
-    out += _section("Single stream", ["experiment", "tok/s", "planner ceiling (H200, 4.8 TB/s)", "ratio",
-                                      "at 3.9 TB/s effective", "ratio"], [
+    out += _section("Single stream", ["experiment", "tok/s", "planner ceiling (the host's bandwidth)", "ratio",
+                                      "at 3.9 TB/s (measured on an H200)", "ratio"], [
         [r["experiment"], r["tokens_per_s"], r["planner_ceiling_h200"], f"{r['ratio_pct']}%",
-         r["effective_ceiling_3_9_tb_s"], f"{r['ratio_effective_pct']}%"] for r in summary["single_stream"]])
+         _n(r["effective_ceiling_3_9_tb_s"]), f"{r['ratio_effective_pct']}%" if r["ratio_effective_pct"] else "-"]
+        for r in summary["single_stream"]])
     out += _section("Shipped profile (fid-) and candidates (cand-) against vLLM's defaults "
                     "(the tuning reference's load)", [
         "card", "tuned / default", "p99 TTFT ms", "p99 ITL ms", "output tok/s", "preemptions", "verdict"],
