@@ -6,7 +6,7 @@
                                   not yet done on this host, in order; results into $OUT
     harness.py next-round         the number the next `run` takes on this host
     harness.py jit-cache-save     pack the driver's JIT cache into $OUT (`run` unpacks the plan's)
-    harness.py stage              collect bundle parts copied into .gpu/ in /tmp (parts.py)
+    harness.py stage              copy the bundle parts found in .gpu/ to /tmp (parts.py)
 
 What `run` does, in order, writing $OUT/results-roundN.json and $OUT/raw-roundN.tar.gz after every
 experiment (so a round stopped at its time limit still leaves what it measured):
@@ -659,7 +659,7 @@ class Runner:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("stage", help="collect bundle parts copied into .gpu/ in /tmp (parts.py)")
+    sub.add_parser("stage", help="copy the bundle parts found in .gpu/ to /tmp (parts.py)")
     sub.add_parser("next-round", help="print the number the next run on this host takes")
     j = sub.add_parser("jit-cache-save", help="pack the driver's JIT cache into --out")
     j.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/gpu-out")))
