@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Build, on the controller, the offline bundle that the lent GPU host installs vLLM 0.26.0 and
-# ansible-core from (it has no registry and takes at most 64 MiB per call):
+# Build, on the controller, the offline bundle that a GPU host without a package registry installs
+# vLLM 0.26.0 and ansible-core from:
 #   benchmarks/gpu/build-bundle.sh
 # 1. pip download (--no-deps, cp312 manylinux x86_64) every pin of benchmarks/gpu/wheels.txt into
 #    .gpu/wheels/<section>/ (kept: a second run downloads nothing);
-# 2. bundle.py build: repack each wheel with stored members, tar, xz, split into .gpu/part-NN under
-#    60 MiB, write .gpu/SHA256SUMS and .gpu/manifest.json (the original wheels' sha256).
-# .gpu/ is git-ignored. Carry one part per device call (with .gpu/SHA256SUMS): see run.sh.
+# 2. bundle.py build: repack each wheel with stored members, tar, xz into .gpu/bundle.tar.xz, split it
+#    into .gpu/part-NN of 48 MiB (parts.py), write .gpu/SHA256SUMS and .gpu/manifest.json (the original
+#    wheels' sha256).
+# .gpu/ is git-ignored. Copy .gpu/ to the host whole, or part by part (run.sh stage).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/env.sh

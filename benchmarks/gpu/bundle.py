@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""The offline wheel bundle for the lent GPU host: built on the controller, assembled on the host.
+"""The offline wheel bundle for a GPU host without a package registry: built on the controller,
+assembled on the host.
 
-The host has no package registry and takes at most 64 MiB per call, so the wheels travel as one
-xz-compressed tar split into parts under 60 MiB (one part carried per call while the machine stays
-warm). Wheels are zips whose members are each deflated; xz over the whole set compresses the CUDA
+The wheels travel as one xz-compressed tar (split into parts for a host that takes files in pieces:
+parts.py). Wheels are zips whose members are each deflated; xz over the whole set compresses the CUDA
 kernels of vLLM about three times better when it sees them uncompressed, so each wheel is repacked
 with its members *stored* (same names, same bytes, same RECORD: pip installs it unchanged) before
-the tar is compressed. That cuts the number of parts, hence of calls, roughly in half.
+the tar is compressed. That roughly halves the bundle.
 
 Controller:  bundle.py build  --wheels .gpu/wheels --out .gpu      (build-bundle.sh calls it)
 Host:        bundle.py assemble --parts DIR [--parts DIR...] --sums .gpu/SHA256SUMS --to /tmp/gpu-bundle
@@ -17,10 +17,8 @@ Stdlib only: the host runs it with the image's python3 before anything is instal
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import lzma
-import os
 import shutil
 import subprocess
 import sys
@@ -28,21 +26,15 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-PART_BYTES = 48 * 1024 * 1024  # a call carries 64 MiB in all: a part, the repo and the JIT cache it tracks (~7 MiB)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from parts import PART_BYTES, sha256, split  # noqa: E402  (benchmarks/gpu/parts.py)
+
 BUNDLE = "bundle.tar.xz"
 SUMS = "SHA256SUMS"
 MANIFEST = "manifest.json"
 
 
-def sha256(path: str | os.PathLike[str]) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def read_pins(path: str | os.PathLike[str]) -> dict[str, list[str]]:
+def read_pins(path: str | Path) -> dict[str, list[str]]:
     """wheels.txt: `[section]` headers, one `name==version` per line, `#` comments."""
     sections: dict[str, list[str]] = {}
     current = None
@@ -109,21 +101,6 @@ def _compress(tar_path: Path, out: Path) -> None:
     else:  # pragma: no cover - every controller we use has xz
         with open(tar_path, "rb") as src, lzma.open(out, "wb", preset=6) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
-
-
-def split(path: Path, out_dir: Path, part_bytes: int = PART_BYTES) -> list[Path]:
-    """Cut a file into part-00, part-01... of at most part_bytes."""
-    for old in out_dir.glob("part-*"):
-        old.unlink()
-    parts = []
-    with open(path, "rb") as f:
-        index = 0
-        while chunk := f.read(part_bytes):
-            part = out_dir / f"part-{index:02d}"
-            part.write_bytes(chunk)
-            parts.append(part)
-            index += 1
-    return parts
 
 
 def build(wheels_dir: Path, pins_file: Path, out_dir: Path, part_bytes: int = PART_BYTES) -> dict:

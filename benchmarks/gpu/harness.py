@@ -1,25 +1,28 @@
 #!/usr/bin/env python3
-"""Device-side runner of the real-GPU experiments (the lent H200 host; see docs/gpu-results.md).
+"""The GPU benchmark's runner, on the CUDA host: the plan's vLLM starts, loads and playbooks.
 
-    harness.py stage                          copy the carried .gpu/part-NN into /tmp/gpu-bundle/parts
-    harness.py jit-cache-save                 pack the driver's JIT cache into $OUT (`run` unpacks the plan's)
-    harness.py run --call N [--only A,B]      install if needed, build the dummy models, run the plan's
-                                              experiments not yet done on this machine, in order, while
-                                              they fit in the call's budget; results into $OUT
+    harness.py run [--round N] [--only A,B] [--budget-s S] [--python PY]
+                                  install if needed, write the dummy models, run the plan's experiments
+                                  not yet done on this host, in order; results into $OUT
+    harness.py next-round         the number the next `run` takes on this host
+    harness.py jit-cache-save     pack the driver's JIT cache into $OUT (`run` unpacks the plan's)
+    harness.py stage              copy the bundle parts found in .gpu/ to /tmp (parts.py)
 
-What `run` does, in order, writing $OUT/results-callN.json and $OUT/raw-callN.tar.gz after every
-experiment (so a call stopped at its limit still returns what it measured):
-1. assembles the bundle (bundle.py: sha256 of every part and of the joined file) and installs it with
-   `pip install --no-deps --no-index --target` into /tmp/gpu-site/{vllm,ansible} (once per machine), and
-   unpacks the plan's carried CUDA JIT cache where the driver looks (once per machine; plan.py JIT_CACHE);
+What `run` does, in order, writing $OUT/results-roundN.json and $OUT/raw-roundN.tar.gz after every
+experiment (so a round stopped at its time limit still leaves what it measured):
+1. uses the vLLM that PY imports, or, where the offline bundle is in .gpu/ (build-bundle.sh), assembles it
+   (sha256 of every part and of the joined file) and installs it with `pip install --no-deps --no-index
+   --target` into /tmp/gpu-site/{vllm,ansible} (once per host), and unpacks the plan's JIT cache where
+   the driver looks (once per host; plan.py JIT_CACHE);
 2. writes one folder per catalogue model holding only config.json (the planner's catalogue values:
-   real dimensions, served with --load-format dummy) and one WordLevel tokenizer folder (GPU-HOST.md);
+   real dimensions, served with --load-format dummy) and one WordLevel tokenizer folder;
 3. per experiment: starts `vllm serve` with the plan's exact arguments, waits for /health or for the
    process to exit (a refusal: the log's error lines are recorded), reads vllm:cache_config_info and
-   the start-up memory lines, runs the experiment's actions (`vllm bench serve` loads, the verification
-   playbook, the benchmark playbook), stops the server and waits for the GPU memory to be released.
+   the start-up memory lines, runs the experiment's actions (loads, the verification playbook, the
+   benchmark playbook), stops the server and waits for the GPU memory to be released.
 
-Stdlib only (the image's python3 3.12); the plan (experiments.json) is written on the controller by
+A round that stops at --budget-s leaves the rest for the next `run` on the same host, which goes on
+where it stopped. Stdlib only (python3 3.12); the plan (experiments.json) is written on the controller by
 plan.py with the project's renderer and planner, so nothing here decides an argument.
 """
 
@@ -44,10 +47,10 @@ REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "src"))
 import bundle  # noqa: E402  (benchmarks/gpu/bundle.py)
+import parts  # noqa: E402  (benchmarks/gpu/parts.py)
 from vllm_fleet import bench  # noqa: E402  (stdlib only: the load generator and its counter reader)
 
-# Everything lives under /tmp on the host (kept while the machine stays warm); GPU_HARNESS_TMP moves
-# it (the local dry run, tests).
+# Everything lives under /tmp on the host; GPU_HARNESS_TMP moves it (a dry run, tests).
 TMP = Path(os.environ.get("GPU_HARNESS_TMP", "/tmp"))
 BUNDLE_DIR = TMP / "gpu-bundle"
 SITE = TMP / "gpu-site"
@@ -259,33 +262,26 @@ def jit_cache_mib(env: dict) -> float:
     return round(total / 2**20, 1)
 
 
-JIT_PART_BYTES = 15 << 20  # files back from a device call: 16 MiB each at most
-
-
-def save_jit_cache(env: dict, out: Path, part_bytes: int = JIT_PART_BYTES) -> list[Path]:
-    """Pack the driver's JIT cache (tar.xz) into out/jit-cache.part-NN, each under the size a device call
-    returns, so a later loan can carry it back and start bf16/fp16 FlashAttention 2 without the JIT."""
+def save_jit_cache(env: dict, out: Path, part_bytes: int = parts.JIT_PART_BYTES) -> list[Path]:
+    """Pack the driver's JIT cache (tar.xz) into out/jit-cache.part-NN, so that a later start on a fresh
+    machine with the same driver and vLLM runs bf16/fp16 FlashAttention 2 without the JIT."""
     root = jit_cache_dir(env)
     packed = out / "jit-cache.tar.xz"
     with tarfile.open(packed, "w:xz", preset=6) as tar:
         tar.add(root, arcname="ComputeCache")
-    parts = []
-    with open(packed, "rb") as src:
-        while chunk := src.read(part_bytes):
-            parts.append(out / f"jit-cache.part-{len(parts):02d}")
-            parts[-1].write_bytes(chunk)
+    pieces = parts.split(packed, out, part_bytes, prefix="jit-cache.part-")
     packed.unlink()
-    return parts
+    return pieces
 
 
-def restore_jit_cache(env: dict, parts: list[Path]) -> Path:
-    """Join carried jit-cache.part-NN files and unpack them where the driver looks (CUDA_CACHE_PATH, else
+def restore_jit_cache(env: dict, pieces: list[Path]) -> Path:
+    """Join jit-cache.part-NN files and unpack them where the driver looks (CUDA_CACHE_PATH, else
     ~/.nv/ComputeCache), whatever that folder is called."""
     root = jit_cache_dir(env)
     root.mkdir(parents=True, exist_ok=True)
     joined = root.parent / f".{root.name}.jit-cache.tar.xz"
     with open(joined, "wb") as out:
-        for part in sorted(parts):
+        for part in sorted(pieces):
             out.write(part.read_bytes())
     with tarfile.open(joined) as tar:
         members = []
@@ -300,7 +296,7 @@ def restore_jit_cache(env: dict, parts: list[Path]) -> Path:
 
 
 def restore_planned_jit_cache(plan: dict, env: dict) -> dict:
-    """Unpack the plan's carried JIT cache (plan.py JIT_CACHE) into the driver's cache folder, once per
+    """Unpack the plan's JIT cache (plan.py JIT_CACHE) into the driver's cache folder, once per
     machine, after checking each part's sha256; a part that is missing or damaged is reported, not fatal
     (the starts then compile, and take longer)."""
     spec = plan.get("jit_cache") or {}
@@ -309,12 +305,12 @@ def restore_planned_jit_cache(plan: dict, env: dict) -> dict:
         return {"restored": False, "why": "the plan carries none", "mib": jit_cache_mib(env)}
     if marker.exists():
         return {"restored": True, "why": "earlier on this machine", "mib": jit_cache_mib(env)}
-    parts = [REPO / name for name in spec["parts"]]
-    bad = [q.name for q in parts if not q.exists() or bundle.sha256(q) != spec["sha256"].get(q.name)]
+    pieces = [REPO / name for name in spec["parts"]]
+    bad = [q.name for q in pieces if not q.exists() or parts.sha256(q) != spec["sha256"].get(q.name)]
     if bad:
         return {"restored": False, "why": f"missing or damaged: {bad}", "mib": jit_cache_mib(env)}
     t0 = time.time()
-    restore_jit_cache(env, parts)
+    restore_jit_cache(env, pieces)
     marker.write_text(json.dumps(spec["sha256"]))
     return {"restored": True, "seconds": round(time.time() - t0, 1), "mib": jit_cache_mib(env)}
 
@@ -347,14 +343,20 @@ def stop(proc: subprocess.Popen, grace: float = 20.0) -> None:
         time.sleep(1)
 
 
+def next_round() -> int:
+    """The round a new `run` on this host takes: one more than the rounds already run here."""
+    return 1 + len(list(WORK.glob("round*"))) if WORK.is_dir() else 1
+
+
 class Runner:
-    def __init__(self, plan: dict, call: int, out: Path, deadline: float, python: str = sys.executable,
+    def __init__(self, plan: dict, round_: int, out: Path, deadline: float, python: str = sys.executable,
                  only: list[str] | None = None):
-        self.plan, self.call, self.out, self.deadline, self.python = plan, call, out, deadline, python
+        self.plan, self.round, self.out, self.deadline, self.python = plan, round_, out, deadline, python
         self.only = set(only or [])
-        self.work = WORK / f"call{call}"
+        self.work = WORK / f"round{round_}"
         self.work.mkdir(parents=True, exist_ok=True)
-        self.results: dict = {"call": call, "plan_date": plan.get("date"), "started": time.time(),
+        # "call": the round's number, under the key that the committed results and summaries use
+        self.results: dict = {"call": round_, "plan_date": plan.get("date"), "started": time.time(),
                               "install": None, "environment": None, "experiments": []}
         self.paths: dict[str, str] = {}
         self.port = int(plan.get("port", 8000))
@@ -372,9 +374,9 @@ class Runner:
 
     def save(self) -> None:
         self.results["saved"] = time.time()
-        (self.out / f"results-call{self.call}.json").write_text(json.dumps(self.results, indent=1), encoding="utf-8")
-        with tarfile.open(self.out / f"raw-call{self.call}.tar.gz", "w:gz") as tar:
-            tar.add(self.work, arcname=f"call{self.call}")
+        (self.out / f"results-round{self.round}.json").write_text(json.dumps(self.results, indent=1), encoding="utf-8")
+        with tarfile.open(self.out / f"raw-round{self.round}.tar.gz", "w:gz") as tar:
+            tar.add(self.work, arcname=f"round{self.round}")
 
     # steps
     def install(self) -> dict:
@@ -383,6 +385,10 @@ class Runner:
             return json.loads(marker.read_text())
         t0 = time.time()
         sums = REPO / ".gpu" / bundle.SUMS
+        if not sums.exists():  # no offline bundle: the vLLM (and ansible-core) that --python imports
+            version = subprocess.run([self.python, "-c", "import vllm; print(vllm.__version__)"], env=self.env(),
+                                     capture_output=True, text=True, check=True).stdout.strip()
+            return {"vllm_version": version, "python": self.python}
         wheels = bundle.assemble([BUNDLE_DIR / "parts", REPO / ".gpu"], sums, BUNDLE_DIR / "unpacked")
         t1 = time.time()
         for section in ("vllm", "ansible"):
@@ -419,7 +425,7 @@ class Runner:
         rec: dict = {"name": name, "kind": exp.get("kind"), "profile": exp.get("profile"), "status": "started"}
         wanted = exp.get("est_s", 150)
         if self.left() < wanted:
-            rec.update(status="skipped", reason=f"{self.left():.0f} s left in this call, the experiment needs ~{wanted} s")
+            rec.update(status="skipped", reason=f"{self.left():.0f} s left in this round, the experiment needs ~{wanted} s")
             return rec
         folder = self.work / name
         folder.mkdir(parents=True, exist_ok=True)
@@ -434,8 +440,9 @@ class Runner:
                                     stdout=logf, stderr=subprocess.STDOUT, env=self.env(), start_new_session=True,
                                     cwd=str(self.work))
         base = f"http://127.0.0.1:{self.port}"
-        # vLLM's defaults and other bf16 caches under FlashAttention 2 start in 275-300 s here (FULL CUDA
-        # graphs: 46-52 s for each of the first sizes), so the bound is well above that (third loan).
+        # On the H200, vLLM's defaults and other bf16 caches under FlashAttention 2 started in 275-300 s when
+        # the driver compiled (FULL CUDA graphs: 46-52 s for each of the first sizes), so the bound is well
+        # above that.
         own_bound = exp.get("start_timeout_s", START_TIMEOUT_S)
         timeout = min(own_bound, max(self.left() - 20, 30))
         healthy = False
@@ -460,7 +467,7 @@ class Runner:
             if timed_out:
                 rec["reason"] = f"not healthy after {rec['start_s']} s (the start bound); still starting"
                 rec["status"] = "start-timeout"
-                # a bound the call's remaining time cut short: the next call on this machine tries again
+                # a bound the round's remaining time cut short: the next round on this host tries again
                 rec["budget_cut"] = timeout < own_bound
             else:
                 rec["reason"] = refusal_reason(text) or f"exited (rc {proc.returncode}) after {rec['start_s']} s"
@@ -477,10 +484,10 @@ class Runner:
         rec["actions"] = []
         try:
             for action in exp.get("actions", []):
-                # est_s: what the action usually takes (its timeout_s is the hard stop, bounded by the call)
+                # est_s: what the action usually takes (its timeout_s is the hard stop, bounded by the round)
                 if self.left() < action.get("est_s", action.get("timeout_s", 60)) + 10:
                     rec["actions"].append({"name": action["name"], "kind": action["kind"], "status": "skipped",
-                                           "reason": f"call time: {self.left():.0f} s left"})
+                                           "reason": f"round time: {self.left():.0f} s left"})
                     continue
                 rec["actions"].append(self.action(action, exp, folder, base))
                 self.save_partial(rec)
@@ -586,8 +593,12 @@ class Runner:
         extra = {"vllm_report_dir": str(adir / "reports")}
         extra.update(action.get("extra_vars", {}))
         (adir / "extra_vars.json").write_text(json.dumps(extra), encoding="utf-8")
-        playbook = os.environ.get("GPU_HARNESS_ANSIBLE_PLAYBOOK", str(SITE / "ansible" / "bin" / "ansible-playbook"))
-        cmd = [self.python, playbook, "-i", str(adir / "inventory.json"),
+        bundled = SITE / "ansible" / "bin" / "ansible-playbook"
+        if "GPU_HARNESS_ANSIBLE_PLAYBOOK" in os.environ or bundled.exists():
+            run = [self.python, os.environ.get("GPU_HARNESS_ANSIBLE_PLAYBOOK", str(bundled))]
+        else:  # no bundle: the host's own ansible-playbook
+            run = [shutil.which("ansible-playbook") or str(Path(self.python).parent / "ansible-playbook")]
+        cmd = [*run, "-i", str(adir / "inventory.json"),
                str(REPO / action["playbook"]), "-e", "@" + str(adir / "extra_vars.json")]
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(REPO),
@@ -636,8 +647,8 @@ class Runner:
             log(f"  -> {rec['status']} {rec.get('reason', '')} start {rec.get('start_s')} s "
                 f"kv_tokens {rec.get('cache_config', {}).get('kv_cache_size_tokens')}")
             self.results["experiments"].append(rec)
-            if rec["status"] != "skipped" and not rec.get("budget_cut"):  # a later call takes up what did not fit
-                done[exp["name"]] = {"call": self.call, "status": rec["status"]}
+            if rec["status"] != "skipped" and not rec.get("budget_cut"):  # a later round takes up what did not fit
+                done[exp["name"]] = {"call": self.round, "status": rec["status"]}
                 done_file.write_text(json.dumps(done, indent=1))
             self.save()
         self.results["finished"] = time.time()
@@ -648,41 +659,45 @@ class Runner:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("stage", help="copy the carried parts into /tmp (kept while the machine stays warm)")
-    j = sub.add_parser("jit-cache-save", help="pack the driver's JIT cache into --out for a later loan to carry")
+    sub.add_parser("stage", help="copy the bundle parts found in .gpu/ to /tmp (parts.py)")
+    sub.add_parser("next-round", help="print the number the next run on this host takes")
+    j = sub.add_parser("jit-cache-save", help="pack the driver's JIT cache into --out")
     j.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/gpu-out")))
     r = sub.add_parser("run")
     r.add_argument("--plan", type=Path, default=HERE / "experiments.json")
-    r.add_argument("--call", type=int, required=True)
+    r.add_argument("--round", type=int, default=None, help="default: the next round on this host")
+    r.add_argument("--call", dest="round", type=int, help=argparse.SUPPRESS)  # the name of earlier runs
     r.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/gpu-out")))
-    r.add_argument("--budget-s", type=float, default=560.0, help="stop starting work after this many seconds")
+    r.add_argument("--budget-s", type=float, default=None,
+                   help="stop starting work after this many seconds (default: run the whole plan)")
+    r.add_argument("--python", default=sys.executable, help="the Python that runs vLLM (default: this one)")
     r.add_argument("--only", default="", help="comma-separated experiment names (default: every one not done "
-                   "on this machine yet, in the plan's order)")
+                   "on this host yet, in the plan's order)")
     args = parser.parse_args(argv)
+    if args.cmd == "next-round":
+        print(next_round())
+        return 0
     if args.cmd == "jit-cache-save":
         env = dict(os.environ)
         args.out.mkdir(parents=True, exist_ok=True)
-        parts = save_jit_cache(env, args.out)
-        log(f"JIT cache {jit_cache_mib(env)} MiB packed into {len(parts)} part(s): "
-            + ", ".join(f"{q.name} {q.stat().st_size / 2**20:.1f} MiB" for q in parts))
+        pieces = save_jit_cache(env, args.out)
+        log(f"JIT cache {jit_cache_mib(env)} MiB packed into {len(pieces)} part(s): "
+            + ", ".join(f"{q.name} {q.stat().st_size / 2**20:.1f} MiB" for q in pieces))
         return 0
     if args.cmd == "stage":
-        dest = BUNDLE_DIR / "parts"
-        dest.mkdir(parents=True, exist_ok=True)
-        sums = bundle.read_sums(REPO / ".gpu" / bundle.SUMS)
-        for part in sorted((REPO / ".gpu").glob("part-*")):
-            ok = bundle.sha256(part) == sums.get(part.name)
-            if ok:
-                shutil.copy(part, dest / part.name)
-            log(f"{part.name}: {'staged' if ok else 'CHECKSUM MISMATCH, not staged'}")
-        have = sorted(p.name for p in dest.glob("part-*"))
-        need = sorted(n for n in sums if n.startswith("part-"))
-        log(f"staged {len(have)}/{len(need)} parts; missing: {sorted(set(need) - set(have)) or 'none'}")
+        sums = REPO / ".gpu" / bundle.SUMS
+        if not sums.exists():
+            log(f"no {sums.relative_to(REPO)}: copy it with the part (build-bundle.sh writes both)")
+            return 1
+        staged, missing = parts.stage(REPO / ".gpu", bundle.read_sums(sums), BUNDLE_DIR / "parts")
+        log(f"staged {', '.join(staged) or 'nothing'}; missing: {missing or 'none'}")
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     plan = json.loads(args.plan.read_text())
     only = [n for n in args.only.split(",") if n]
-    return Runner(plan, args.call, args.out, time.time() + args.budget_s, only=only).main()
+    budget = args.budget_s if args.budget_s is not None else float("inf")
+    return Runner(plan, args.round or next_round(), args.out, time.time() + budget, python=args.python,
+                  only=only).main()
 
 
 if __name__ == "__main__":

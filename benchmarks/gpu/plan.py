@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""Write benchmarks/gpu/experiments.json: what the GPU harness runs, decided on the controller.
+"""Write benchmarks/gpu/experiments.json: what the GPU benchmark runs, decided on the controller.
 
-    benchmarks/gpu/plan.py [--out benchmarks/gpu/experiments.json]
+    benchmarks/gpu/plan.py [--out benchmarks/gpu/experiments.json] [--host-gpu NAME,MIB,GB_S]
 
-Every serve argument comes from the project's own renderer for vLLM 0.26.0 (the release the lent
-H200 runs), every prediction from the project's planner with vllm_gpu set to the emulated card, so the
+--host-gpu names the GPU the plan will run on, as nvidia-smi reports its memory (default: the H200 of
+the committed plan, "H200,143771,4800"); experiments for a card larger than it are left out.
+
+Every serve argument comes from the project's own renderer for vLLM 0.26.0 (the release the H200
+host runs), every prediction from the project's planner with vllm_gpu set to the emulated card, so the
 file is the exact record of what ran and what the planner promised. An RTX 4090 (24,564 MiB) or L40
 (46,068 MiB) is emulated on the H200 (143,771 MiB) by its memory budget:
 
@@ -15,12 +18,12 @@ compute stay the H200's. Both cards are Ada (compute capability 8.9), so the H20
 the kernels vLLM 0.26 picks on Ada: FlashAttention 2 (`--attention-config {"flash_attn_version": 2}`;
 Hopper's default is FlashAttention 3, which has no float16-model + fp8-KV path: it crashed the AWQ
 profile in graph capture), which for an fp8 KV cache sends vLLM down its backend list to Triton
-attention as on Ada (a real Ada host with flashinfer installed gets FlashInfer there; the harness does
-not carry flashinfer), and Marlin for AWQ (`VLLM_DISABLED_KERNELS=MacheteLinearKernel`: Machete needs
+attention as on Ada (a real Ada host with flashinfer installed gets FlashInfer there; the bundle has
+no flashinfer), and Marlin for AWQ (`VLLM_DISABLED_KERNELS=MacheteLinearKernel`: Machete needs
 compute capability 9.0).
 
-Experiments run in the listed order; the harness skips one that no longer fits in a call and the next
-call takes it up (priority: fidelity of the decode profiles with the verification, the AWQ profile, then
+Experiments run in the listed order; a round with a time budget skips one that no longer fits and the
+next round takes it up (priority: fidelity of the decode profiles with the verification, the AWQ profile, then
 each card's tuned profile against vLLM's defaults with single-stream decode, then the refusal).
 """
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import sys
 from pathlib import Path
@@ -35,6 +39,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent / "src"))
 
+sys.path.insert(0, str(HERE))
+from parts import INSTALL_S, PER_CALL_S, STAGING_S, schedule  # noqa: E402,F401  (benchmarks/gpu/parts.py)
 from vllm_fleet import catalogue, planner, profiles, render  # noqa: E402
 
 VLLM_VERSION = "0.26.0"
@@ -49,24 +55,24 @@ CARDS = {
 # the H200 itself would get the large-GPU defaults (8192 tokens, 1024 sequences).
 VLLM_DEFAULTS = {"gpu_memory_utilization": 0.92, "max_num_batched_tokens": 2048, "max_num_seqs": 256}
 ENVIRONMENT = {
-    "VLLM_USE_FLASHINFER_SAMPLER": "0",  # flashinfer is not carried (GPU-HOST.md)
+    "VLLM_USE_FLASHINFER_SAMPLER": "0",  # the bundle has no flashinfer
     "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
     "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
     "VLLM_DISABLED_KERNELS": "MacheteLinearKernel",  # Ada emulation: AWQ on Marlin, as on an RTX 4090 or L40
     # vLLM 0.26's FlashAttention 2 library holds sm_80 code only, which the driver JIT-compiles on the
     # H200 (sm_90): 43-52 s at the first FULL CUDA graph and ~70 s of warm-up in every bf16 or fp16 start
-    # of the third loan, none of it on an Ada card (sm_89 runs sm_80 code). With the driver's JIT cache at
-    # its 4 GiB maximum the fourth loan kept it between starts: vLLM's bf16 defaults started in 102 s after
-    # a bf16 start had filled it, 252-274 s without it. See JIT_CACHE.
+    # of run 3, none of it on an Ada card (sm_89 runs sm_80 code). With the driver's JIT cache at its 4 GiB
+    # maximum run 4 kept it between starts: vLLM's bf16 defaults started in 102 s after a bf16 start had
+    # filled it, 252-274 s without it. See JIT_CACHE.
     "CUDA_CACHE_MAXSIZE": "4294967296",
 }
-# The driver's JIT cache as the fourth loan left it (`run.sh jit-cache save`: 123.9 MiB holding FlashAttention
-# 2 compiled for sm_90 in bf16 and fp16, driver 580.159.04, vLLM 0.26.0). The harness unpacks it into the
-# driver's cache folder before the first start, so no start of a loan pays the JIT (fifth loan: FULL CUDA
-# graphs of a bf16 start in 4 s on a fresh machine, 139 s without it); a driver or vLLM that does not match
-# simply compiles again (the driver keys its cache by both).
-JIT_CACHE = {"parts": ["docs/gpu/fourth-loan/jit-cache.part-00"],
-             "sha256": {"jit-cache.part-00": "d9a5a24da748d922cabef05e96be27a76dcbe66e8ec170167b5d48178d71c84f"}}
+# The driver's JIT cache as run 4 on the H200 left it (`run.sh jit-cache save`: 123.9 MiB holding
+# FlashAttention 2 compiled for sm_90 in bf16 and fp16, driver 580.159.04, vLLM 0.26.0). The harness unpacks
+# it into the driver's cache folder before the first start, so no start on a fresh H200 pays the JIT (run 5:
+# FULL CUDA graphs of a bf16 start in 4 s, 139 s without it); any other GPU, driver or vLLM misses it and
+# simply compiles (the driver keys its cache by all three).
+JIT_CACHE = {"parts": ["benchmarks/gpu/h200-jit-cache.part-00"],
+             "sha256": {"h200-jit-cache.part-00": "d9a5a24da748d922cabef05e96be27a76dcbe66e8ec170167b5d48178d71c84f"}}
 # Ada emulation: FlashAttention 2, and with it Ada's choice of attention backend (see the docstring).
 ADA_ATTENTION = ["--attention-config", '{"flash_attn_version": 2}']
 HARNESS_ARGS = ["--load-format", "dummy", "--tokenizer", "{tokenizer}", "--host", "127.0.0.1", *ADA_ATTENTION]
@@ -75,7 +81,7 @@ HARNESS_ARGS = ["--load-format", "dummy", "--tokenizer", "{tokenizer}", "--host"
 # a host; stdlib, so a load starts at once where `vllm bench serve` first imports vLLM for ~20 s). Random
 # prompt token ids of an exact length, answers of exactly max_tokens (ignore_eos), TTFT and inter-token
 # latency from the streamed chunks, preemptions from /metrics; optional single-stream requests first (the
-# decode rate 1 / mean ITL). Bounded in requests and time. The first loans used `vllm bench serve`
+# decode rate 1 / mean ITL). Bounded in requests and time. Runs 1 and 2 used `vllm bench serve`
 # (kind "bench", still supported by the harness).
 def fleet_load(name: str, prompt_tokens: int, max_tokens: int, requests: int, users: int, single: int,
                est_s: int) -> dict:
@@ -87,9 +93,9 @@ def fleet_load(name: str, prompt_tokens: int, max_tokens: int, requests: int, us
 SINGLE = fleet_load("single-stream", 128, 256, 1, 1, 3, est_s=15)
 
 
-def guide_load(users: int, prompts: int, single: int = 0) -> dict:
-    """The guide's load: many concurrent users, ~1K-token prompts, ~512-token answers (after `single`
-    single-stream requests of the same size)."""
+def reference_load(users: int, prompts: int, single: int = 0) -> dict:
+    """The tuning reference's load (named "guide-<users>u"): many concurrent users, ~1K-token prompts,
+    ~512-token answers (after `single` single-stream requests of the same size)."""
     return fleet_load(f"guide-{users}u", 1024, 512, prompts, users, single, est_s=15 + prompts // 5 + 5 * single)
 
 
@@ -112,22 +118,27 @@ def _plan(host: str, profile_name: str | None, profile: dict, gpu: dict) -> dict
 
 def experiment(name: str, card: str, profile_name: str | None, overrides: dict | None = None,
                actions: list | None = None, est_s: int = 120, expect_refusal: bool = False,
-               note: str = "") -> dict:
-    """One vLLM start: the profile (shipped, plus overrides) on the emulated card."""
+               note: str = "", host: dict = H200) -> dict:
+    """One vLLM start: the profile (shipped, plus overrides) on the emulated card. A card larger than the
+    host gives a record marked `left_out` (build drops it)."""
     overrides = copy.deepcopy(overrides or {})
     gpu = CARDS[card]
+    if gpu["memory_mib"] > host["memory_mib"]:
+        return {"name": name, "card": card, "actions": [], "emulated_utilization": None,
+                "left_out": f"the {card} ({gpu['memory_mib']:,} MiB) does not fit on the {host['name']}"}
     profile = profiles.resolve(name, profile_name, overrides)
     util = profile.get("gpu_memory_utilization", VLLM_DEFAULTS["gpu_memory_utilization"])
-    emulated = emulated_utilization(gpu["memory_mib"], util)
-    # The planner sees the card; vLLM sees the H200 with the card's budget.
+    emulated = emulated_utilization(gpu["memory_mib"], util, host["memory_mib"])
+    # The planner sees the card; vLLM sees the host with the card's budget.
     plan_card = _plan(name, profile_name, overrides, gpu)
     served = dict(profile, gpu_memory_utilization=emulated)
     draft = (profile.get("speculative") or {}).get("model")
     rendered = render.render_args(served, VLLM_VERSION, model_path=placeholder(profile["model"]),
                                   draft_model_path=placeholder(draft) if draft else None)
     capacity = plan_card["capacity"]
-    # The decode ceiling on the machine that runs it: the planner with the H200's bandwidth.
-    plan_h200 = _plan(name, profile_name, dict(overrides, gpu_memory_utilization=emulated), H200)
+    # The decode ceiling on the machine that runs it: the planner with the host's bandwidth ("_h200": the
+    # key's name since the first plan, which ran there).
+    plan_h200 = _plan(name, profile_name, dict(overrides, gpu_memory_utilization=emulated), host)
     return {
         "name": name, "card": card, "profile": profile_name, "overrides": overrides, "note": note,
         "settings": profile,  # the profile as resolved today: summarize replans with it after profiles change
@@ -147,12 +158,12 @@ def experiment(name: str, card: str, profile_name: str | None, overrides: dict |
     }
 
 
-def verify_actions(exp_name: str, profile_name: str, emulated: float, draft: bool) -> list[dict]:
+def verify_actions(exp_name: str, profile_name: str, emulated: float, draft: bool, host: dict = H200) -> list[dict]:
     """The verify playbook against the running server: as the inventory would say (must pass), then
     with a wrong expectation (fp8 KV cache expected as auto: the read-back must fail the host)."""
     host_vars = {
         "vllm_profile_name": profile_name, "vllm_profile": {"gpu_memory_utilization": emulated},
-        "vllm_gpu": H200, "vllm_version": VLLM_VERSION, "vllm_port": 8000,
+        "vllm_gpu": host, "vllm_version": VLLM_VERSION, "vllm_port": 8000,
         "vllm_verify_check_unit": False, "vllm_verify_health_timeout": 60,
     }
     if draft:  # the shipped profile as corrected here (see docs/gpu-results.md)
@@ -170,11 +181,11 @@ def verify_actions(exp_name: str, profile_name: str, emulated: float, draft: boo
     ]
 
 
-def benchmark_action(profile_name: str, emulated: float) -> dict:
+def benchmark_action(profile_name: str, emulated: float, host: dict = H200) -> dict:
     """playbooks/benchmark.yml against the running server (the operator's benchmark, -c local)."""
     return {"kind": "ansible", "name": "benchmark-playbook", "playbook": "playbooks/benchmark.yml",
             "host_vars": {"vllm_profile_name": profile_name, "vllm_profile": {"gpu_memory_utilization": emulated},
-                          "vllm_gpu": H200, "vllm_version": VLLM_VERSION, "vllm_port": 8000},
+                          "vllm_gpu": host, "vllm_version": VLLM_VERSION, "vllm_port": 8000},
             "extra_vars": {"vllm_benchmark_run_id": "gpu-benchmark-playbook", "vllm_benchmark_requests": 64,
                            "vllm_benchmark_concurrency": 16, "vllm_benchmark_prompt_tokens": 1024,
                            "vllm_benchmark_max_tokens": 256, "vllm_benchmark_duration_s": 60},
@@ -182,61 +193,63 @@ def benchmark_action(profile_name: str, emulated: float) -> dict:
 
 
 HET_VOCAB = {"speculative": {"use_heterogeneous_vocab": True}}
-AS_GUIDE = {"speculative": {"use_heterogeneous_vocab": None}}
+AS_REFERENCE = {"speculative": {"use_heterogeneous_vocab": None}}
 
 
-def build() -> dict:
+def build(host: dict = H200) -> dict:
     experiments: list[dict] = []
-    # In priority order; the harness runs them in this order while they fit in a call and takes up the
-    # skipped ones in the next call. est_s: the longest measured start plus actions of the second to fourth
-    # loans (docs/gpu/results-call*.json, docs/gpu/third-loan/, docs/gpu/fourth-loan/), with the stdlib
-    # generator's loads, rounded up; schedule() packs them. Starts with FlashAttention 2 (bf16 or fp16 KV)
-    # assume the carried JIT cache (JIT_CACHE): 102 s for vLLM's bf16 defaults in the fourth loan, against
-    # 252-364 s for a bf16 or fp16 start that compiled; fp8 starts (Triton attention) take 100-160 s. The
-    # sixth loan ran this plan on a fresh machine with the cache: each experiment took 89-196 s, the L40
-    # defaults 172 s (start 116 s), and the prefix-heavy profile's first start, whose vLLM compiles its graphs,
-    # outran a 98 s bound (its earlier loans: 94-108 s), so it gets 130 s.
+    experiment = functools.partial(globals()["experiment"], host=host)  # every start below, on this host
+    # In priority order; the harness runs them in this order while they fit in a round and takes up the
+    # skipped ones in the next. est_s: the longest measured start plus actions of runs 2 to 4 on the H200
+    # (docs/gpu/2026-11-29-run*/), with the stdlib generator's loads, rounded up; schedule() packs them.
+    # Starts with FlashAttention 2 (bf16 or fp16 KV) assume the JIT cache (JIT_CACHE): 102 s for vLLM's bf16
+    # defaults in run 4, against 252-364 s for a bf16 or fp16 start that compiled; fp8 starts (Triton
+    # attention) take 100-160 s. Run 6 ran this plan on a fresh machine with the cache: each experiment took
+    # 89-196 s, the L40 defaults 172 s (start 116 s), and the prefix-heavy profile's first start, whose vLLM
+    # compiles its graphs, outran a 98 s bound (runs 2-4: 94-108 s), so it gets 130 s.
     dec = experiment("fid-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", HET_VOCAB, est_s=205,
                      note="use_heterogeneous_vocab: true, the correction")
-    dec["actions"] = verify_actions(dec["name"], "rtx4090-7b-decode", dec["emulated_utilization"], True)
+    dec["actions"] = verify_actions(dec["name"], "rtx4090-7b-decode", dec["emulated_utilization"], True, host)
     experiments.append(dec)
     experiments.append(experiment("fid-l40-14b-decode", "L40", "l40-14b-decode", HET_VOCAB, est_s=165,
                                   note="use_heterogeneous_vocab: true, the correction"))
     experiments.append(experiment("fid-rtx4090-7b-awq", "RTX 4090", "rtx4090-7b-awq", actions=[SINGLE], est_s=150))
     pre = experiment("fid-rtx4090-7b-prefill", "RTX 4090", "rtx4090-7b-prefill", est_s=190,
-                     actions=[guide_load(64, 192, single=3)])
-    pre["actions"].append(benchmark_action("rtx4090-7b-prefill", pre["emulated_utilization"]))
+                     actions=[reference_load(64, 192, single=3)])
+    pre["actions"].append(benchmark_action("rtx4090-7b-prefill", pre["emulated_utilization"], host))
     experiments.append(pre)
     experiments.append(experiment("default-rtx4090-7b", "RTX 4090", None,
                                   {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
-                                  actions=[guide_load(64, 192)], est_s=140,
+                                  actions=[reference_load(64, 192)], est_s=140,
                                   note="vLLM 0.26 defaults for a GPU under 70 GiB"))
     experiments.append(experiment("fid-l40-14b-awq-prefill", "L40", "l40-14b-awq-prefill",
-                                  actions=[guide_load(128, 256, single=3)], est_s=190))
+                                  actions=[reference_load(128, 256, single=3)], est_s=190))
     experiments.append(experiment("default-l40-14b-awq", "L40", None,
                                   {"model": "Qwen/Qwen2.5-14B-Instruct-AWQ", "quantization": "awq", **VLLM_DEFAULTS},
-                                  actions=[guide_load(128, 256)], est_s=180,
+                                  actions=[reference_load(128, 256)], est_s=180,
                                   note="vLLM 0.26 defaults for a GPU under 70 GiB"))
     experiments.append(experiment("fid-rtx4090-7b-prefix-heavy", "RTX 4090", "rtx4090-7b-prefix-heavy", est_s=130))
-    # The decode profiles as the guide writes them: vLLM 0.26 refuses a draft whose vocab_size differs
+    # The decode profiles as the tuning reference writes them: vLLM 0.26 refuses a draft whose vocab_size differs
     # from the target's (Qwen2.5-0.5B/1.5B: 151,936; 7B/14B: 152,064). Last: the planner refuses it first.
-    experiments.append(experiment("refuse-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", AS_GUIDE,
+    experiments.append(experiment("refuse-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", AS_REFERENCE,
                                   est_s=30, expect_refusal=True,
-                                  note="as the guide writes it: draft and target vocab sizes differ"))
-    # Candidates (optional: they run only when named with --only, since the plan above fills most of a loan).
-    # The 4090's bf16 candidate of the third and fourth loans met the goal and is now the shipped profile; the
-    # planner flags the prefix-heavy variant's fp8 cache for the same reason (docs/gpu-results.md, section 4),
-    # so its bf16 form is the next candidate (the guide's load against the fp8 profile's, same loan). The L40
-    # met the goal in the third loan; its candidate trades TTFT for ITL with a smaller budget.
+                                  note="as the tuning reference writes it: draft and target vocab sizes differ"))
+    # Candidates (optional: they run only when named with --only). The 4090's bf16 candidate of runs 3 and 4
+    # met the goal and is now the shipped profile; the planner flags the prefix-heavy variant's fp8 cache for
+    # the same reason (docs/gpu-results.md), so its bf16 form is the next candidate (the reference's load
+    # against the fp8 profile's, in the same run). The L40 met the goal in run 3; its candidate trades TTFT
+    # for ITL with a smaller token budget.
     for cand in (
         experiment("cand-rtx4090-7b-prefix-heavy-kv-auto", "RTX 4090", "rtx4090-7b-prefix-heavy",
-                   {"kv_cache_dtype": "auto", "calculate_kv_scales": None}, actions=[guide_load(64, 192)],
+                   {"kv_cache_dtype": "auto", "calculate_kv_scales": None}, actions=[reference_load(64, 192)],
                    est_s=150, note="candidate: bf16 KV cache"),
         experiment("cand-l40-14b-awq-prefill-8k", "L40", "l40-14b-awq-prefill", {"max_num_batched_tokens": 8192},
-                   actions=[guide_load(128, 256)], est_s=190, note="candidate: 8,192 batched tokens"),
+                   actions=[reference_load(128, 256)], est_s=190, note="candidate: 8,192 batched tokens"),
     ):
         cand["optional"] = True
         experiments.append(cand)
+    left_out = [e for e in experiments if "left_out" in e]
+    experiments = [e for e in experiments if "left_out" not in e]
     used = sorted({e["model"] for e in experiments} | {e["draft"] for e in experiments if e["draft"]})
     models = {}
     for model_id in used:
@@ -247,57 +260,40 @@ def build() -> dict:
         models[model_id] = entry
     vocab = max(m["config"]["vocab_size"] for m in models.values())
     return {
-        "date": DATE, "vllm_version": VLLM_VERSION, "host_gpu": H200, "cards": CARDS, "port": 8000,
+        "date": DATE, "vllm_version": VLLM_VERSION, "host_gpu": host,
+        "cards": {c: v for c, v in CARDS.items() if v["memory_mib"] <= host["memory_mib"]}, "port": 8000,
         "environment": ENVIRONMENT, "harness_args": HARNESS_ARGS, "tokenizer_vocab_size": vocab,
         "vllm_defaults_small_gpu": VLLM_DEFAULTS, "models": models, "experiments": experiments,
         "jit_cache": JIT_CACHE,
+        **({"left_out": {e["name"]: e["left_out"] for e in left_out}} if left_out else {}),
     }
 
 
-# Device time around the experiments, measured in the second to sixth loans: the machine start and the
-# staging calls (45-52 s; the sixth loan's four, the fifth part riding with the first run call), the install
-# in the first run call (20-25 s, and 1.7 s to unpack the JIT cache), a few seconds per call and between calls.
-STAGING_S, INSTALL_S, PER_CALL_S = 60, 30, 8
-
-
-def schedule(experiments: list[dict], budgets: tuple[float, ...] = (550.0, 560.0),
-             only: set[str] | None = None) -> dict:
-    """How the harness would pack the plan into device calls: in order, an experiment runs in a call while
-    its est_s fits what is left of the call's --budget-s (the first call also installs), else it waits for
-    the next call; optional candidates only when named. Returns the calls and the expected device time."""
-    todo = [e for e in experiments if (e["name"] in only if only else not e.get("optional"))]
-    calls: list[list[str]] = []
-    while todo:
-        budget = budgets[0] if not calls else budgets[-1]
-        left = budget - (INSTALL_S if not calls else 0)
-        call = []
-        for exp in list(todo):
-            if exp["est_s"] <= left:
-                call.append(exp["name"])
-                left -= exp["est_s"]
-                todo.remove(exp)
-        if not call:
-            raise ValueError(f"{todo[0]['name']} (est_s {todo[0]['est_s']}) does not fit in a call of {budget} s")
-        calls.append(call)
-    by_name = {e["name"]: e["est_s"] for e in experiments}
-    experiment_s = sum(by_name[n] for call in calls for n in call)
-    return {"calls": calls, "experiment_s": experiment_s,
-            "device_s": STAGING_S + INSTALL_S + PER_CALL_S * len(calls) + experiment_s}
+def _host_gpu(text: str) -> dict:
+    try:
+        name, mib, gb_s = (part.strip() for part in text.split(","))
+        return {"name": name, "memory_mib": int(mib), "bandwidth_gb_s": int(gb_s), "count": 1}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME,MIB,GB_S (e.g. 'RTX 4090,24564,1008')") from None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=HERE / "experiments.json")
+    parser.add_argument("--host-gpu", type=_host_gpu, default=H200, metavar="NAME,MIB,GB_S",
+                        help="the GPU that will run the plan (default: H200,143771,4800)")
     args = parser.parse_args(argv)
-    plan = build()
+    plan = build(args.host_gpu)
+    for name, why in plan.get("left_out", {}).items():
+        print(f"{name:30s} left out: {why}")
     args.out.write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")
     for e in plan["experiments"]:
         p = e["planner"]
         print(f"{e['name']:30s} util {e['emulated_utilization']:.6f}  predicted KV {p['kv_cache_tokens']}  "
               f"errors {len(p['errors'])}  actions {[a['name'] for a in e['actions']]}")
     packed = schedule(plan["experiments"])
-    print(f"expected: {len(packed['calls'])} run calls, {packed['experiment_s']} s of experiments, about "
-          f"{packed['device_s']} s of device time with staging (a loan: 1,800 s)")
+    print(f"expected: {packed['experiment_s']} s of experiments; in rounds of --budget-s 550/560 (parts.py): "
+          f"{len(packed['calls'])} rounds, about {packed['device_s']} s of GPU time with staging")
     return 0
 
 

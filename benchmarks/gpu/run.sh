@@ -1,18 +1,33 @@
 #!/usr/bin/env bash
-# Device-side entry point of the GPU harness (one line per device call; see docs/gpu-results.md):
-#   benchmarks/gpu/run.sh stage            after carrying .gpu/part-NN and .gpu/SHA256SUMS: copy the part
-#                                          into /tmp, print the host's GPU and Python (first call)
-#   benchmarks/gpu/run.sh run N [ARGS]     install if needed, run the experiments not done yet (ARGS:
-#                                          harness.py run options, e.g. --budget-s 540 --only NAME,NAME)
-#   benchmarks/gpu/run.sh jit-cache save   pack the driver's JIT cache into $OUT/jit-cache.part-NN (last call;
-#                                          `run` unpacks the one the plan names before its first start)
-# Writes into $OUT (at most 4 files): stage.log, log-callN.txt, results-callN.json, raw-callN.tar.gz.
+# The GPU benchmark on a CUDA host (benchmarks/gpu/README.md):
+#   benchmarks/gpu/run.sh run [N] [ARGS]     on the host: run the plan's experiments not done there yet
+#                                            (ARGS: harness.py run options, e.g. --python /opt/vllm/bin/python,
+#                                            --only NAME,NAME, --budget-s 540); N: the round (default: next)
+#   benchmarks/gpu/run.sh ssh HOST [ARGS]    from the controller: copy this checkout to HOST, run there,
+#                                            copy the results back into $OUT
+#   benchmarks/gpu/run.sh stage              collect a bundle part copied into .gpu/ (parts.py), print the GPU
+#   benchmarks/gpu/run.sh jit-cache save     pack the driver's JIT cache into $OUT/jit-cache.part-NN
+# Writes into $OUT: log-roundN.txt, results-roundN.json, raw-roundN.tar.gz (and stage.log).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 case ${1:-} in
+  run)
+    shift
+    if [[ ${1:-} =~ ^[0-9]+$ ]]; then round=$1; shift; else round=$(python3 benchmarks/gpu/harness.py next-round); fi
+    python3 benchmarks/gpu/harness.py run --round "$round" --out "$OUT" "$@" 2>&1 | tee "$OUT/log-round$round.txt"
+    ;;
+  ssh)
+    host=${2:?usage: $0 ssh HOST [harness.py run options]}
+    shift 2
+    dir=${GPU_BENCH_DIR:-vllm-fleet-bench}
+    rsync -a --delete --exclude .git --exclude .venv --exclude .cache ./ "$host:$dir/"
+    # shellcheck disable=SC2029  # the options are quoted here, for the remote shell
+    ssh "$host" "cd $dir && OUT=\$HOME/$dir-out bash benchmarks/gpu/run.sh run $(printf '%q ' "$@")"
+    rsync -a "$host:$dir-out/" "$OUT/"
+    ;;
   stage)
     {
       date -u +%FT%TZ
@@ -21,17 +36,12 @@ case ${1:-} in
       python3 benchmarks/gpu/harness.py stage
     } 2>&1 | tee -a "$OUT/stage.log"
     ;;
-  run)
-    call=${2:?call number}
-    shift 2
-    python3 benchmarks/gpu/harness.py run --call "$call" --out "$OUT" "$@" 2>&1 | tee "$OUT/log-call$call.txt"
-    ;;
   jit-cache)
     [[ ${2:-} == save ]] || { echo "usage: $0 jit-cache save" >&2; exit 2; }
     python3 benchmarks/gpu/harness.py jit-cache-save --out "$OUT" 2>&1 | tee -a "$OUT/stage.log"
     ;;
   *)
-    echo "usage: $0 stage | run N [harness.py run options] | jit-cache save" >&2
+    echo "usage: $0 run [N] [harness.py run options] | ssh HOST [options] | stage | jit-cache save" >&2
     exit 2
     ;;
 esac

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Fold the GPU harness's results into docs/gpu/summary.json and print the tables of docs/gpu-results.md.
+"""Fold the GPU benchmark's results into RESULTS/summary.json and print the tables of docs/gpu-results.md.
 
-    benchmarks/gpu/summarize.py [--results docs/gpu] [--plan docs/gpu/experiments.json]
+    benchmarks/gpu/summarize.py --results docs/gpu/DATE-NAME [--plan RESULTS/experiments.json]
 
-Reads every results-callN.json (and the server logs inside raw-callN.tar.gz) that the harness brought
-back, and compares them with the plan (experiments.json: the planner's predictions made when the
-experiments were written) and with the planner run again now on the budget vLLM really had:
+Reads every results-roundN.json (and the server logs inside raw-roundN.tar.gz) that the harness wrote
+(a row's "call" is the round that measured it), and compares them with the plan (experiments.json: the
+planner's predictions made when the experiments were written) and with the planner run again now on the
+budget vLLM really had:
 vLLM takes gpu_memory_utilization of CUDA's total memory, which on the H200 is 143,156 MiB
 (torch.cuda.mem_get_info), 615 MiB less than the 143,771 MiB nvidia-smi shows and the emulation
 formula uses; "planner, vLLM's budget" feeds the planner that total, so it isolates the memory model.
@@ -29,14 +30,14 @@ import harness  # noqa: E402
 from vllm_fleet import planner  # noqa: E402
 
 MIB = 1 << 20
-# The guide's cards measured elsewhere on the H200 (shared/reference/GPU-HOST.md): matrix-vector pass
-# over 15 GB of bf16 weights at 3.9 TB/s effective; the datasheet's 4.8 TB/s is what the planner uses.
+# What a matrix-vector pass over 15 GB of bf16 weights reached on the H200 host: 3.9 TB/s effective; the
+# datasheet's 4.8 TB/s is what the planner uses.
 H200_EFFECTIVE_GB_S = 3900
 
 
 def load_results(folder: Path) -> list[dict]:
     out = []
-    for path in sorted(folder.glob("results-call*.json")):
+    for path in sorted(folder.glob("results-round*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
         logs = {}
         raw = path.with_name(path.name.replace("results-", "raw-").replace(".json", ".tar.gz"))
@@ -59,16 +60,23 @@ def cuda_total_mib(environment: dict) -> int | None:
     return int(match.group(1)) // MIB if match else None
 
 
+def vllm_total_mib(rec: dict, exp_plan: dict) -> int:
+    """The memory vLLM took its budget from: CUDA's total as the harness recorded it, else on an H200 the
+    143,156 MiB measured there, else the host's nvidia-smi memory."""
+    host = exp_plan["host_gpu"]
+    return cuda_total_mib(rec["_environment"]) or (143156 if host["name"] == "H200" else host["memory_mib"])
+
+
 def replan(exp_plan: dict, memory_mib: int) -> dict:
-    """The planner on the H200 with the memory vLLM saw and the emulated utilization."""
-    # The settings the plan resolved when it was made (plans before the third loan: the profile by name).
+    """The planner on the host with the memory vLLM saw and the emulated utilization."""
+    # The settings the plan resolved when it was made (plans of runs 1 and 2: the profile by name).
     if "settings" in exp_plan:
         name, overrides = None, dict(exp_plan["settings"])
     else:
         name, overrides = exp_plan["profile"], dict(exp_plan["overrides"])
     overrides["gpu_memory_utilization"] = exp_plan["emulated_utilization"]
     hostvars = {"vllm_profile_name": name, "vllm_profile": overrides,
-                "vllm_gpu": {"name": "H200", "memory_mib": memory_mib, "bandwidth_gb_s": 4800, "count": 1},
+                "vllm_gpu": dict(exp_plan["host_gpu"], memory_mib=memory_mib),
                 "vllm_version": exp_plan.get("vllm_version", "0.26.0")}
     return planner.plan_host(exp_plan["name"], hostvars)
 
@@ -101,14 +109,14 @@ def summarise(plan: dict, results: list[dict]) -> dict:
     by_name = {e["name"]: e for e in plan["experiments"]}
     latest: dict[str, dict] = {}
     superseded: list[dict] = []
-    for rec in results:  # a later call's record of the same experiment wins, unless it was skipped
+    for rec in results:  # a later round's record of the same experiment wins, unless it was skipped
         if rec["status"] != "skipped" or rec["name"] not in latest:
             if rec["name"] in latest and engine_kv(latest[rec["name"]])[0] is not None:
                 superseded.append(latest[rec["name"]])  # it served, or at least sized its cache
             latest[rec["name"]] = rec
     fidelity, refusals, verification, loads, single, not_run = [], [], [], [], [], []
     for name, rec in latest.items():
-        exp = dict(by_name[name], vllm_version=plan["vllm_version"])
+        exp = dict(by_name[name], vllm_version=plan["vllm_version"], host_gpu=plan["host_gpu"])
         actual, source = engine_kv(rec)
         if rec["status"] in ("skipped", "start-timeout") and actual is None:  # never served: say so
             not_run.append({"experiment": name, "action": "start", "reason": rec.get("reason")})
@@ -117,13 +125,13 @@ def summarise(plan: dict, results: list[dict]) -> dict:
             refusals.append({
                 "experiment": name, "profile": exp["profile"], "card": exp["card"], "call": rec["_call"],
                 "vllm_said": rec.get("reason"), "expected": rec.get("expected"),
-                "planner_errors_now": replan(exp, cuda_total_mib(rec["_environment"]) or 143156)["errors"],
+                "planner_errors_now": replan(exp, vllm_total_mib(rec, exp))["errors"],
             })
             continue
         if actual is None:
             continue
         # The planner predicts a first start. A restart that finds vLLM's compile cache profiles a smaller
-        # activation peak and sizes a larger cache (fourth and sixth loans); when an earlier start of the same
+        # activation peak and sizes a larger cache (runs 4 and 6); when an earlier start of the same
         # experiment compiled, fidelity is judged on that one and the warm restart is shown beside it.
         basis, warm = rec, None
         if compile_cache(rec.get("_log", "")) == "warm":
@@ -133,7 +141,7 @@ def summarise(plan: dict, results: list[dict]) -> dict:
                 actual, source = engine_kv(basis)
         memory = harness.parse_memory_lines(basis.get("_log", "").splitlines())
         cache = basis.get("cache_config") or {}
-        total = cuda_total_mib(rec["_environment"]) or 143156
+        total = vllm_total_mib(rec, exp)
         now = replan(exp, total)
         card_plan = exp["planner"]["kv_cache_tokens"]
         row = {
@@ -162,7 +170,7 @@ def summarise(plan: dict, results: list[dict]) -> dict:
                                    "error_card_pct": pct(card_plan, warm_kv)}
         fidelity.append(row)
         for action in rec.get("actions") or []:
-            if action.get("status") == "skipped":  # did not fit in the call (older records lack "kind")
+            if action.get("status") == "skipped":  # did not fit in the round (older records lack "kind")
                 not_run.append({"experiment": name, "action": action["name"], "reason": action.get("reason")})
             elif action["kind"] == "ansible" and action["name"].startswith("verify"):
                 report = ((action.get("report") or {}).get("hosts") or {}).get("gpu-host") or {}
@@ -200,8 +208,8 @@ def summarise(plan: dict, results: list[dict]) -> dict:
 
 
 def _repeat(rec: dict) -> dict:
-    """An earlier record of an experiment that a later call ran again (served, or sized its cache before its
-    start bound ran out): its KV size and guide loads, kept beside the later record that the tables use."""
+    """An earlier record of an experiment that a later round ran again (served, or sized its cache before its
+    start bound ran out): its KV size and reference loads, kept beside the later record that the tables use."""
     loads = [dict(load=a["name"], **{k: (a.get("result") or {}).get(k) for k in (
         "completed", "output_throughput", "p99_ttft_ms", "p99_itl_ms")}, preemptions=a.get("preemptions"))
         for a in rec.get("actions") or [] if a.get("kind") in ("bench", "fleet") and a.get("result")]
@@ -211,19 +219,20 @@ def _repeat(rec: dict) -> dict:
 
 
 def _single(entry: dict, exp: dict, rate: float | None) -> dict:
-    """A single-stream decode rate against the planner's ceiling on the H200 (4.8 TB/s) and at 3.9 TB/s."""
-    ceiling = exp["planner"]["decode_ceiling_h200"]
+    """A single-stream decode rate against the planner's ceiling on the host (its datasheet bandwidth) and, on
+    an H200, at the 3.9 TB/s measured there."""
+    ceiling = exp["planner"]["decode_ceiling_h200"]  # the host's, whatever the key says
     weights = exp["planner"]["weights_bytes"] + exp["planner"]["draft_weights_bytes"]
-    effective = int(H200_EFFECTIVE_GB_S * 1e9 // weights)
+    effective = int(H200_EFFECTIVE_GB_S * 1e9 // weights) if exp["host_gpu"]["name"] == "H200" else None
     return dict(entry, tokens_per_s=rate, planner_ceiling_h200=ceiling,
                 ratio_pct=round(100 * rate / ceiling, 1) if rate else None,
                 effective_ceiling_3_9_tb_s=effective,
-                ratio_effective_pct=round(100 * rate / effective, 1) if rate else None,
+                ratio_effective_pct=round(100 * rate / effective, 1) if rate and effective else None,
                 planner_ceiling_card=exp["planner"]["decode_ceiling_card"])
 
 
 def compare(plan: dict, loads: list[dict], not_run: list[dict]) -> list[dict]:
-    """Per emulated card: the shipped profile against vLLM's defaults on the same guide load. The issue's
+    """Per emulated card: the shipped profile against vLLM's defaults on the tuning reference's load. The
     goal: lower p99 TTFT and p99 inter-token latency, at least the same output throughput, no preemptions."""
     out = []
     for card in plan["cards"]:
@@ -283,7 +292,7 @@ def _fidelity_row(r: dict) -> list:
 def _compile_cell(r: dict) -> str:
     warm = r.get("warm_restart")
     cell = r.get("compile_cache") or "-"
-    return cell + (f"; warm restart (call {warm['call']}): {_n(warm['engine_kv_tokens'])}, "
+    return cell + (f"; warm restart (round {warm['call']}): {_n(warm['engine_kv_tokens'])}, "
                    f"{warm['error_card_pct']:+.1f}%" if warm else "")
 
 
@@ -314,24 +323,26 @@ def tables(summary: dict) -> str:
          f"{r['smoke']['status']}, {r['smoke']['completion_tokens']} tokens"] for r in summary["verification"]])
     out += _section("Loads", ["experiment", "load", "completed", "output tok/s", "TTFT mean / p99 ms",
                               "ITL mean / p99 ms", "TPOT mean ms", "preemptions",
-                              "ITL p99.9 ms / stalled % (vllm_fleet.bench, after the third loan)"], [
+                              "ITL p99.9 ms / stalled % (vllm_fleet.bench, from run 4)"], [
         [r["experiment"], r["load"], r.get("completed"), _n(r.get("output_throughput"), 1),
          f"{_n(r.get('mean_ttft_ms'), 1)} / {_n(r.get('p99_ttft_ms'), 1)}",
          f"{_n(r.get('mean_itl_ms'), 2)} / {_n(r.get('p99_itl_ms'), 2)}", _n(r.get("mean_tpot_ms"), 2),
          _n(r.get("preemptions")), f"{_n(r.get('p999_itl_ms'), 2)} / {_n(r.get('itl_stalled_pct'), 2)}"]
         for r in summary["loads"] if "load" in r])
-    out += _section("Single stream", ["experiment", "tok/s", "planner ceiling (H200, 4.8 TB/s)", "ratio",
-                                      "at 3.9 TB/s effective", "ratio"], [
+    out += _section("Single stream", ["experiment", "tok/s", "planner ceiling (the host's bandwidth)", "ratio",
+                                      "at 3.9 TB/s (measured on an H200)", "ratio"], [
         [r["experiment"], r["tokens_per_s"], r["planner_ceiling_h200"], f"{r['ratio_pct']}%",
-         r["effective_ceiling_3_9_tb_s"], f"{r['ratio_effective_pct']}%"] for r in summary["single_stream"]])
-    out += _section("Shipped profile (fid-) and candidates (cand-) against vLLM's defaults (the guide's load)", [
+         _n(r["effective_ceiling_3_9_tb_s"]), f"{r['ratio_effective_pct']}%" if r["ratio_effective_pct"] else "-"]
+        for r in summary["single_stream"]])
+    out += _section("Shipped profile (fid-) and candidates (cand-) against vLLM's defaults "
+                    "(the tuning reference's load)", [
         "card", "tuned / default", "p99 TTFT ms", "p99 ITL ms", "output tok/s", "preemptions", "verdict"],
         [_comparison_row(r) for r in summary["comparisons"]])
     if summary.get("repeats"):
-        out += _section("Earlier runs of an experiment that a later call ran again (loads above: the later run; "
+        out += _section("Earlier starts of an experiment that a later round ran again (loads above: the later one; "
                        "fidelity: the first start that compiled)", [
-            "experiment", "call", "status", "start s", "engine KV tokens", "torch.compile cache",
-            "guide load: output tok/s, p99 TTFT / ITL ms, preemptions"], [
+            "experiment", "round", "status", "start s", "engine KV tokens", "torch.compile cache",
+            "reference load: output tok/s, p99 TTFT / ITL ms, preemptions"], [
             [r["experiment"], r["call"], r["status"], _n(r["start_s"], 0), _n(r["engine_kv_tokens"]),
              r["compile_cache"] or "-",
              "; ".join(f"{_n(x['output_throughput'], 1)}, {_n(x['p99_ttft_ms'], 1)} / {_n(x['p99_itl_ms'], 2)}, "
@@ -344,7 +355,7 @@ def tables(summary: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", type=Path, default=ROOT / "docs" / "gpu")
+    parser.add_argument("--results", type=Path, required=True, help="a folder of results, e.g. docs/gpu/DATE-NAME")
     parser.add_argument("--plan", type=Path, default=None,
                         help="the plan the results were run with (default: RESULTS/experiments.json, the copy "
                              "kept with them, else benchmarks/gpu/experiments.json)")

@@ -349,7 +349,7 @@ def test_whole_run_against_a_stand_in(fake_site, tmp_path):
     proc = subprocess.run([sys.executable, str(GPU / "harness.py"), "run", "--plan", str(plan_file), "--call", "1",
                            "--budget-s", "900"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    results = json.loads((out / "results-call1.json").read_text())
+    results = json.loads((out / "results-round1.json").read_text())
     served, refused = results["experiments"]  # the optional candidate ran only if named with --only
     assert refused["status"] == "refused" and refused["expected"]
     assert refused["reason"].startswith("ValueError: Target and draft model should have the same vocabulary size")
@@ -374,10 +374,10 @@ def test_whole_run_against_a_stand_in(fake_site, tmp_path):
     row = f"{result['p999_itl_ms']:,.2f} / {result['itl_stalled_pct']:,.2f} |"
     assert row in _load("summarize").tables(summary), row
     assert "--load-format" in served["argv"] and "{model:" not in " ".join(served["argv"])
-    with tarfile.open(out / "raw-call1.tar.gz") as tar:
+    with tarfile.open(out / "raw-round1.tar.gz") as tar:
         names = tar.getnames()
-    assert "call1/fid-rtx4090-7b-prefill/server.log" in names
-    assert "call1/refuse-rtx4090-7b-decode/server.log" in names
+    assert "round1/fid-rtx4090-7b-prefill/server.log" in names
+    assert "round1/refuse-rtx4090-7b-decode/server.log" in names
 
 
 def test_jit_cache_saved_in_returnable_parts_and_restored(tmp_path):
@@ -434,7 +434,7 @@ def _slow_start(fake_site: Path, tmp_path: Path, name: str, budget_s: int, **upd
     proc = subprocess.run([sys.executable, str(GPU / "harness.py"), "run", "--plan", str(plan_file), "--call", "1",
                            "--budget-s", str(budget_s)], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (rec,) = json.loads((out / "results-call1.json").read_text())["experiments"]
+    (rec,) = json.loads((out / "results-round1.json").read_text())["experiments"]
     return rec
 
 
@@ -487,7 +487,7 @@ def test_ansible_actions_run_the_repo_playbooks(fake_site, tmp_path):
     proc = subprocess.run([sys.executable, str(GPU / "harness.py"), "run", "--plan", str(plan_file), "--call", "1",
                            "--budget-s", "900"], env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    served = json.loads((out / "results-call1.json").read_text())["experiments"][0]
+    served = json.loads((out / "results-round1.json").read_text())["experiments"][0]
     actions = {a["name"]: a for a in served["actions"]}
     # The stand-in's /metrics is the real 0.26 page of another run (gpu_memory_utilization 0.92): the
     # read-back drifts, so "pass" fails here; what matters is that the wrong expectation fails too and
@@ -501,17 +501,18 @@ def test_ansible_actions_run_the_repo_playbooks(fake_site, tmp_path):
     event = bench["report"]["hosts"]["gpu-host"]["events"]["benchmark"][0]
     assert event["load"]["completed"] == 6 and event["single"]["completed"] == 2
     assert event["efficiency"]["decode_ceiling_tokens_per_s"] > 0
-    table = next((fake_site / "gpu-work").glob("call1/*/benchmark-playbook/reports/*/benchmark.md")).read_text()
+    table = next((fake_site / "gpu-work").glob("round1/*/benchmark-playbook/reports/*/benchmark.md")).read_text()
     assert "\n| gpu-host | 6/6 | 2 |" in table and "\\n" not in table
 
 
 def test_summary_of_the_committed_gpu_results():
-    """docs/gpu/summary.json is what summarize.py makes of the committed raw results and the plan they ran
-    with (docs/gpu/experiments.json)."""
+    """docs/gpu/2026-11-29-run2-ada-emulation/summary.json is what summarize.py makes of the committed raw
+    results and the plan they ran with (experiments.json beside them)."""
     summarize = _load("summarize")
-    plan = json.loads((ROOT / "docs" / "gpu" / "experiments.json").read_text())
-    summary = summarize.summarise(plan, summarize.load_results(ROOT / "docs" / "gpu"))
-    assert json.loads(json.dumps(summary)) == json.loads((ROOT / "docs" / "gpu" / "summary.json").read_text())
+    folder = ROOT / "docs" / "gpu" / "2026-11-29-run2-ada-emulation"
+    plan = json.loads((folder / "experiments.json").read_text())
+    summary = summarize.summarise(plan, summarize.load_results(folder))
+    assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
     rows = {r["experiment"]: r for r in summary["fidelity"]}
     assert len(rows) == 8 and all(abs(r["error_budget_pct"]) < 5 for r in rows.values())
     assert rows["fid-rtx4090-7b-decode"]["engine_kv_tokens"] == 148_736
@@ -527,17 +528,18 @@ def test_summary_of_the_committed_gpu_results():
 
 
 def test_summary_of_the_third_loan():
-    """docs/gpu/third-loan: the L40 pair in one loan (goal met), the same KV sizes as the second loan, and the
-    bf16 4090 start that the old 300 s bound cut off, its KV size read from the start-up log."""
+    """docs/gpu/2026-11-29-run3-l40-comparison: the L40 pair in one loan (goal met), the same KV sizes as the second
+    loan, and the bf16 4090 start that the old 300 s bound cut off, its KV size read from the start-up log."""
     summarize = _load("summarize")
-    folder = ROOT / "docs" / "gpu" / "third-loan"
+    folder = ROOT / "docs" / "gpu" / "2026-11-29-run3-l40-comparison"
     plan = json.loads((folder / "experiments.json").read_text())
     summary = summarize.summarise(plan, summarize.load_results(folder))
     assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
     rows = {r["experiment"]: r for r in summary["fidelity"]}
     assert all(abs(r["error_budget_pct"]) < 5 and abs(r["error_card_pct"]) < 5 for r in rows.values())
     second = {r["experiment"]: r["engine_kv_tokens"]
-              for r in json.loads((ROOT / "docs" / "gpu" / "summary.json").read_text())["fidelity"]}
+              for r in json.loads(
+                  (ROOT / "docs" / "gpu" / "2026-11-29-run2-ada-emulation" / "summary.json").read_text())["fidelity"]}
     repeated = [name for name in rows if rows[name]["engine_source"] == "cache_config_info"]
     assert len(repeated) == 6 and all(rows[n]["engine_kv_tokens"] == second[n] for n in repeated)
     bf16 = rows["fid-rtx4090-7b-prefill"]
@@ -553,10 +555,10 @@ def test_summary_of_the_third_loan():
 
 
 def test_summary_of_the_fourth_loan():
-    """docs/gpu/fourth-loan: the 4090 with a bf16 KV cache (now the shipped rtx4090-7b-prefill) against vLLM's
-    defaults and against the guide's fp8 cache, in one loan with one tool; the JIT cache kept between starts."""
+    """docs/gpu/2026-11-29-run4-rtx4090-bf16: the 4090 with a bf16 KV cache (now the shipped rtx4090-7b-prefill) against
+    vLLM's defaults and against the guide's fp8 cache, in one loan with one tool; the JIT cache kept between starts."""
     summarize = _load("summarize")
-    folder = ROOT / "docs" / "gpu" / "fourth-loan"
+    folder = ROOT / "docs" / "gpu" / "2026-11-29-run4-rtx4090-bf16"
     plan = json.loads((folder / "experiments.json").read_text())
     summary = summarize.summarise(plan, summarize.load_results(folder))
     assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
@@ -588,20 +590,20 @@ def test_summary_of_the_fourth_loan():
 
 
 def test_the_carried_jit_cache_was_taken_by_the_driver():
-    """docs/gpu/fifth-loan: a fresh machine, the fourth loan's JIT cache unpacked by the harness before the
-    start of vLLM's bf16 4090 defaults. The driver compiled nothing (the cache did not grow) and the FULL CUDA
-    graphs took 4 s, against 139 s when it compiled (fourth loan, call 4). The start ran past the 110 s bound
-    that the session's last device time allowed, after sizing its cache (start-up log)."""
+    """docs/gpu/2026-11-29-run5-jit-cache: a fresh machine, the fourth loan's JIT cache unpacked by the harness before
+    the start of vLLM's bf16 4090 defaults. The driver compiled nothing (the cache did not grow) and the FULL CUDA
+    graphs took 4 s, against 139 s when it compiled (fourth loan, call 4). The start ran past the 110 s bound that the
+    session's last device time allowed, after sizing its cache (start-up log)."""
     summarize = _load("summarize")
-    folder = ROOT / "docs" / "gpu" / "fifth-loan"
-    results = json.loads((folder / "results-call1.json").read_text())
+    folder = ROOT / "docs" / "gpu" / "2026-11-29-run5-jit-cache"
+    results = json.loads((folder / "results-round1.json").read_text())
     assert results["jit_cache"]["restored"] and results["jit_cache"]["mib"] == 123.9
     (rec,) = summarize.load_results(folder)
     assert rec["jit_cache_mib"] == {"before": 123.9, "after_start": 123.9}
     assert rec["status"] == "start-timeout" and rec["start_s"] == 110.1
     captures = re.findall(r"Graph capturing finished in (\d+) secs", rec["_log"])
     assert captures == ["4"]
-    cold = next(r for r in summarize.load_results(ROOT / "docs" / "gpu" / "fourth-loan")
+    cold = next(r for r in summarize.load_results(ROOT / "docs" / "gpu" / "2026-11-29-run4-rtx4090-bf16")
                 if r["_call"] == 4 and r["name"] == "default-rtx4090-7b")
     assert re.findall(r"Graph capturing finished in (\d+) secs", cold["_log"]) == ["139"]
     plan = json.loads((folder / "experiments.json").read_text())
@@ -610,12 +612,12 @@ def test_the_carried_jit_cache_was_taken_by_the_driver():
 
 
 def test_summary_of_the_sixth_loan():
-    """docs/gpu/sixth-loan: the whole plan rerun in one loan on a fresh machine with the carried JIT cache.
-    Every shipped profile vLLM accepts sized its cache within 5% of the planner at its first start; both cards'
-    shipped profiles met the goal against vLLM's defaults; the guide's decode profile was refused by vLLM and
-    by the planner; the verification passed and the wrong expectation failed."""
+    """docs/gpu/2026-11-29-run6-whole-plan: the whole plan rerun in one loan on a fresh machine with the carried JIT
+    cache. Every shipped profile vLLM accepts sized its cache within 5% of the planner at its first start; both cards'
+    shipped profiles met the goal against vLLM's defaults; the guide's decode profile was refused by vLLM and by the
+    planner; the verification passed and the wrong expectation failed."""
     summarize = _load("summarize")
-    folder = ROOT / "docs" / "gpu" / "sixth-loan"
+    folder = ROOT / "docs" / "gpu" / "2026-11-29-run6-whole-plan"
     plan = json.loads((folder / "experiments.json").read_text())
     results = summarize.load_results(folder)
     summary = summarize.summarise(plan, results)
@@ -643,14 +645,14 @@ def test_summary_of_the_sixth_loan():
         "fid-rtx4090-7b-awq", "fid-rtx4090-7b-prefill", "fid-l40-14b-awq-prefill"}
     # the carried JIT cache: unpacked once, and no start made the driver compile (the cache never grew)
     assert all(r["jit_cache_mib"] == {"before": 123.9, "after_start": 123.9} for r in results if "jit_cache_mib" in r)
-    first = json.loads((folder / "results-call1.json").read_text())
+    first = json.loads((folder / "results-round1.json").read_text())
     assert first["jit_cache"]["restored"] and "seconds" in first["jit_cache"]
 
 
 def test_summary_of_the_first_loan_is_kept():
     """The first loan (FlashAttention 3, before the planner's rework) stays readable with its own plan."""
     summarize = _load("summarize")
-    folder = ROOT / "docs" / "gpu" / "first-loan"
+    folder = ROOT / "docs" / "gpu" / "2026-11-29-run1-hopper-kernels"
     plan = json.loads((folder / "experiments.json").read_text())
     summary = summarize.summarise(plan, summarize.load_results(folder))
     assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
