@@ -525,7 +525,7 @@ def test_fp8_kv_on_ada_that_buys_no_capacity_is_flagged():
 
 
 def test_ada_is_told_by_the_detected_compute_capability_before_the_name():
-    """The nvidia_driver role publishes the detected compute capability in vllm_gpu; the Ada rule reads it, and
+    """The nvidia_driver role publishes the detected compute capability (the plan maps it into vllm_gpu); the Ada rule reads it, and
     falls back to the card's name only for a vllm_gpu without one (a group's assumption)."""
     fp8 = {"kv_cache_dtype": "fp8", "calculate_kv_scales": True}
     load = {"vllm_typical_prompt_tokens": 1024, "vllm_typical_output_tokens": 512}
@@ -541,6 +541,32 @@ def test_ada_is_told_by_the_detected_compute_capability_before_the_name():
     (error,) = plan("rtx4090-7b-prefill", gpu=dict(RTX4090, compute_cap="Ada"))["errors"]
     assert error == ("h1: vllm_gpu.compute_cap='Ada' must be a compute capability such as \"8.9\" (a quoted string; "
                      "nvidia-smi --query-gpu=compute_cap prints it), or be left out")
+
+
+def test_detected_gpus_replace_the_groups_assumption_with_its_bandwidth_for_the_same_card():
+    """The nvidia_driver role publishes nvidia_driver_gpus; the plan sizes the host with them: the detected name,
+    count, smallest memory and compute capability, the group's bandwidth when the group names the same card (by
+    nvidia-smi name or catalog model), else the catalog's, else the group's, else 0."""
+    l40s = {"model": "L40", "name": "NVIDIA L40", "count": 4, "memory_mib": 46068, "compute_cap": "8.9",
+            "bandwidth_gb_s": 864, "driver_version": "580.159.04", "uuids": []}
+    wanted = {"name": "NVIDIA L40", "memory_mib": 46068, "count": 4, "compute_cap": "8.9"}
+    assert planner.detected_gpu(dict(L40, bandwidth_gb_s=900), l40s) == dict(wanted, bandwidth_gb_s=900)
+    assert planner.detected_gpu({"name": "L40", "bandwidth_gb_s": 850}, l40s) == dict(wanted, bandwidth_gb_s=850)
+    # a group that assumed another card: the catalog's figure for the detected one
+    assert planner.detected_gpu(RTX4090, l40s) == dict(wanted, bandwidth_gb_s=864)
+    assert planner.detected_gpu(None, l40s) == dict(wanted, bandwidth_gb_s=864)
+    unknown = dict(l40s, model="NVIDIA RTX 6000", name="NVIDIA RTX 6000", bandwidth_gb_s=None)
+    assert planner.detected_gpu(RTX4090, unknown)["bandwidth_gb_s"] == 1008
+    assert planner.detected_gpu({}, unknown)["bandwidth_gb_s"] == 0
+    # The filter plugin plans a host with its detected cards once the role has published them.
+    filters = load_filters().FilterModule().filters()
+    host = {"vllm_profile_name": "l40-14b-awq-prefill", "vllm_gpu": RTX4090, "vllm_version": "0.32.0"}
+    assumed = filters["vllm_plan_host"](host, "a")
+    detected = filters["vllm_plan_host"](dict(host, nvidia_driver_gpus=dict(l40s, count=1)), "a")
+    assert assumed["gpu"] == {"name": "NVIDIA GeForce RTX 4090", "count": 1, "memory_mib": 24564}
+    assert detected["gpu"] == {"name": "NVIDIA L40", "count": 1, "memory_mib": 46068, "compute_cap": "8.9"}
+    assert detected["capacity"] == filters["vllm_plan_host"](dict(host, vllm_gpu=dict(L40, compute_cap="8.9")),
+                                                             "a")["capacity"]
 
 
 def test_draft_with_another_vocab_size_is_refused_as_vllm_refuses_it():
