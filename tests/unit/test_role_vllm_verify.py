@@ -233,7 +233,10 @@ def test_playbook_fails_because_some_hosts_fail(verify_run):
     assert proc.returncode != 0, proc.stdout[-3000:]
     assert "vLLM verification failed on drift" in proc.stdout
     recap = proc.stdout[proc.stdout.index("PLAY RECAP"):]
-    assert recap.count("changed=0") == len(re.findall(r"ok=\d+", recap)) == 11  # read-only, report included
+    # read-only, report included (written on the controller, delegated); the role names the run, so localhost has
+    # no play of its own and the recap lists the 10 hosts only
+    assert recap.count("changed=0") == len(re.findall(r"ok=\d+", recap)) == 10
+    assert not re.search(r"(?m)^localhost\s+:", recap)
 
 
 def test_good_host_passes_with_real_window(verify_run):
@@ -372,7 +375,8 @@ def test_argument_specs_and_defaults_are_in_step():
             continue  # a template: the spec's default describes it in words
         assert spec.get("default") == value, "%s: spec default %r, defaults/main.yml %r" % (name, spec.get("default"), value)
     assert set(specs["fragment"]["options"]) == {"vllm_verify_fragment_kind", "vllm_verify_fragment_data",
-                                                 "vllm_verify_report_dir"}
+                                                 "vllm_verify_report_dir", "vllm_verify_report_run_prefix",
+                                                 "vllm_verify_report_run_name"}
 
 
 def test_fragment_entry_point_adds_rollout_and_rollback_to_the_run(verify_run, tmp_path):
