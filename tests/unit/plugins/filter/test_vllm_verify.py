@@ -15,12 +15,12 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
-ROOT = Path(__file__).resolve().parents[2]
-FIX = Path(__file__).resolve().parent / "fixtures" / "vllm"
-IDLE = (FIX / "0.32.0-cpu" / "metrics_idle.txt").read_text()
-AFTER = (FIX / "0.32.0-cpu" / "metrics_after_20_requests.txt").read_text()
-CHAT = json.loads((FIX / "0.32.0-cpu" / "responses" / "chat.json").read_text())
-MODELS = json.loads((FIX / "0.32.0-cpu" / "responses" / "models.json").read_text())
+from conftest import ROOT, fixture_json, fixture_text
+
+IDLE = fixture_text("vllm", "0.32.0-cpu", "metrics_idle.txt")
+AFTER = fixture_text("vllm", "0.32.0-cpu", "metrics_after_20_requests.txt")
+CHAT = fixture_json("vllm", "0.32.0-cpu", "responses", "chat.json")
+MODELS = fixture_json("vllm", "0.32.0-cpu", "responses", "models.json")
 
 
 def _load():
