@@ -64,7 +64,7 @@ phase_unit() {
 }
 
 phase_parser() {
-  PYTHONPATH=$ROOT/src pytest_strict "$ROOT/.venv-vllm/bin/python" -m pytest -q -p no:cacheprovider tests/unit/test_vllm_parser.py -m vllm_parser
+  PYTHONPATH=$ROOT/src pytest_strict "$ROOT/.venv-vllm/bin/python" -m pytest -q -p no:cacheprovider tests/unit/vllm_fleet/test_vllm_parser.py -m vllm_parser
 }
 
 phase_molecule() {

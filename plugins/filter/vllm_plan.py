@@ -22,6 +22,8 @@ description:
   - Resolves the host's profile (C(vllm_profile_name) with C(vllm_profile) merged over it), validates it,
     renders the C(vllm serve) arguments for the host's C(vllm_version) and sizes the instance against C(vllm_gpu)
     the way vLLM does (C(gpu_memory_utilization) is a share of the GPU's total memory).
+  - Once the nvidia_driver role has verified the host's cards (its fact C(nvidia_driver_gpus)), the detected cards
+    replace C(vllm_gpu) (vllm_fleet.planner.detected_gpu); site.yml plans the host again then.
   - Returns the host's entry of C(plan.json); problems are in its C(errors) and C(warnings), never raised.
   - "C(hostvars | vllm_plan_hosts(ansible_play_hosts, typical_prompt_tokens, typical_output_tokens)) plans many hosts
     in one pass and returns the whole C(plan.json), a dict with one key C(hosts): host name to plan."
@@ -97,6 +99,9 @@ def plan_inputs(variables, skip=()):
     for name in ("vllm_typical_prompt_tokens", "vllm_typical_output_tokens"):
         if variables.get(name) is not None:
             inputs[name] = variables.get(name)
+    detected = variables.get("nvidia_driver_gpus")  # the nvidia_driver role's fact, once it has verified the cards
+    if isinstance(detected, Mapping):
+        inputs["vllm_gpu"] = planner.detected_gpu(inputs.get("vllm_gpu"), _plain(detected))
     return inputs
 
 

@@ -12,6 +12,9 @@ description:
     ActiveState, SubState, Result and NRestarts, with the unit and max_restarts, returns the properties,
     restarts and error (empty while the unit may still come up; else not installed, failed, stopped or
     crash-looping).
+  - C(vllm_probe_url) applied to a bind address, with the port and the scheme (C(http)), returns the base URL the
+    host's own probes reach vLLM on (a wildcard or empty address on 127.0.0.1, IPv6 in brackets); the role's
+    C(vllm_verify_url) and playbooks/benchmark.yml use it.
   - C(vllm_report_fragment) (data, host, kind), C(vllm_report_fragment_name), C(vllm_report_merge)
     (fragments, run_id, meta) and C(vllm_report_markdown) build the run report (see C(vllm_fleet.report)).
   - Every filter raises AnsibleFilterError naming the value it could not use.
@@ -42,6 +45,10 @@ EXAMPLES = r"""
 - name: Judge the probes
   ansible.builtin.set_fact:
     vllm_verify_result: "{{ _probes | vllm_verify_result(inventory_hostname, _expect, {'min_prefix_queries': 1000}) }}"
+
+- name: The URL the host's own probes use
+  ansible.builtin.debug:
+    msg: "{{ vllm_bind_address | default('') | vllm_probe_url(vllm_port | default(8000)) }}"
 
 - name: Is the unit crash-looping?
   ansible.builtin.debug:
@@ -88,11 +95,6 @@ def _need_lib(name):
         )
 
 
-def _short(value, limit=120):
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 _THRESHOLDS = tuple(_metrics.DEFAULTS) if _metrics else ()
 
 
@@ -108,7 +110,7 @@ def _thresholds(values, name):
         try:
             out[key] = float(value)
         except (TypeError, ValueError):
-            raise AnsibleFilterError("%s: threshold %s must be a number, got %s" % (name, key, _short(value)))
+            raise AnsibleFilterError("%s: threshold %s must be a number, got %s" % (name, key, _metrics.short(value)))
     return out
 
 
@@ -123,11 +125,11 @@ def _is_number(value):
 def vllm_verify_result(probes, host, expect, thresholds=None):
     _need_lib("vllm_verify_result")
     if not isinstance(probes, Mapping):
-        raise AnsibleFilterError("vllm_verify_result: probes must be a dict, got %s" % _short(probes))
+        raise AnsibleFilterError("vllm_verify_result: probes must be a dict, got %s" % _metrics.short(probes))
     if not isinstance(expect, Mapping):
-        raise AnsibleFilterError("vllm_verify_result: expect must be a dict, got %s" % _short(expect))
+        raise AnsibleFilterError("vllm_verify_result: expect must be a dict, got %s" % _metrics.short(expect))
     if not host or not isinstance(host, str):
-        raise AnsibleFilterError("vllm_verify_result: host must be a name, got %s" % _short(host))
+        raise AnsibleFilterError("vllm_verify_result: host must be a name, got %s" % _metrics.short(host))
     return _verdict.host_entry(
         str(host), dict(probes), dict(expect), _thresholds(dict(thresholds or {}), "vllm_verify_result")
     )
@@ -137,11 +139,11 @@ def vllm_verify_unit_verdict(show_output, unit, max_restarts=0):
     _need_lib("vllm_verify_unit_verdict")
     if not isinstance(show_output, str):
         raise AnsibleFilterError(
-            "vllm_verify_unit_verdict expects the stdout of systemctl show, got %s" % _short(show_output)
+            "vllm_verify_unit_verdict expects the stdout of systemctl show, got %s" % _metrics.short(show_output)
         )
     if isinstance(max_restarts, bool) or not _is_number(max_restarts) or int(max_restarts) < 0:
         raise AnsibleFilterError(
-            "vllm_verify_unit_verdict: max_restarts must be 0 or more, got %s" % _short(max_restarts)
+            "vllm_verify_unit_verdict: max_restarts must be 0 or more, got %s" % _metrics.short(max_restarts)
         )
     return _verdict.unit_verdict(str(show_output), str(unit), int(max_restarts))
 
@@ -158,7 +160,7 @@ def vllm_report_fragment_name(frag):
     _need_lib("vllm_report_fragment_name")
     if not isinstance(frag, Mapping) or not {"host", "kind", "recorded_at"} <= set(frag):
         raise AnsibleFilterError(
-            "vllm_report_fragment_name expects the output of vllm_report_fragment, got %s" % _short(frag)
+            "vllm_report_fragment_name expects the output of vllm_report_fragment, got %s" % _metrics.short(frag)
         )
     return _report.fragment_name(frag)
 
@@ -166,11 +168,11 @@ def vllm_report_fragment_name(frag):
 def vllm_report_merge(fragments, run_id=None, meta=None):
     _need_lib("vllm_report_merge")
     if isinstance(fragments, (str, Mapping)) or not hasattr(fragments, "__iter__"):
-        raise AnsibleFilterError("vllm_report_merge expects a list of fragments, got %s" % _short(fragments))
+        raise AnsibleFilterError("vllm_report_merge expects a list of fragments, got %s" % _metrics.short(fragments))
     frags = list(fragments)
     for item in frags:
         if not isinstance(item, Mapping) or not {"host", "kind", "data"} <= set(item):
-            raise AnsibleFilterError("vllm_report_merge: not a report fragment: %s" % _short(item))
+            raise AnsibleFilterError("vllm_report_merge: not a report fragment: %s" % _metrics.short(item))
     return _report.merge(frags, run_id=run_id, meta=dict(meta or {}))
 
 
@@ -178,9 +180,16 @@ def vllm_report_markdown(report):
     _need_lib("vllm_report_markdown")
     if not isinstance(report, Mapping) or "hosts" not in report:
         raise AnsibleFilterError(
-            "vllm_report_markdown expects the output of vllm_report_merge, got %s" % _short(report)
+            "vllm_report_markdown expects the output of vllm_report_merge, got %s" % _metrics.short(report)
         )
     return _report.render_markdown(report)
+
+
+def vllm_probe_url(address, port, scheme="http"):
+    _need_lib("vllm_probe_url")
+    if scheme not in ("http", "https"):
+        raise AnsibleFilterError("vllm_probe_url: scheme must be http or https, got %s" % _metrics.short(scheme))
+    return _verdict.probe_url(address, port, scheme)
 
 
 class FilterModule:
@@ -190,6 +199,7 @@ class FilterModule:
         return {
             "vllm_verify_result": vllm_verify_result,
             "vllm_verify_unit_verdict": vllm_verify_unit_verdict,
+            "vllm_probe_url": vllm_probe_url,
             "vllm_report_fragment": vllm_report_fragment,
             "vllm_report_fragment_name": vllm_report_fragment_name,
             "vllm_report_merge": vllm_report_merge,

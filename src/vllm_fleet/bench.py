@@ -89,6 +89,8 @@ def _gap_stats(gaps: List[float]) -> Dict[str, Optional[float]]:
     return out
 
 
+# Not vllm_fleet.metrics.parse: this file runs on the hosts with the standard library only, and that parser
+# is prometheus_client's; the few counters here need no more than one line at a time.
 def counters(text: str) -> Dict[str, float]:
     """The few counters the benchmark reads, summed over their series (names without _total)."""
     out: Dict[str, float] = {}

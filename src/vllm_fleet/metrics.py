@@ -22,7 +22,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -157,7 +157,7 @@ class MetricsFacts:
     def from_dict(cls, data: Mapping[str, Any]) -> "MetricsFacts":
         if not isinstance(data, Mapping) or "families" not in data:
             raise TypeError(
-                "expected metrics facts (the output of vllm_fleet.metrics.parse), got %s" % _short(data)
+                "expected metrics facts (the output of vllm_fleet.metrics.parse), got %s" % short(data, 80)
             )
         return cls(
             families=dict(data.get("families") or {}),
@@ -174,8 +174,10 @@ class MetricsFacts:
         return self.counters.get(name)
 
 
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
+def short(value: Any, limit: int = 120, render: Callable[[Any], str] = repr) -> str:
+    """A value for an error message: rendered (its repr by default) and cut to `limit` characters. The one
+    such helper of the package and its filter plugins (it lives here, the module every other one imports)."""
+    text = render(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

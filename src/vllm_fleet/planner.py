@@ -150,6 +150,23 @@ def _validate_gpu(host: str, gpu: Any) -> list[str]:
     return errors
 
 
+def detected_gpu(assumed: Any, detected: Mapping[str, Any]) -> dict[str, Any]:
+    """The vllm_gpu to plan a host with once the nvidia_driver role has detected its cards (its fact
+    nvidia_driver_gpus): the detected name, count, smallest memory and compute capability. The driver cannot
+    measure bandwidth: the group's figure (`assumed`, its vllm_gpu) when it names the same card (by nvidia-smi
+    name or catalog model), else the catalog's, else the group's whatever its card, else 0."""
+    assumed = assumed if isinstance(assumed, Mapping) else {}
+    same_card = assumed.get("name", "") in (detected.get("model"), detected.get("name"))
+    if same_card and assumed.get("bandwidth_gb_s") is not None:
+        bandwidth = assumed["bandwidth_gb_s"]
+    elif detected.get("bandwidth_gb_s") is not None:
+        bandwidth = detected["bandwidth_gb_s"]
+    else:
+        bandwidth = assumed.get("bandwidth_gb_s", 0)
+    return {"name": detected.get("name"), "memory_mib": detected.get("memory_mib"), "count": detected.get("count"),
+            "compute_cap": detected.get("compute_cap", ""), "bandwidth_gb_s": bandwidth}
+
+
 def gpu_is(gpu: Mapping[str, Any], compute_cap: str, name: str | re.Pattern) -> bool:
     """Whether vllm_gpu is of the given compute capability: by the one the nvidia_driver role detects (or the
     group sets), else, for a vllm_gpu without it (a group's assumption), by the card's name (a regex)."""

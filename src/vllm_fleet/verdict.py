@@ -176,9 +176,24 @@ def _num(value: Any) -> float | None:
     return None if math.isnan(out) else out
 
 
-def _short(value: Any, limit: int = 160) -> str:
-    text = json.dumps(value, sort_keys=True, default=str) if not isinstance(value, str) else value
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _as_json(value: Any) -> str:
+    """A response body for a message: as sent (a string) or as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+
+# The address a host's own probes reach vLLM on when it binds every interface (or nothing is set).
+WILDCARD_ADDRESSES = ("", "0.0.0.0", "::", "[::]")
+
+
+def probe_url(address: Any, port: Any, scheme: str = "http") -> str:
+    """The base URL of a host's vLLM as the host itself reaches it (the vllm_verify role's probes, the benchmark):
+    a wildcard or empty bind address on 127.0.0.1, an IPv6 address in brackets."""
+    address = "" if address is None else str(address)
+    if address in WILDCARD_ADDRESSES:
+        address = "127.0.0.1"
+    elif ":" in address and not address.startswith("["):
+        address = f"[{address}]"
+    return f"{scheme}://{address}:{port}"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -319,7 +334,7 @@ def _judge_smoke(probes: _Probes, expect: Mapping[str, Any], served: str, before
     elif "smoke" in probes.not_probed:
         pass
     elif not choices or not usage.get("completion_tokens"):
-        out.errors.append("smoke chat completion: the answer has no generated tokens (%s)" % _short(body))
+        out.errors.append("smoke chat completion: the answer has no generated tokens (%s)" % _metrics.short(body, 160, _as_json))
     elif budget is not None and latency is not None and latency > budget:
         out.errors.append(
             "smoke chat completion took %.3f s, over the latency budget of %.3f s" % (latency, budget)

@@ -49,5 +49,6 @@ def test_install_host_recorded_the_simulated_transaction(host):
     assert any(name.startswith("linux-headers") or name == "dkms" for name in names)
     assert found["nvidia_driver_present"] is False
     assert found["nvidia_driver_reboot_required"] is False
-    assert found["vllm_gpu"] is None  # verification waits for a real install
+    assert found["nvidia_driver_gpus"] is None  # verification waits for a real install
+    assert found["nvidia_driver_min_version"] == ""  # this host runs no vLLM (vllm_version: "")
     assert found["nvidia_driver_detected"] is False

@@ -1,5 +1,5 @@
 """nvd-present: the wanted driver "is loaded" (an nvidia-smi stand-in replays the real H200 capture):
-nothing installed, no repository added, the detected GPU became vllm_gpu."""
+nothing installed, no repository added, the detected GPU published as nvidia_driver_gpus."""
 import json
 
 testinfra_hosts = ["podman://nvd-present"]
@@ -25,10 +25,13 @@ def test_present_host_facts_come_from_the_replayed_h200(host):
     assert found["nvidia_driver_reboot_required"] is False
     assert found["nvidia_driver_detected"] is True
     assert found["nvidia_driver_secure_boot"] is False
-    # The detected card replaces the group's assumption (the host sits in l40_nodes).
-    assert found["vllm_gpu"] == {"name": "NVIDIA H200", "memory_mib": 143771, "count": 1, "bandwidth_gb_s": 4800,
-                                 "compute_cap": "9.0"}
-    gpu = found["nvidia_driver_gpu"]
+    # The detected card, not the group's assumption (the host sits in l40_nodes); the plan sizes the host with it
+    # (vllm_fleet.planner.detected_gpu, tests/unit).
+    gpu = found["nvidia_driver_gpus"]
+    assert {key: gpu[key] for key in ("name", "memory_mib", "count", "bandwidth_gb_s", "compute_cap")} == {
+        "name": "NVIDIA H200", "memory_mib": 143771, "count": 1, "bandwidth_gb_s": 4800, "compute_cap": "9.0"}
+    assert gpu["model"] == "H200"
+    assert found["nvidia_driver_min_version"] == "580.65.06"
     assert gpu["name"] == "NVIDIA H200"
     assert gpu["compute_cap"] == "9.0"
     assert gpu["cuda_version"] == "13.0"

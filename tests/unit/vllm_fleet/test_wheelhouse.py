@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
 from vllm_fleet import wheelhouse
 
 CUDA_TARGET = wheelhouse.Target("3.12", "manylinux_2_34_x86_64")
@@ -181,7 +182,7 @@ def _fits_cp312_manylinux_x86_64(wheel):
         tag in wheelhouse.platform_tags("manylinux_2_34_x86_64") for tag in platforms.split(".")))
 
 
-@pytest.mark.integration
+@pytest.mark.network
 def test_vllm_0_33_0_resolves_for_python_312_manylinux_x86_64():
     """The CUDA lock through PyPI, metadata only. No skip: CI reaches PyPI, and so must this."""
     report = wheelhouse.resolve(["vllm==0.33.0"], CUDA_TARGET, timeout=300)
@@ -200,10 +201,10 @@ def test_vllm_0_33_0_resolves_for_python_312_manylinux_x86_64():
     assert [w for w in wheels if not _fits_cp312_manylinux_x86_64(w)] == []
 
 
-@pytest.mark.integration
+@pytest.mark.network
 def test_the_script_prints_the_lock_only():
     """scripts/wheelhouse.sh --lock-only: the lock on standard output, nothing downloaded or written."""
-    root = Path(__file__).resolve().parents[2]
+    root = ROOT
     env = {**os.environ, "VENV": str(Path(sys.executable).parent.parent)}
     proc = subprocess.run(["bash", str(root / "scripts/wheelhouse.sh"), "--lock-only", "pyyaml==6.0.4",
                            "--python", "3.12", "--platform", "manylinux_2_34_x86_64"],

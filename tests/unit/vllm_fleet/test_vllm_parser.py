@@ -10,11 +10,10 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
+from conftest import ROOT
 
 pytestmark = pytest.mark.vllm_parser
 pytest.importorskip(
@@ -29,7 +28,7 @@ LAB_EXTRA_ARGS = {"host": "0.0.0.0", "port": 8000, "kv_cache_memory_bytes": 1073
 
 def _launcher():
     """The launcher the vllm role installs on every host (roles/vllm/files/vllm-launch.py)."""
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "vllm", "files", "vllm-launch.py")
+    path = os.path.join(ROOT, "roles", "vllm", "files", "vllm-launch.py")
     spec = importlib.util.spec_from_file_location("vllm_launch", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

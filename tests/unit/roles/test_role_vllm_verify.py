@@ -24,15 +24,14 @@ import time
 from pathlib import Path
 
 import pytest
-from standin import LocalServer
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-FIX = Path(__file__).resolve().parent / "fixtures" / "vllm" / "0.32.0-cpu"
-IDLE = (FIX / "metrics_idle.txt").read_text()
-AFTER = (FIX / "metrics_after_20_requests.txt").read_text()
-MODELS = (FIX / "responses" / "models.json").read_text()
-CHAT = (FIX / "responses" / "chat.json").read_text()
+from conftest import ROOT, LocalServer, fixture_text
+
+IDLE = fixture_text("vllm", "0.32.0-cpu", "metrics_idle.txt")
+AFTER = fixture_text("vllm", "0.32.0-cpu", "metrics_after_20_requests.txt")
+MODELS = fixture_text("vllm", "0.32.0-cpu", "responses", "models.json")
+CHAT = fixture_text("vllm", "0.32.0-cpu", "responses", "chat.json")
 API_KEY = "sk-test-4f1b-not-a-real-key"
 
 pytestmark = pytest.mark.skipif(
@@ -228,14 +227,19 @@ def _host(run, name):
     return run["report"]["hosts"][name]
 
 
+@pytest.mark.integration
 def test_playbook_fails_because_some_hosts_fail(verify_run):
     proc = verify_run["proc"]
     assert proc.returncode != 0, proc.stdout[-3000:]
     assert "vLLM verification failed on drift" in proc.stdout
     recap = proc.stdout[proc.stdout.index("PLAY RECAP"):]
-    assert recap.count("changed=0") == len(re.findall(r"ok=\d+", recap)) == 11  # read-only, report included
+    # read-only, report included (written on the controller, delegated); the role names the run, so localhost has
+    # no play of its own and the recap lists the 10 hosts only
+    assert recap.count("changed=0") == len(re.findall(r"ok=\d+", recap)) == 10
+    assert not re.search(r"(?m)^localhost\s+:", recap)
 
 
+@pytest.mark.integration
 def test_good_host_passes_with_real_window(verify_run):
     host = _host(verify_run, "good")
     assert host["ok"], host["errors"]
@@ -258,6 +262,7 @@ def test_good_host_passes_with_real_window(verify_run):
     assert host["rates"]["prefix_cache_hit_rate"] == pytest.approx(512 / 1225, abs=1e-3)
 
 
+@pytest.mark.integration
 def test_missing_family_fails_the_host(verify_run):
     host = _host(verify_run, "missing_family")
     assert not host["ok"]
@@ -265,6 +270,7 @@ def test_missing_family_fails_the_host(verify_run):
     assert "FAILED" in verify_run["markdown"]
 
 
+@pytest.mark.integration
 def test_drift_fails_the_host_naming_label_expected_actual(verify_run):
     host = _host(verify_run, "drift")
     assert not host["ok"]
@@ -274,11 +280,13 @@ def test_drift_fails_the_host_naming_label_expected_actual(verify_run):
     assert {d["label"] for d in host["profile"]["drifts"]} == {"cache_dtype", "gpu_memory_utilization"}
 
 
+@pytest.mark.integration
 def test_wrong_version_fails(verify_run):
     host = _host(verify_run, "wrong_version")
     assert host["errors"] == ["/version reports '0.31.1', the pinned vllm_version is '0.32.0'"]
 
 
+@pytest.mark.integration
 def test_service_down_fails_after_its_timeout(verify_run):
     host = _host(verify_run, "down")
     assert not host["ok"]
@@ -286,6 +294,7 @@ def test_service_down_fails_after_its_timeout(verify_run):
     assert len(host["errors"]) == 1  # the skipped API probes are not reported as more errors
 
 
+@pytest.mark.integration
 def test_crash_loop_fails_early_with_the_journal(verify_run):
     host = _host(verify_run, "crashloop")
     assert host["errors"] == [
@@ -296,6 +305,7 @@ def test_crash_loop_fails_early_with_the_journal(verify_run):
     assert any("CUDA driver version" in line for line in host["health"]["journal_tail"])
 
 
+@pytest.mark.integration
 def test_api_key_is_sent_and_never_shown(verify_run):
     host = _host(verify_run, "api_key")
     assert host["ok"], host["errors"]
@@ -304,6 +314,7 @@ def test_api_key_is_sent_and_never_shown(verify_run):
     assert API_KEY not in json.dumps(verify_run["report"])
 
 
+@pytest.mark.integration
 def test_without_plan_facts_readback_is_skipped_visibly(verify_run):
     host = _host(verify_run, "no_plan")
     assert host["ok"], host["errors"]
@@ -312,6 +323,7 @@ def test_without_plan_facts_readback_is_skipped_visibly(verify_run):
     assert "has no vllm_profile_effective fact" in verify_run["proc"].stdout
 
 
+@pytest.mark.integration
 def test_verify_alone_resolves_the_profile_from_the_inventory(verify_run):
     host = _host(verify_run, "resolved")
     assert host["ok"], host["errors"]
@@ -319,6 +331,7 @@ def test_verify_alone_resolves_the_profile_from_the_inventory(verify_run):
     assert host["profile"]["readback"] == "matches the profile"
 
 
+@pytest.mark.integration
 def test_speculation_in_the_resolved_profile_requires_the_spec_families(verify_run):
     host = _host(verify_run, "resolved_ngram")
     assert host["profile"]["speculative"] is True
@@ -329,6 +342,7 @@ def test_speculation_in_the_resolved_profile_requires_the_spec_families(verify_r
     ]
 
 
+@pytest.mark.integration
 def test_report_has_every_host_and_fragments(verify_run):
     report = verify_run["report"]
     assert report["run_id"] == "test-run"
@@ -340,6 +354,7 @@ def test_report_has_every_host_and_fragments(verify_run):
     assert "| good | ok | 0.32.0 | lab-cpu-tiny |" in verify_run["markdown"]
 
 
+@pytest.mark.integration
 def test_check_mode_verifies_nothing(tmp_path):
     inventory = {"all": {"children": {"vllm_nodes": {"hosts": {"h": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
@@ -372,9 +387,11 @@ def test_argument_specs_and_defaults_are_in_step():
             continue  # a template: the spec's default describes it in words
         assert spec.get("default") == value, "%s: spec default %r, defaults/main.yml %r" % (name, spec.get("default"), value)
     assert set(specs["fragment"]["options"]) == {"vllm_verify_fragment_kind", "vllm_verify_fragment_data",
-                                                 "vllm_verify_report_dir"}
+                                                 "vllm_verify_report_dir", "vllm_verify_report_run_prefix",
+                                                 "vllm_verify_report_run_name"}
 
 
+@pytest.mark.integration
 def test_fragment_entry_point_adds_rollout_and_rollback_to_the_run(verify_run, tmp_path):
     """What the rollout does after verifying: record the load loop and a rollback, report rewritten."""
     playbook = tmp_path / "events.yml"
@@ -411,6 +428,7 @@ def test_fragment_entry_point_adds_rollout_and_rollback_to_the_run(verify_run, t
     assert "| 27.4 s | 0 / 180 |" in markdown
 
 
+@pytest.mark.integration
 def test_bad_fragment_is_refused_by_the_argument_spec(tmp_path):
     playbook = tmp_path / "bad.yml"
     playbook.write_text(yaml.safe_dump([{

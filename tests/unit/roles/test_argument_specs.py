@@ -2,12 +2,12 @@
 tables are the ones generated from the specs (scripts/role-docs.py)."""
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from conftest import ROOT
+
 ROLES = sorted(p.parent.parent.name for p in ROOT.glob("roles/*/defaults/main.yml"))
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import jinja2
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from conftest import ROOT
 
 
 def _pth_task():

@@ -17,12 +17,13 @@ import pytest
 from vllm_fleet import metrics
 from vllm_fleet.metrics import MetricsParseError
 
-FIX = Path(__file__).resolve().parent / "fixtures" / "vllm"
+from conftest import VLLM_FIXTURES as FIX, fixture_text
+
 SHARED = Path("/work/shared/fixtures/vllm")
-CPU_IDLE = (FIX / "0.32.0-cpu" / "metrics_idle.txt").read_text()
-CPU_AFTER = (FIX / "0.32.0-cpu" / "metrics_after_20_requests.txt").read_text()
-H200_AUTO = (FIX / "0.26.0-cuda-h200" / "metrics_after_bench.txt").read_text()
-H200_FP8 = (FIX / "0.26.0-cuda-h200" / "metrics_fp8_kv_after_bench.txt").read_text()
+CPU_IDLE = fixture_text("vllm", "0.32.0-cpu", "metrics_idle.txt")
+CPU_AFTER = fixture_text("vllm", "0.32.0-cpu", "metrics_after_20_requests.txt")
+H200_AUTO = fixture_text("vllm", "0.26.0-cuda-h200", "metrics_after_bench.txt")
+H200_FP8 = fixture_text("vllm", "0.26.0-cuda-h200", "metrics_fp8_kv_after_bench.txt")
 REAL = {"0.32-cpu-idle": CPU_IDLE, "0.32-cpu-after": CPU_AFTER, "0.26-h200-auto": H200_AUTO, "0.26-h200-fp8": H200_FP8}
 
 

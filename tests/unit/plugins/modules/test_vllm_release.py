@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-MODULE = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "vllm_release.py"
+from conftest import ROOT
+
+MODULE = ROOT / "plugins" / "modules" / "vllm_release.py"
 
 
 def run(tmp_path, check=False, **args):

@@ -9,14 +9,14 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
 from vllm_fleet import metrics
 
-ROOT = Path(__file__).resolve().parents[2]
+from conftest import ROOT, VLLM_FIXTURES
+
 RULES = ROOT / "roles" / "vllm_verify" / "files" / "vllm-alerts.yml"
 TESTS = ROOT / "tests" / "promtool" / "vllm-alerts.test.yml"
 PROMTOOL = shutil.which("promtool")
@@ -97,7 +97,7 @@ def test_rules_use_todays_metric_names():
     """Every vllm: series the rules read is a counter both 0.32 and 0.33 define (speculative ones are
     defined outside loggers.py, so they are checked against the required speculative families)."""
     used = set(re.findall(r"vllm:[a-z_]+", RULES.read_text()))
-    fixtures = Path(__file__).resolve().parent / "fixtures" / "vllm"
+    fixtures = VLLM_FIXTURES
     for version in ("0.32.0-cpu", "0.33.0"):
         defined = {
             line.split("\t")[0]: line.split("\t")[1]

@@ -15,12 +15,12 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
-ROOT = Path(__file__).resolve().parents[2]
-FIX = Path(__file__).resolve().parent / "fixtures" / "vllm"
-IDLE = (FIX / "0.32.0-cpu" / "metrics_idle.txt").read_text()
-AFTER = (FIX / "0.32.0-cpu" / "metrics_after_20_requests.txt").read_text()
-CHAT = json.loads((FIX / "0.32.0-cpu" / "responses" / "chat.json").read_text())
-MODELS = json.loads((FIX / "0.32.0-cpu" / "responses" / "models.json").read_text())
+from conftest import ROOT, fixture_json, fixture_text
+
+IDLE = fixture_text("vllm", "0.32.0-cpu", "metrics_idle.txt")
+AFTER = fixture_text("vllm", "0.32.0-cpu", "metrics_after_20_requests.txt")
+CHAT = fixture_json("vllm", "0.32.0-cpu", "responses", "chat.json")
+MODELS = fixture_json("vllm", "0.32.0-cpu", "responses", "models.json")
 
 
 def _load():
@@ -43,7 +43,7 @@ def preempted(text: str, value: float) -> str:
 
 
 def test_only_what_the_role_uses_is_registered():
-    assert sorted(F) == ["vllm_report_fragment", "vllm_report_fragment_name", "vllm_report_markdown",
+    assert sorted(F) == ["vllm_probe_url", "vllm_report_fragment", "vllm_report_fragment_name", "vllm_report_markdown",
                          "vllm_report_merge", "vllm_verify_result", "vllm_verify_unit_verdict"]
     used = " ".join(p.read_text() for p in (ROOT / "roles" / "vllm_verify").rglob("*.yml"))
     assert all(name in used for name in F)
@@ -73,6 +73,21 @@ def test_verify_result_and_report_filters():
     assert F["vllm_report_markdown"](merged).startswith("# vLLM rollout report: run-1")
     verdict = F["vllm_verify_unit_verdict"]("ActiveState=active\nSubState=running\nNRestarts=0\n", "vllm@main.service")
     assert verdict["error"] == "" and verdict["restarts"] == 0
+
+
+@pytest.mark.parametrize("address, url", [
+    ("", "http://127.0.0.1:8000"), (None, "http://127.0.0.1:8000"), ("0.0.0.0", "http://127.0.0.1:8000"),
+    ("::", "http://127.0.0.1:8000"), ("[::]", "http://127.0.0.1:8000"), ("10.0.0.5", "http://10.0.0.5:8000"),
+    ("127.0.0.1", "http://127.0.0.1:8000"), ("fd00::5", "http://[fd00::5]:8000"), ("[fd00::5]", "http://[fd00::5]:8000"),
+])
+def test_probe_url_reaches_a_wildcard_bind_on_loopback_and_brackets_ipv6(address, url):
+    """The one bind-address-to-URL rule: the vllm_verify role's probes and playbooks/benchmark.yml."""
+    assert F["vllm_probe_url"](address, 8000) == url
+    assert F["vllm_probe_url"](address, 8443, "https") == url.replace("http:", "https:").replace(":8000", ":8443")
+    with pytest.raises(AnsibleFilterError, match="vllm_probe_url: scheme must be http or https, got 'ftp'"):
+        F["vllm_probe_url"](address, 8000, "ftp")
+    benchmark = (ROOT / "playbooks" / "benchmark.yml").read_text()
+    assert "vllm_probe_url" in benchmark and "0.0.0.0" not in benchmark
 
 
 def test_thresholds_reach_the_findings():

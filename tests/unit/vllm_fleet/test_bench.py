@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from standin import LocalServer
+from conftest import LocalServer
 
 from vllm_fleet import bench
 

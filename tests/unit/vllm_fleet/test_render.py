@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
-
 from packaging.version import Version  # noqa: E402
 
 from vllm_fleet import profiles, render  # noqa: E402
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "vllm")
+from conftest import ROOT, VLLM_FIXTURES  # noqa: E402
+
+FIXTURES = str(VLLM_FIXTURES)
 HELP = {"0.32.0": "0.32.0-cpu/serve_help_all.txt", "0.33.0": "0.33.0/serve_help_all.txt"}
 
 
@@ -211,7 +211,7 @@ def test_versions_the_project_cannot_vouch_for(version, message):
 
 def test_serve_options_are_generated_from_the_captures():
     """data/serve_options.yml is what scripts/serve-options.py extracts from the real help captures."""
-    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "serve-options.py")
+    script = os.path.join(ROOT, "scripts", "serve-options.py")
     proc = subprocess.run([sys.executable, script, "--check"] + [f"{v}={os.path.join(FIXTURES, f)}"
                                                                  for v, f in HELP.items()],
                           capture_output=True, text=True)

@@ -1,14 +1,11 @@
 """profiles: the shipped profiles, resolution (name + overrides) and every bad input's message."""
 
-import os
 import re
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
-
-from vllm_fleet import catalogue, profiles  # noqa: E402
+from conftest import ROOT
+from vllm_fleet import catalogue, profiles
 
 GUIDE_PROFILES = {
     "rtx4090-7b-decode", "rtx4090-7b-prefill", "rtx4090-7b-awq", "rtx4090-7b-prefix-heavy",
@@ -145,9 +142,8 @@ def test_measured_numbers_in_the_profiles_are_the_committed_gpu_results():
     (fid-<profile>, or the candidate that ran these settings) ran exactly the shipped settings where the loan's
     plan recorded them."""
     import json
-    from pathlib import Path
 
-    repo = Path(__file__).resolve().parents[2]
+    repo = ROOT
     shipped = profiles._shipped()
     gpu_profiles = [name for name in shipped if not name.startswith("cpu-")]
     assert len(gpu_profiles) == 6

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "gpu"
+from conftest import GPU_FIXTURES as FIXTURES, ROOT as REPO
+
 SHARED_H200 = REPO / ".." / "shared" / "fixtures" / "gpu" / "h200"
 ROLE = REPO / "roles" / "nvidia_driver"
 

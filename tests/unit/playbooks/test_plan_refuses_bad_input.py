@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from conftest import ROOT
+
 SECRET = "sk-lab-7f3a9c"  # a test value, not a real key: it must never appear in a message
 UNIT_LINE = "\nExecStartPre=+/bin/sh -c id"
 # Llama-3.1-8B's dimensions, typed by hand from its published config.json (a target of another tokenizer family).
@@ -204,6 +205,7 @@ def test_the_corpus_is_large_and_each_case_is_its_own():
     assert len({case for case, *_ in CASES + ODD}) == len(CASES + ODD)
 
 
+@pytest.mark.integration
 def test_the_run_fails_at_plan_time_counting_every_refusal(plan):
     proc, entries = plan
     out = proc.stdout + proc.stderr
@@ -214,10 +216,12 @@ def test_the_run_fails_at_plan_time_counting_every_refusal(plan):
     assert "UNREACHABLE" not in out and SECRET not in out
 
 
+@pytest.mark.integration
 def test_a_host_without_bad_input_plans_clean(plan):
     assert plan[1]["hosts"][host_name(CLEAN)]["errors"] == []
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case,variables,setting,says", CASES, ids=[c[0] for c in CASES])
 def test_each_bad_input_is_refused_with_one_message_naming_host_setting_value_and_fix(plan, case, variables,
                                                                                         setting, says):
@@ -235,6 +239,7 @@ def test_each_bad_input_is_refused_with_one_message_naming_host_setting_value_an
             assert repr(value) in message or str(value) in message, message
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case,variables", ODD, ids=[c[0] for c in ODD])
 def test_valid_but_odd_values_plan_clean(plan, case, variables):
     entry = plan[1]["hosts"][host_name(case)]
@@ -246,6 +251,7 @@ def test_valid_but_odd_values_plan_clean(plan, case, variables):
         assert "--swap-space" not in entry["args"] and entry["dropped"][-1]["flag"] == "--swap-space"
 
 
+@pytest.mark.integration
 def test_site_yml_stops_at_the_plan_before_the_driver_play(tmp_path):
     """The first play's any_errors_fatal stops every host: the driver play never starts, nothing is reached."""
     hosts = {"gpu-4090-01.example.internal": {"vllm_cache_dir": "/var/cache/vllm" + UNIT_LINE},

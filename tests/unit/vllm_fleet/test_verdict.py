@@ -9,18 +9,18 @@ from __future__ import annotations
 import email.utils
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from vllm_fleet import verdict
 
-FIX = Path(__file__).resolve().parent / "fixtures" / "vllm"
-IDLE = (FIX / "0.32.0-cpu" / "metrics_idle.txt").read_text()
-AFTER = (FIX / "0.32.0-cpu" / "metrics_after_20_requests.txt").read_text()
-H200_FP8 = (FIX / "0.26.0-cuda-h200" / "metrics_fp8_kv_after_bench.txt").read_text()
-MODELS = json.loads((FIX / "0.32.0-cpu" / "responses" / "models.json").read_text())
-CHAT = json.loads((FIX / "0.32.0-cpu" / "responses" / "chat.json").read_text())
+from conftest import fixture_json, fixture_text
+
+IDLE = fixture_text("vllm", "0.32.0-cpu", "metrics_idle.txt")
+AFTER = fixture_text("vllm", "0.32.0-cpu", "metrics_after_20_requests.txt")
+H200_FP8 = fixture_text("vllm", "0.26.0-cuda-h200", "metrics_fp8_kv_after_bench.txt")
+MODELS = fixture_json("vllm", "0.32.0-cpu", "responses", "models.json")
+CHAT = fixture_json("vllm", "0.32.0-cpu", "responses", "chat.json")
 PROCESS_START = 1.79594370174e09  # process_start_time_seconds of the recorded pages
 
 PROFILE = {"model": "lab/tiny-qwen2", "served_model_name": "tiny", "kv_cache_dtype": "auto",

@@ -1,26 +1,16 @@
-"""planner: hand-computed capacity of the guide's models, the H200 calibration point, the checks,
-the filter plugin, the vllm_plan role and playbooks/plan.yml against unreachable hosts."""
+"""planner: hand-computed capacity of the guide's models, the H200 calibration point, the checks and the rules.
+The filter plugin is tested in tests/unit/plugins/filter/test_vllm_plan.py, playbooks/plan.yml in
+tests/unit/playbooks/test_plan.py."""
 
 import json
 import math
-import os
-import shutil
-import subprocess
-import sys
 
 import pytest
-import yaml
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "src"))
-
-from vllm_fleet import catalogue, planner  # noqa: E402
+from conftest import H200, L40, LAB, RTX4090
+from vllm_fleet import catalogue, planner
 
 GIB, MIB = 1 << 30, 1 << 20
-RTX4090 = {"name": "NVIDIA GeForce RTX 4090", "memory_mib": 24564, "bandwidth_gb_s": 1008, "count": 1}
-L40 = {"name": "NVIDIA L40", "memory_mib": 46068, "bandwidth_gb_s": 864, "count": 1}
-H200 = {"name": "NVIDIA H200", "memory_mib": 143771, "bandwidth_gb_s": 4800, "count": 1}
-LAB = {"name": "cpu", "memory_mib": 4096, "bandwidth_gb_s": 20, "count": 1}
 NON_TORCH, GRAPHS_PER_LAYER = 375809638, 12_700_000  # data/memory_model.yml, gpu
 
 
@@ -381,115 +371,6 @@ def test_a_large_fleets_table_starts_with_a_summary_and_groups_alike_hosts():
     assert sum(line.startswith("h0") for line in small) == planner.TABLE_MAX_ROWS
 
 
-# --- the filter plugin --------------------------------------------------------------------------------
-def load_filters():
-    pytest.importorskip("ansible", reason="the filter plugin needs ansible-core (the .venv)")
-    sys.path.insert(0, os.path.join(ROOT, "plugins", "filter"))
-    import vllm_plan
-
-    return vllm_plan
-
-
-def test_filter_plugin_filters():
-    vllm_plan = load_filters()
-    from ansible.errors import AnsibleFilterError
-
-    filters = vllm_plan.FilterModule().filters()
-    assert set(filters) == {"vllm_plan_host", "vllm_plan_hosts", "vllm_plan_table", "vllm_min_driver"}
-    assert filters["vllm_min_driver"]("0.33.0")["driver"] == "580.65.06"
-    with pytest.raises(AnsibleFilterError, match="vllm_min_driver: vllm_version='latest'"):
-        filters["vllm_min_driver"]("latest")
-    hostvars = {"a": {"vllm_profile_name": "rtx4090-7b-decode", "vllm_gpu": RTX4090, "vllm_version": "0.33.0",
-                      "ansible_host": "10.0.0.1"},
-                "b": {"vllm_profile_name": "l40-14b-awq-prefill", "vllm_gpu": L40, "vllm_version": "0.32.0"}}
-    whole = filters["vllm_plan_hosts"](hostvars, ["b", "a"], 512, 256)
-    assert list(whole["hosts"]) == ["a", "b"] and whole["hosts"]["a"]["capacity"]["kv_cache_tokens"] == 149_888
-    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_hosts: host 'c' is not in hostvars"):
-        filters["vllm_plan_hosts"](hostvars, ["c"])
-    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_hosts: expected a list of host names, got 'a'"):
-        filters["vllm_plan_hosts"](hostvars, "a")
-    # The profile is resolved and rendered in the plan only: the plan's entry has both.
-    entry = filters["vllm_plan_host"](dict(hostvars["a"], vllm_profile={"max_num_seqs": 32}), "a")
-    assert entry["profile_effective"]["max_num_seqs"] == 32
-    assert entry["args"][entry["args"].index("--max-num-seqs") + 1] == "32"
-    assert {d["flag"] for d in entry["dropped"]} == {"--swap-space", "--calculate-kv-scales"}
-    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_host: expected a mapping of the host's variables, got str"):
-        filters["vllm_plan_host"]("x", "h1")
-    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_table: expected plan.json's"):
-        filters["vllm_plan_table"]([])
-    for doc in (vllm_plan.DOCUMENTATION, vllm_plan.EXAMPLES, vllm_plan.RETURN):
-        yaml.safe_load(doc)
-
-
-# --- the role and the playbook --------------------------------------------------------------------------
-def test_argument_specs_cover_the_role_defaults():
-    role = os.path.join(ROOT, "roles", "vllm_plan")
-    with open(os.path.join(role, "defaults", "main.yml"), encoding="utf-8") as f:
-        defaults = yaml.safe_load(f)
-    with open(os.path.join(role, "meta", "argument_specs.yml"), encoding="utf-8") as f:
-        options = yaml.safe_load(f)["argument_specs"]["main"]["options"]
-    for name, value in defaults.items():
-        assert name in options, f"{name} has no argument spec"
-        assert options[name]["default"] == value, name
-
-
-def write_inventory(path, rtx_profile="rtx4090-7b-decode", l40_overrides=None):
-    (path / "group_vars").mkdir(parents=True)
-    (path / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"vllm_nodes": {"children": {
-        "rtx4090_nodes": {"hosts": {"gpu-4090-01.invalid": {}, "gpu-4090-02.invalid": {}}},
-        "l40_nodes": {"hosts": {"gpu-l40-01.invalid": {}}}}}}}}))
-    (path / "group_vars" / "all.yml").write_text(yaml.safe_dump(
-        {"vllm_version": "0.33.0", "ansible_user": "nobody", "ansible_become": True}))
-    (path / "group_vars" / "rtx4090_nodes.yml").write_text(yaml.safe_dump(
-        {"vllm_profile_name": rtx_profile, "vllm_gpu": RTX4090}))
-    (path / "group_vars" / "l40_nodes.yml").write_text(yaml.safe_dump(
-        {"vllm_profile_name": "l40-14b-awq-prefill", "vllm_gpu": L40, "vllm_profile": l40_overrides or {}}))
-
-
-def run_plan(inventory, report_dir):
-    ansible_playbook = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
-    if not os.path.exists(ansible_playbook):
-        pytest.skip("ansible-playbook is not in this Python's venv")
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    return subprocess.run([ansible_playbook, "-i", str(inventory), os.path.join(ROOT, "playbooks", "plan.yml"),
-                           "-e", f"vllm_report_dir={report_dir}"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
-
-
-def test_plan_playbook_on_unreachable_hosts(tmp_path):
-    pytest.importorskip("ansible")
-    write_inventory(tmp_path / "inv")
-    result = run_plan(tmp_path / "inv", tmp_path / "out")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "unreachable=0" in result.stdout and "failed=0" in result.stdout
-    assert "gpu-4090-01.invalid  rtx4090-7b-decode" in result.stdout  # the table
-    with open(tmp_path / "out" / "plan.json", encoding="utf-8") as f:
-        written = json.load(f)
-    assert sorted(written["hosts"]) == ["gpu-4090-01.invalid", "gpu-4090-02.invalid", "gpu-l40-01.invalid"]
-    assert written["hosts"]["gpu-4090-01.invalid"]["capacity"]["kv_cache_tokens"] == 149_888
-
-
-def test_plan_playbook_fails_on_a_host_error_after_writing_the_report(tmp_path):
-    pytest.importorskip("ansible")
-    write_inventory(tmp_path / "inv", l40_overrides={"gpu_memory_utilization": 0.99})
-    result = run_plan(tmp_path / "inv", tmp_path / "out")
-    assert result.returncode != 0
-    assert "gpu-l40-01.invalid: gpu_memory_utilization=0.99 is above 0.95" in result.stdout
-    assert "1 planning error(s)" in result.stdout and "failed=1" in result.stdout
-    with open(tmp_path / "out" / "plan.json", encoding="utf-8") as f:
-        written = json.load(f)
-    assert written["hosts"]["gpu-l40-01.invalid"]["errors"]
-
-
-@pytest.mark.skipif(shutil.which("true") is None, reason="needs a POSIX userland")
-def test_benchmark_script_runs_quickly():
-    script = os.path.join(ROOT, "benchmarks", "plan_200_hosts.py")
-    result = subprocess.run([sys.executable, script, "--hosts", "20"], capture_output=True, text=True, timeout=120,
-                            env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src")))
-    assert result.returncode == 0, result.stderr
-    assert "20 hosts" in result.stdout
-
-
 def test_kv_cache_that_cannot_hold_max_num_seqs_typical_requests():
     entry = plan("rtx4090-7b-prefill", {"max_num_seqs": 256})
     # 113,552 tokens of bf16 KV < 256 requests x (512 + 256) tokens = 196,608
@@ -526,7 +407,7 @@ def test_fp8_kv_on_ada_that_buys_no_capacity_is_flagged():
 
 
 def test_ada_is_told_by_the_detected_compute_capability_before_the_name():
-    """The nvidia_driver role publishes the detected compute capability in vllm_gpu; the Ada rule reads it, and
+    """The nvidia_driver role publishes the detected compute capability (the plan maps it into vllm_gpu); the Ada rule reads it, and
     falls back to the card's name only for a vllm_gpu without one (a group's assumption)."""
     fp8 = {"kv_cache_dtype": "fp8", "calculate_kv_scales": True}
     load = {"vllm_typical_prompt_tokens": 1024, "vllm_typical_output_tokens": 512}
@@ -613,20 +494,3 @@ def test_a_model_used_in_place_is_served_from_its_own_path():
     entry = plan("rtx4090-7b-awq", vllm_state_dir="/srv/vllm", vllm_model_source="path",
                  vllm_model_src="/models/shared/qwen-awq", vllm_bind_address="0.0.0.0", vllm_port=8000)
     assert entry["args"][0] == "/models/shared/qwen-awq"
-
-
-def test_the_filter_fills_what_the_inventory_leaves_from_the_vllm_roles_defaults():
-    """The planner sees the role's defaults (state folder, bind address, port) where the inventory says nothing,
-    so plan.json's arguments are the deployed ones on a plain inventory too."""
-    filters = load_filters()
-    with open(os.path.join(ROOT, "roles", "vllm", "defaults", "main.yml")) as handle:
-        defaults = yaml.safe_load(handle)
-    hostvars = {"h1": {"vllm_profile_name": "cpu-lab-tiny", "vllm_version": "0.32.0",
-                       "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0}}}
-    entry = filters.vllm_plan_hosts(hostvars, ["h1"])["hosts"]["h1"]
-    args = entry["args"]
-    assert args[0] == "%s/models/lab--tiny-qwen2" % defaults["vllm_state_dir"]
-    assert args[args.index("--host") + 1] == defaults["vllm_bind_address"]
-    assert args[args.index("--port") + 1] == str(defaults["vllm_port"])
-    hostvars["h1"]["vllm_port"] = 9000
-    assert "9000" in filters.vllm_plan_hosts(hostvars, ["h1"])["hosts"]["h1"]["args"]

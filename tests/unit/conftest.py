@@ -1,0 +1,62 @@
+"""What every unit test shares: where the repository and its fixtures are, the fixture loaders, and the
+threaded local HTTP server behind the stand-ins of a vLLM server.
+
+The layout mirrors the source: tests/unit/vllm_fleet/test_planner.py for src/vllm_fleet/planner.py,
+tests/unit/plugins/filter/test_vllm_verify.py for plugins/filter/vllm_verify.py, tests/unit/roles/ for the
+roles, tests/unit/playbooks/ for playbooks/. Tests that run ansible-playbook are marked ``integration``.
+Test modules import the names below (``from conftest import ROOT, fixture_text, LocalServer``): their
+stand-ins subclass LocalServer, and their module-level constants read fixtures at import time.
+Standard library only: the parser tests run it in the .venv-vllm test venv too.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+VLLM_FIXTURES = FIXTURES / "vllm"  # real vLLM pages and answers (fixtures/vllm/README.md)
+GPU_FIXTURES = FIXTURES / "gpu"  # real and constructed nvidia-smi outputs (fixtures/gpu/README.md)
+
+# The cards the planner tests plan for (vllm_gpu as a group gives it).
+RTX4090 = {"name": "NVIDIA GeForce RTX 4090", "memory_mib": 24564, "bandwidth_gb_s": 1008, "count": 1}
+L40 = {"name": "NVIDIA L40", "memory_mib": 46068, "bandwidth_gb_s": 864, "count": 1}
+H200 = {"name": "NVIDIA H200", "memory_mib": 143771, "bandwidth_gb_s": 4800, "count": 1}
+LAB = {"name": "cpu", "memory_mib": 4096, "bandwidth_gb_s": 20, "count": 1}
+
+# This checkout's package, before any installed copy (a venv's editable install may point at another checkout).
+if str(ROOT / "src") not in sys.path:
+    sys.path.insert(0, str(ROOT / "src"))
+
+
+def fixture_text(*parts: str) -> str:
+    """The text of a fixture file: fixture_text("vllm", "0.32.0-cpu", "metrics_idle.txt")."""
+    return FIXTURES.joinpath(*parts).read_text()
+
+
+def fixture_json(*parts: str) -> Any:
+    """A JSON fixture file, parsed."""
+    return json.loads(fixture_text(*parts))
+
+
+class LocalServer:
+    """Serves `handler` on 127.0.0.1 (a free port) in a daemon thread, for the length of a `with`."""
+
+    def __init__(self, handler: type[http.server.BaseHTTPRequestHandler]):
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,63 @@
+"""playbooks/plan.yml (the vllm_plan role) on hosts that cannot be reached: the table, plan.json, and the stop
+on a host's error after the report is written."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import L40, ROOT as _ROOT, RTX4090
+
+ROOT = str(_ROOT)
+
+
+def write_inventory(path, rtx_profile="rtx4090-7b-decode", l40_overrides=None):
+    (path / "group_vars").mkdir(parents=True)
+    (path / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"vllm_nodes": {"children": {
+        "rtx4090_nodes": {"hosts": {"gpu-4090-01.invalid": {}, "gpu-4090-02.invalid": {}}},
+        "l40_nodes": {"hosts": {"gpu-l40-01.invalid": {}}}}}}}}))
+    (path / "group_vars" / "all.yml").write_text(yaml.safe_dump(
+        {"vllm_version": "0.33.0", "ansible_user": "nobody", "ansible_become": True}))
+    (path / "group_vars" / "rtx4090_nodes.yml").write_text(yaml.safe_dump(
+        {"vllm_profile_name": rtx_profile, "vllm_gpu": RTX4090}))
+    (path / "group_vars" / "l40_nodes.yml").write_text(yaml.safe_dump(
+        {"vllm_profile_name": "l40-14b-awq-prefill", "vllm_gpu": L40, "vllm_profile": l40_overrides or {}}))
+
+
+def run_plan(inventory, report_dir):
+    ansible_playbook = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+    if not os.path.exists(ansible_playbook):
+        pytest.skip("ansible-playbook is not in this Python's venv")
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run([ansible_playbook, "-i", str(inventory), os.path.join(ROOT, "playbooks", "plan.yml"),
+                           "-e", f"vllm_report_dir={report_dir}"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.integration
+def test_plan_playbook_on_unreachable_hosts(tmp_path):
+    pytest.importorskip("ansible")
+    write_inventory(tmp_path / "inv")
+    result = run_plan(tmp_path / "inv", tmp_path / "out")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "unreachable=0" in result.stdout and "failed=0" in result.stdout
+    assert "gpu-4090-01.invalid  rtx4090-7b-decode" in result.stdout  # the table
+    with open(tmp_path / "out" / "plan.json", encoding="utf-8") as f:
+        written = json.load(f)
+    assert sorted(written["hosts"]) == ["gpu-4090-01.invalid", "gpu-4090-02.invalid", "gpu-l40-01.invalid"]
+    assert written["hosts"]["gpu-4090-01.invalid"]["capacity"]["kv_cache_tokens"] == 149_888
+
+
+@pytest.mark.integration
+def test_plan_playbook_fails_on_a_host_error_after_writing_the_report(tmp_path):
+    pytest.importorskip("ansible")
+    write_inventory(tmp_path / "inv", l40_overrides={"gpu_memory_utilization": 0.99})
+    result = run_plan(tmp_path / "inv", tmp_path / "out")
+    assert result.returncode != 0
+    assert "gpu-l40-01.invalid: gpu_memory_utilization=0.99 is above 0.95" in result.stdout
+    assert "1 planning error(s)" in result.stdout and "failed=1" in result.stdout
+    with open(tmp_path / "out" / "plan.json", encoding="utf-8") as f:
+        written = json.load(f)
+    assert written["hosts"]["gpu-l40-01.invalid"]["errors"]

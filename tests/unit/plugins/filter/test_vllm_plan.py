@@ -1,0 +1,94 @@
+"""plugins/filter/vllm_plan.py: the planning filters over vllm_fleet.planner (the filters a role uses, their
+errors naming the bad value, the vllm role's defaults filled in, the detected GPUs mapped onto vllm_gpu)."""
+import os
+import sys
+
+import pytest
+import yaml
+
+from conftest import L40, ROOT as _ROOT, RTX4090
+from vllm_fleet import planner
+
+ROOT = str(_ROOT)
+
+
+def load_filters():
+    pytest.importorskip("ansible", reason="the filter plugin needs ansible-core (the .venv)")
+    sys.path.insert(0, os.path.join(ROOT, "plugins", "filter"))
+    import vllm_plan
+
+    return vllm_plan
+
+
+def test_filter_plugin_filters():
+    vllm_plan = load_filters()
+    from ansible.errors import AnsibleFilterError
+
+    filters = vllm_plan.FilterModule().filters()
+    assert set(filters) == {"vllm_plan_host", "vllm_plan_hosts", "vllm_plan_table", "vllm_min_driver"}
+    assert filters["vllm_min_driver"]("0.33.0")["driver"] == "580.65.06"
+    with pytest.raises(AnsibleFilterError, match="vllm_min_driver: vllm_version='latest'"):
+        filters["vllm_min_driver"]("latest")
+    hostvars = {"a": {"vllm_profile_name": "rtx4090-7b-decode", "vllm_gpu": RTX4090, "vllm_version": "0.33.0",
+                      "ansible_host": "10.0.0.1"},
+                "b": {"vllm_profile_name": "l40-14b-awq-prefill", "vllm_gpu": L40, "vllm_version": "0.32.0"}}
+    whole = filters["vllm_plan_hosts"](hostvars, ["b", "a"], 512, 256)
+    assert list(whole["hosts"]) == ["a", "b"] and whole["hosts"]["a"]["capacity"]["kv_cache_tokens"] == 149_888
+    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_hosts: host 'c' is not in hostvars"):
+        filters["vllm_plan_hosts"](hostvars, ["c"])
+    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_hosts: expected a list of host names, got 'a'"):
+        filters["vllm_plan_hosts"](hostvars, "a")
+    # The profile is resolved and rendered in the plan only: the plan's entry has both.
+    entry = filters["vllm_plan_host"](dict(hostvars["a"], vllm_profile={"max_num_seqs": 32}), "a")
+    assert entry["profile_effective"]["max_num_seqs"] == 32
+    assert entry["args"][entry["args"].index("--max-num-seqs") + 1] == "32"
+    assert {d["flag"] for d in entry["dropped"]} == {"--swap-space", "--calculate-kv-scales"}
+    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_host: expected a mapping of the host's variables, got str"):
+        filters["vllm_plan_host"]("x", "h1")
+    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_table: expected plan.json's"):
+        filters["vllm_plan_table"]([])
+    for doc in (vllm_plan.DOCUMENTATION, vllm_plan.EXAMPLES, vllm_plan.RETURN):
+        yaml.safe_load(doc)
+
+
+def test_the_filter_fills_what_the_inventory_leaves_from_the_vllm_roles_defaults():
+    """The planner sees the role's defaults (state folder, bind address, port) where the inventory says nothing,
+    so plan.json's arguments are the deployed ones on a plain inventory too."""
+    filters = load_filters()
+    with open(os.path.join(ROOT, "roles", "vllm", "defaults", "main.yml")) as handle:
+        defaults = yaml.safe_load(handle)
+    hostvars = {"h1": {"vllm_profile_name": "cpu-lab-tiny", "vllm_version": "0.32.0",
+                       "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0}}}
+    entry = filters.vllm_plan_hosts(hostvars, ["h1"])["hosts"]["h1"]
+    args = entry["args"]
+    assert args[0] == "%s/models/lab--tiny-qwen2" % defaults["vllm_state_dir"]
+    assert args[args.index("--host") + 1] == defaults["vllm_bind_address"]
+    assert args[args.index("--port") + 1] == str(defaults["vllm_port"])
+    hostvars["h1"]["vllm_port"] = 9000
+    assert "9000" in filters.vllm_plan_hosts(hostvars, ["h1"])["hosts"]["h1"]["args"]
+
+
+def test_detected_gpus_replace_the_groups_assumption_with_its_bandwidth_for_the_same_card():
+    """The nvidia_driver role publishes nvidia_driver_gpus; the plan sizes the host with them: the detected name,
+    count, smallest memory and compute capability, the group's bandwidth when the group names the same card (by
+    nvidia-smi name or catalog model), else the catalog's, else the group's, else 0."""
+    l40s = {"model": "L40", "name": "NVIDIA L40", "count": 4, "memory_mib": 46068, "compute_cap": "8.9",
+            "bandwidth_gb_s": 864, "driver_version": "580.159.04", "uuids": []}
+    wanted = {"name": "NVIDIA L40", "memory_mib": 46068, "count": 4, "compute_cap": "8.9"}
+    assert planner.detected_gpu(dict(L40, bandwidth_gb_s=900), l40s) == dict(wanted, bandwidth_gb_s=900)
+    assert planner.detected_gpu({"name": "L40", "bandwidth_gb_s": 850}, l40s) == dict(wanted, bandwidth_gb_s=850)
+    # a group that assumed another card: the catalog's figure for the detected one
+    assert planner.detected_gpu(RTX4090, l40s) == dict(wanted, bandwidth_gb_s=864)
+    assert planner.detected_gpu(None, l40s) == dict(wanted, bandwidth_gb_s=864)
+    unknown = dict(l40s, model="NVIDIA RTX 6000", name="NVIDIA RTX 6000", bandwidth_gb_s=None)
+    assert planner.detected_gpu(RTX4090, unknown)["bandwidth_gb_s"] == 1008
+    assert planner.detected_gpu({}, unknown)["bandwidth_gb_s"] == 0
+    # The filter plugin plans a host with its detected cards once the role has published them.
+    filters = load_filters().FilterModule().filters()
+    host = {"vllm_profile_name": "l40-14b-awq-prefill", "vllm_gpu": RTX4090, "vllm_version": "0.32.0"}
+    assumed = filters["vllm_plan_host"](host, "a")
+    detected = filters["vllm_plan_host"](dict(host, nvidia_driver_gpus=dict(l40s, count=1)), "a")
+    assert assumed["gpu"] == {"name": "NVIDIA GeForce RTX 4090", "count": 1, "memory_mib": 24564}
+    assert detected["gpu"] == {"name": "NVIDIA L40", "count": 1, "memory_mib": 46068, "compute_cap": "8.9"}
+    assert detected["capacity"] == filters["vllm_plan_host"](dict(host, vllm_gpu=dict(L40, compute_cap="8.9")),
+                                                             "a")["capacity"]
