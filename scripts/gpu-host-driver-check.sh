@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the nvidia_driver role's detection and verification for real on a GPU host that has no package
-# registry (the lent H200: Ubuntu 24.04, driver 580 loaded, Python 3.12), from a checkout of this repo.
+# registry (an H200 host: Ubuntu 24.04, driver 580 loaded, Python 3.12), from a checkout of this repo.
 #
 #   scripts/gpu-host-driver-check.sh [EXPECTED_GPU]        (default H200)
 #

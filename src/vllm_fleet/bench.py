@@ -79,7 +79,7 @@ STALL_FACTOR = 3.0
 def _gap_stats(gaps: List[float]) -> Dict[str, Optional[float]]:
     """_stats of the inter-token gaps, plus the share of gaps longer than STALL_FACTOR x the median: the
     decode steps a prefill stalled. p99 alone jumps between plateaus when that share is near 1 % (seen on
-    the H200: the same L40 profile gave a p99 ITL of 202 ms in one loan and 79 ms in the next)."""
+    the H200: the same L40 profile gave a p99 ITL of 202 ms in one run and 79 ms in the next)."""
     out = _stats(gaps)
     if gaps:
         limit = percentile(gaps, 50) * STALL_FACTOR
