@@ -15,6 +15,7 @@ case $cmd in
     scripts/bootstrap.sh
     scripts/wheelhouse.sh
     "$VENV/bin/python" scripts/build-tiny-model.py "$CACHE_DIR/mirror/models/lab/tiny-qwen2" >/dev/null
+    "$VENV/bin/python" scripts/apt-mirror.py
     ansible-playbook -i inventories/lab playbooks/lab.yml
     ansible-playbook -i inventories/lab site.yml "$@"
     first=$(awk '/ansible_host:/ {print $2; exit}' inventories/lab/hosts.yml)
