@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything the controller needs, idempotently, on a fresh Debian 12 machine:
-#   1. apt packages (podman with the netavark network backend, runc, debootstrap, promtool)
+#   1. apt packages (podman with the netavark network backend, runc, debootstrap, promtool, apt-utils and
+#      gnupg for the lab's package mirror)
 #   2. .venv: pinned ansible-core and tools (requirements/controller.txt) + this repo's vllm_fleet package
 #   3. collections from requirements.yml (Galaxy, else the copies bundled in PyPI's `ansible` wheel)
 #   4. the Podman configuration for this machine kind and the Debian 12 systemd base image
@@ -17,7 +18,7 @@ done_phase() { printf '=== bootstrap: done in %ss\n' "$((SECONDS - PHASE_START))
 # netavark + aardvark-dns: with --no-install-recommends podman brings the CNI backend, whose --internal
 # network bridge gets no IPv4 address, so this machine has no route to the lab network. netavark 1.4 runs
 # iptables for every network it sets up ("netavark: No such file or directory" without it).
-APT_PACKAGES=(podman netavark aardvark-dns iptables runc debootstrap uidmap prometheus)
+APT_PACKAGES=(podman netavark aardvark-dns iptables runc debootstrap uidmap prometheus apt-utils gnupg)
 phase "apt packages: ${APT_PACKAGES[*]}"
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

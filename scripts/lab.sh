@@ -15,16 +15,18 @@ case $cmd in
     scripts/bootstrap.sh
     scripts/wheelhouse.sh
     "$VENV/bin/python" scripts/build-tiny-model.py "$CACHE_DIR/mirror/models/lab/tiny-qwen2" >/dev/null
+    "$VENV/bin/python" scripts/apt-mirror.py
     ansible-playbook -i inventories/lab playbooks/lab.yml
     ansible-playbook -i inventories/lab site.yml "$@"
-    first=$(awk '/ansible_host:/ {print $2; exit}' inventories/lab/hosts.yml)
-    served=$(curl -s -m 5 "http://$first:8000/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])' 2>/dev/null || echo MODEL)
+    gateway=$(awk '/lab-gw:/ {getline; print $2; exit}' inventories/lab/hosts.yml)
     cat <<EOT
 
-The lab serves. Query it from this machine:
-  curl -s http://$first:8000/v1/chat/completions -H 'Content-Type: application/json' \\
-    -d '{"model": "$served", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 32}'
-  curl -s http://$first:8000/metrics | grep '^vllm:'
+The lab serves through its gateway (TLS with the lab's CA, a tenant's API key). Query it from this machine:
+  curl -s --cacert .cache/lab/pki/ca.crt https://$gateway/v1/chat/completions \\
+    -H "Authorization: Bearer \$(cat .cache/lab/api-keys/lab-team-a)" -H 'Content-Type: application/json' \\
+    -d '{"model": "tiny-qwen2", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 32}'
+vLLM's own /metrics, from the lab network only (never through the gateway):
+  curl -s http://$(awk '/ansible_host:/ {print $2; exit}' inventories/lab/hosts.yml):8000/metrics | grep '^vllm:'
 Reports: reports/   Tear down: scripts/lab.sh down
 EOT
     ;;

@@ -38,6 +38,7 @@ phase_bootstrap() {
   scripts/bootstrap.sh &&
   scripts/wheelhouse.sh &&
   "$VENV/bin/python" scripts/build-tiny-model.py "$CACHE_DIR/mirror/models/lab/tiny-qwen2" &&
+  "$VENV/bin/python" scripts/apt-mirror.py &&
   scripts/vllm-parser-venv.sh &&
   # The Molecule scenarios that serve vLLM use the lab's network, mirror and SSH key.
   ansible-playbook -i inventories/lab playbooks/lab.yml -e lab_mirror_only=true

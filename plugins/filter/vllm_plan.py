@@ -96,7 +96,7 @@ def plan_inputs(variables, skip=()):
         if isinstance(value, Undefined):
             continue  # built from what the plan publishes (vllm_profile_effective): the role checks it
         inputs[name] = defaults.get(name) if value is None and name in defaults else _plain(value)
-    for name in ("vllm_typical_prompt_tokens", "vllm_typical_output_tokens"):
+    for name in ("vllm_typical_prompt_tokens", "vllm_typical_output_tokens", "ansible_host"):
         if variables.get(name) is not None:
             inputs[name] = variables.get(name)
     detected = variables.get("nvidia_driver_gpus")  # the nvidia_driver role's fact, once it has verified the cards
@@ -207,6 +207,21 @@ def vllm_plan_hosts(hostvars, hosts, typical_prompt_tokens=None, typical_output_
     return {"hosts": plan}
 
 
+def vllm_plan_instances(hostvars, hosts):
+    """{host: the host's planned instances} for `hosts` (planner.instances: what the units bind and a gateway
+    reaches), without planning the rest: a gateway lists every host's instances even when the run is limited."""
+    if isinstance(hosts, str) or not hasattr(hosts, "__iter__"):
+        raise AnsibleFilterError(f"vllm_plan_instances: expected a list of host names, got {hosts!r}")
+    result = {}
+    for host in sorted(hosts, key=str):
+        try:
+            variables = hostvars[host]
+        except KeyError:
+            raise AnsibleFilterError(f"vllm_plan_instances: host {host!r} is not in hostvars") from None
+        result[str(host)] = planner.instances(str(host), plan_inputs(variables))
+    return result
+
+
 def vllm_min_driver(vllm_version):
     """The {vllm, cuda, driver} line of data/cuda_compat.yml that applies to a vLLM release."""
     try:
@@ -229,5 +244,6 @@ class FilterModule:
             "vllm_plan_host": vllm_plan_host,
             "vllm_plan_hosts": vllm_plan_hosts,
             "vllm_plan_table": vllm_plan_table,
+            "vllm_plan_instances": vllm_plan_instances,
             "vllm_min_driver": vllm_min_driver,
         }

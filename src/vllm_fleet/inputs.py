@@ -33,7 +33,7 @@ UNIT_VARS = ("vllm_user", "vllm_group", "vllm_state_dir", "vllm_cache_dir", "vll
              "vllm_environment_allow", "vllm_api_key", "vllm_hf_token",
              "vllm_install_source", "vllm_wheelhouse_url", "vllm_keep_releases", "vllm_model_source",
              "vllm_model_url", "vllm_model_src", "vllm_draft_model_source", "vllm_draft_model_url",
-             "vllm_draft_model_src", "vllm_syscall_filter")
+             "vllm_draft_model_src", "vllm_syscall_filter", "vllm_shutdown_timeout", "vllm_timeout_stop_sec")
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 UNSAFE_IN_UNIT_PATH = re.compile(r"[\s%\"'\\;]")
@@ -137,6 +137,7 @@ def check(host: str, values: Mapping[str, Any], draft: bool = False) -> list[str
         except ValueError:
             errors.append(f"{host}: vllm_bind_address={address!r} is not an IP address; fix: the host's internal "
                           "address, 127.0.0.1, or 0.0.0.0 for every interface")
+    errors += _stop(host, values.get("vllm_shutdown_timeout"), values.get("vllm_timeout_stop_sec"))
     devices = values.get("vllm_device_allow")
     if devices is not None:
         if not isinstance(devices, (list, tuple)):
@@ -188,3 +189,22 @@ def _environment(host: str, environment: Any, allow: Any) -> list[str]:
         secret = any(word in key.upper() for word in ("KEY", "TOKEN", "SECRET", "PASSWORD"))
         errors += _text(host, f"vllm_environment.{key}", value, secret=secret)
     return errors
+
+
+# systemd's stop must outlast vLLM's own drain, or it kills the requests that --shutdown-timeout lets finish.
+STOP_MARGIN_SECONDS = 10
+
+
+def _stop(host: str, shutdown: Any, stop: Any) -> list[str]:
+    numbers = {}
+    for name, value in (("vllm_shutdown_timeout", shutdown), ("vllm_timeout_stop_sec", stop)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return [f"{host}: {name}={value!r} must be a whole number of seconds, 0 or more; fix: for example 30"]
+        numbers[name] = value
+    if len(numbers) == 2 and numbers["vllm_shutdown_timeout"] + STOP_MARGIN_SECONDS > numbers["vllm_timeout_stop_sec"]:
+        return [f"{host}: vllm_timeout_stop_sec={stop} does not outlast vllm_shutdown_timeout={shutdown} by "
+                f"{STOP_MARGIN_SECONDS} s: systemd would kill the requests vLLM is letting finish; fix: "
+                f"vllm_timeout_stop_sec: {shutdown + STOP_MARGIN_SECONDS + 20} or more, or a smaller vllm_shutdown_timeout"]
+    return []

@@ -252,12 +252,14 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
                                                     deploy["vllm_model_src"], deploy["vllm_state_dir"]),
             draft_model_path=draft_model_path(profile, deploy),
             extra_args=dict(extra, **{key: deploy[name] for key, name in (("host", "vllm_bind_address"),
-                                                                           ("port", "vllm_port"))
-                                      if deploy[name] not in (None, "")}))
+                                                                           ("port", "vllm_port"),
+                                                                           ("shutdown_timeout", "vllm_shutdown_timeout"))
+                                      if deploy[name] not in (None, "", 0)}))
     except ValueError as exc:
         errors.append(f"{host}: {exc}")
         return entry
     entry["args"], entry["dropped"] = rendered.args, rendered.dropped
+    entry["instances"] = instances(host, hostvars)
     warnings += [f"{host}: {w}" for w in rendered.warnings]
 
     _capacity(host, profile, gpu, extra, hostvars, prompt_tokens, output_tokens, entry)
@@ -268,7 +270,26 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
 # unit runs. The values the role's defaults give (roles/vllm/defaults/main.yml) reach the planner through the
 # filter plugin, which reads that file; a host's inventory overrides them.
 DEPLOY_VARS = ("vllm_state_dir", "vllm_model_source", "vllm_model_src", "vllm_draft_model_source",
-               "vllm_draft_model_src", "vllm_bind_address", "vllm_port")
+               "vllm_draft_model_src", "vllm_bind_address", "vllm_port", "vllm_instance", "vllm_shutdown_timeout")
+_WILDCARD = ("", "0.0.0.0", "::", "[::]")
+
+
+def instances(host: str, hostvars: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The host's vLLM instances as the unit, the health wait, the verification and a gateway reach them: name,
+    unit, port, `local_url` (from the host itself) and `address` (from the host's network: the bind address, or
+    the inventory's ansible_host when it binds every interface)."""
+    deploy = deploy_inputs(hostvars)
+    bind = str(deploy["vllm_bind_address"] or "")
+    local = "127.0.0.1" if bind in _WILDCARD else bind
+    address = str(hostvars.get("ansible_host") or host) if bind in _WILDCARD else bind
+    name = str(deploy["vllm_instance"] or "main")
+    port = int(deploy["vllm_port"] or 8000)
+
+    def url(addr: str) -> str:
+        return f"http://[{addr}]:{port}" if ":" in addr else f"http://{addr}:{port}"
+
+    return [{"name": name, "unit": f"vllm@{name}.service", "port": port, "local_url": url(local),
+             "address": address, "url": url(address)}]
 
 
 def deploy_inputs(hostvars: Mapping[str, Any]) -> dict[str, Any]:

