@@ -31,7 +31,7 @@ from typing import Any, Mapping
 
 from packaging.version import Version
 
-from . import catalogue, datafiles, inputs, profiles, render
+from . import catalogue, datafiles, endpoints, inputs, profiles, render
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -271,25 +271,20 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
 # filter plugin, which reads that file; a host's inventory overrides them.
 DEPLOY_VARS = ("vllm_state_dir", "vllm_model_source", "vllm_model_src", "vllm_draft_model_source",
                "vllm_draft_model_src", "vllm_bind_address", "vllm_port", "vllm_instance", "vllm_shutdown_timeout")
-_WILDCARD = ("", "0.0.0.0", "::", "[::]")
 
 
 def instances(host: str, hostvars: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The host's vLLM instances as the unit, the health wait, the verification and a gateway reach them: name,
-    unit, port, `local_url` (from the host itself) and `address` (from the host's network: the bind address, or
-    the inventory's ansible_host when it binds every interface)."""
+    unit, port, `local_url` (from the host itself) and `address` and `url` (from the host's network: the bind
+    address, or the inventory's ansible_host when it binds every interface)."""
     deploy = deploy_inputs(hostvars)
-    bind = str(deploy["vllm_bind_address"] or "")
-    local = "127.0.0.1" if bind in _WILDCARD else bind
-    address = str(hostvars.get("ansible_host") or host) if bind in _WILDCARD else bind
+    bind = deploy["vllm_bind_address"]
+    address = endpoints.network_address(bind, str(hostvars.get("ansible_host") or host))
     name = str(deploy["vllm_instance"] or "main")
     port = int(deploy["vllm_port"] or 8000)
-
-    def url(addr: str) -> str:
-        return f"http://[{addr}]:{port}" if ":" in addr else f"http://{addr}:{port}"
-
-    return [{"name": name, "unit": f"vllm@{name}.service", "port": port, "local_url": url(local),
-             "address": address, "url": url(address)}]
+    return [{"name": name, "unit": f"vllm@{name}.service", "port": port,
+             "local_url": endpoints.probe_url(bind, port), "address": address,
+             "url": endpoints.probe_url(address, port)}]
 
 
 def deploy_inputs(hostvars: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from vllm_fleet import metrics as _metrics
+from vllm_fleet.endpoints import WILDCARD_ADDRESSES, probe_url  # noqa: F401 (the filter plugin's API)
 
 __all__ = ["crashed_after_start", "host_entry", "unit_verdict", "version_matches"]
 
@@ -181,19 +182,7 @@ def _as_json(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 
-# The address a host's own probes reach vLLM on when it binds every interface (or nothing is set).
-WILDCARD_ADDRESSES = ("", "0.0.0.0", "::", "[::]")
-
-
-def probe_url(address: Any, port: Any, scheme: str = "http") -> str:
-    """The base URL of a host's vLLM as the host itself reaches it (the vllm_verify role's probes, the benchmark):
-    a wildcard or empty bind address on 127.0.0.1, an IPv6 address in brackets."""
-    address = "" if address is None else str(address)
-    if address in WILDCARD_ADDRESSES:
-        address = "127.0.0.1"
-    elif ":" in address and not address.startswith("["):
-        address = f"[{address}]"
-    return f"{scheme}://{address}:{port}"
+# The probes' URL (a wildcard bind address on loopback): vllm_fleet.endpoints, shared with the plan's instances.
 
 
 # ------------------------------------------------------------------------------------------------
