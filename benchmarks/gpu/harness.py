@@ -220,6 +220,41 @@ def bench_summary(result: dict) -> dict:
     return {k: result.get(k) for k in keys if k in result}
 
 
+def _pct(values: list[float], q: float) -> float | None:
+    """The q-th percentile (0-100, linear between ranks, as numpy's default), None for no values."""
+    vals = sorted(values)
+    if not vals:
+        return None
+    k = (len(vals) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(vals) - 1)
+    return vals[lo] + (vals[hi] - vals[lo]) * (k - lo)
+
+
+def bench_detail(result: dict, users: int) -> dict:
+    """What a `--save-detailed` result says about where the TTFT comes from: requests in the order they were
+    sent (start_times), the first `users` (the burst at t=0) against the later ones (sent as earlier ones
+    finished), in ms; and the inter-token gaps over 3x their median (stalled by a prefill step), as a
+    share of all gaps with their median length."""
+    starts, ttfts = result.get("start_times") or [], result.get("ttfts") or []
+    if not ttfts or len(starts) != len(ttfts):
+        return {}
+    t0 = min(starts)
+    order = sorted(range(len(ttfts)), key=lambda i: starts[i])
+    ttft_ms = [round(ttfts[i] * 1000, 1) for i in order]
+    start_s = [round(starts[i] - t0, 3) for i in order]
+    first, later = ttft_ms[:users], ttft_ms[users:]
+    gaps = [g * 1000 for per in (result.get("itls") or []) for g in per]
+    median = _pct(gaps, 50) or 0.0
+    stalled = [g for g in gaps if g > 3 * median]
+    r = lambda v: None if v is None else round(v, 1)  # noqa: E731
+    return {"first_wave": {"requests": len(first), "median_ttft_ms": r(_pct(first, 50)), "p99_ttft_ms": r(_pct(first, 99))},
+            "later": {"requests": len(later), "median_ttft_ms": r(_pct(later, 50)), "p99_ttft_ms": r(_pct(later, 99))},
+            "itl_gaps": len(gaps), "itl_stalled_pct": round(100 * len(stalled) / len(gaps), 3) if gaps else None,
+            "itl_stalled_median_ms": r(_pct(stalled, 50)), "itl_p999_ms": r(_pct(gaps, 99.9)),
+            "ttft_ms_in_send_order": ttft_ms, "start_s_in_send_order": start_s}
+
+
 def fleet_summary(result: dict) -> dict:
     """vllm_fleet.bench's JSON in the keys of bench_summary (no TPOT: it measures chunk gaps, the ITL),
     plus the single-stream decode rate (1000 / mean ITL of the single-stream requests)."""
@@ -519,6 +554,8 @@ class Runner:
                    "--request-rate", "inf", "--ignore-eos", "--seed", "0", "--disable-tqdm",
                    "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
                    "--save-result", "--result-dir", str(folder), "--result-filename", f"bench-{action['name']}.json"]
+            if action.get("save_detailed"):
+                cmd.append("--save-detailed")
             out["argv"] = ["vllm", *cmd[3:]]
             try:
                 proc = subprocess.run(cmd, env=self.env(), capture_output=True, text=True,
@@ -530,7 +567,13 @@ class Runner:
             _, after = http_get(base + "/metrics", 10)
             result_file = folder / f"bench-{action['name']}.json"
             if result_file.exists():
-                out["result"] = bench_summary(json.loads(result_file.read_text()))
+                result = json.loads(result_file.read_text())
+                out["result"] = bench_summary(result)
+                if action.get("save_detailed"):
+                    out["detail"] = bench_detail(result, action["max_concurrency"])
+                    for key in ("itls", "generated_texts"):  # the arrays are reduced above; keep the raw tar small
+                        result.pop(key, None)
+                    result_file.write_text(json.dumps(result), encoding="utf-8")
             b, a = counter(before, "vllm:num_preemptions"), counter(after, "vllm:num_preemptions")
             out["preemptions"] = None if a is None else a - (b or 0)
         elif kind == "fleet":

@@ -99,6 +99,26 @@ def reference_load(users: int, prompts: int, single: int = 0) -> dict:
     return fleet_load(f"guide-{users}u", 1024, 512, prompts, users, single, est_s=15 + prompts // 5 + 5 * single)
 
 
+# Run 7's load: the same traffic through `vllm bench serve` (a client the project did not write), with
+# --save-detailed so that the result keeps every request's TTFT and start (the harness reduces them to the
+# first wave's and the later waves' TTFT and the share of stalled inter-token gaps, then drops the arrays).
+def bench_load(users: int, prompts: int, est_s: int = 45) -> dict:
+    return {"kind": "bench", "name": f"guide-{users}u-bench", "input_len": 1024, "output_len": 512,
+            "num_prompts": prompts, "max_concurrency": users, "save_detailed": True, "timeout_s": 150,
+            "est_s": est_s}
+
+
+def derived_batching(kv_cache_tokens: int, prompt_tokens: int, output_tokens: int, align: int = 128) -> dict:
+    """Scheduler settings from the planner's numbers: max_num_seqs, the requests of the typical length
+    (prompt + answer) that the KV cache holds at once (more would preempt); max_num_batched_tokens, one
+    typical prompt plus one decode token for each of those sequences, rounded up to `align`: every step
+    then admits about one prompt, so a decode step is never stalled by more than one prompt's prefill
+    (the inter-token latency a user sees) and a prompt waits for no larger batch than its own."""
+    seqs = kv_cache_tokens // (prompt_tokens + output_tokens)
+    tokens = -(-(prompt_tokens + seqs) // align) * align
+    return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens}
+
+
 def emulated_utilization(card_mib: int, utilization: float, host_mib: int = H200["memory_mib"]) -> float:
     """The H200 utilization that gives vLLM the card's budget (card MiB x utilization)."""
     if not 0 < utilization <= 1 or card_mib <= 0 or card_mib > host_mib:
@@ -239,7 +259,24 @@ def build(host: dict = H200) -> dict:
     # the same reason (docs/gpu-results.md), so its bf16 form is the next candidate (the reference's load
     # against the fp8 profile's, in the same run). The L40 met the goal in run 3; its candidate trades TTFT
     # for ITL with a smaller token budget.
+    # Run 7 (2026-12-01): the 4090's prefill profile, vLLM's defaults and the planner-derived settings side by
+    # side in one round, all with `vllm bench serve` (issue #23: the shipped profile's median TTFT was 2.5x the
+    # defaults'). Optional: they run only when named (`--only`, the names of RUN7).
+    derived = derived_batching(pre["planner"]["kv_cache_tokens"], 1024, 512)
+    run7 = (
+        experiment("r7-default-rtx4090-7b", "RTX 4090", None, {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
+                   actions=[bench_load(64, 192)], est_s=140, note="vLLM 0.26 defaults for a GPU under 70 GiB"),
+        experiment("r7-rtx4090-7b-prefill", "RTX 4090", "rtx4090-7b-prefill", actions=[bench_load(64, 192)],
+                   est_s=140, note="shipped"),
+        experiment("cand-rtx4090-7b-prefill-derived", "RTX 4090", "rtx4090-7b-prefill", dict(derived),
+                   actions=[bench_load(64, 192)], est_s=140,
+                   note="candidate: max_num_seqs and max_num_batched_tokens from the KV capacity and one typical prompt per step"),
+        experiment("cand-rtx4090-7b-prefill-seqs", "RTX 4090", "rtx4090-7b-prefill",
+                   {"max_num_seqs": derived["max_num_seqs"]}, actions=[bench_load(64, 192)], est_s=140,
+                   note="candidate: the shipped token budget, max_num_seqs from the KV capacity"),
+    )
     for cand in (
+        *run7,
         experiment("cand-rtx4090-7b-prefix-heavy-kv-auto", "RTX 4090", "rtx4090-7b-prefix-heavy",
                    {"kv_cache_dtype": "auto", "calculate_kv_scales": None}, actions=[reference_load(64, 192)],
                    est_s=150, note="candidate: bf16 KV cache"),

@@ -206,7 +206,8 @@ def test_plan_renders_0_26_arguments_and_predictions():
     names = [e["name"] for e in plan["experiments"] if not e.get("optional")]
     assert names[:2] == ["fid-rtx4090-7b-decode", "fid-l40-14b-decode"] and names[-1] == "refuse-rtx4090-7b-decode"
     assert [e["name"] for e in plan["experiments"] if e.get("optional")] == [
-        "cand-rtx4090-7b-prefix-heavy-kv-auto", "cand-l40-14b-awq-prefill-8k"]
+        "r7-default-rtx4090-7b", "r7-rtx4090-7b-prefill", "cand-rtx4090-7b-prefill-derived",
+        "cand-rtx4090-7b-prefill-seqs", "cand-rtx4090-7b-prefix-heavy-kv-auto", "cand-l40-14b-awq-prefill-8k"]
     # the JIT cache the fourth loan saved is in the repo as the plan names it
     (part,) = plan["jit_cache"]["parts"]
     assert bundle.sha256(ROOT / part) == plan["jit_cache"]["sha256"][Path(part).name]
