@@ -108,17 +108,6 @@ def bench_load(users: int, prompts: int, est_s: int = 45) -> dict:
             "est_s": est_s}
 
 
-def derived_batching(kv_cache_tokens: int, prompt_tokens: int, output_tokens: int, align: int = 128) -> dict:
-    """Scheduler settings from the planner's numbers: max_num_seqs, the requests of the typical length
-    (prompt + answer) that the KV cache holds at once (more would preempt); max_num_batched_tokens, one
-    typical prompt plus one decode token for each of those sequences, rounded up to `align`: every step
-    then admits about one prompt, so a decode step is never stalled by more than one prompt's prefill
-    (the inter-token latency a user sees) and a prompt waits for no larger batch than its own."""
-    seqs = kv_cache_tokens // (prompt_tokens + output_tokens)
-    tokens = -(-(prompt_tokens + seqs) // align) * align
-    return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens}
-
-
 def emulated_utilization(card_mib: int, utilization: float, host_mib: int = H200["memory_mib"]) -> float:
     """The H200 utilization that gives vLLM the card's budget (card MiB x utilization)."""
     if not 0 < utilization <= 1 or card_mib <= 0 or card_mib > host_mib:
@@ -262,7 +251,7 @@ def build(host: dict = H200) -> dict:
     # Run 7 (2026-12-01): the 4090's prefill profile, vLLM's defaults and the planner-derived settings side by
     # side in one round, all with `vllm bench serve` (issue #23: the shipped profile's median TTFT was 2.5x the
     # defaults'). Optional: they run only when named (`--only`, the names of RUN7).
-    derived = derived_batching(pre["planner"]["kv_cache_tokens"], 1024, 512)
+    derived = planner.derived_batching(pre["planner"]["kv_cache_tokens"], 1024, 512)
     run7 = (
         experiment("r7-default-rtx4090-7b", "RTX 4090", None, {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
                    actions=[bench_load(64, 192)], est_s=140, note="vLLM 0.26 defaults for a GPU under 70 GiB"),

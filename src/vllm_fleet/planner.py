@@ -657,6 +657,18 @@ def efficiencies() -> dict[str, float]:
             "decode_bandwidth": (weights + kv) / (c["bandwidth_gb_s"] * 1e9) * 1e3 / c["decode_step_ms"]}
 
 
+def derived_batching(kv_cache_tokens: int, prompt_tokens: int, output_tokens: int, align: int = 128) -> dict[str, int]:
+    """Scheduler settings from the plan's numbers: max_num_seqs, the requests of the typical length (prompt +
+    answer) that the KV cache holds at once (more would preempt); max_num_batched_tokens, one typical prompt
+    plus one decode token for each of those sequences, rounded up to `align`, so that a step admits about one
+    prompt: a decode step is stalled by at most one prompt's prefill and a new prompt waits for no larger
+    batch than its own. Measured in run 7 (docs/gpu-results.md): the interactive trade-off against vLLM's
+    defaults (lower median TTFT and p99 inter-token latency, higher p99 TTFT, 3 % less throughput)."""
+    seqs = kv_cache_tokens // (prompt_tokens + output_tokens)
+    tokens = -(-(prompt_tokens + seqs) // align) * align
+    return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens}
+
+
 def _match(table: tuple, gpu: Mapping[str, Any]) -> Any:
     return next((value for pattern, value in table if pattern.search(str(gpu.get("name", "")))), None)
 

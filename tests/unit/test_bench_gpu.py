@@ -673,3 +673,15 @@ def test_schedule_packs_the_plan_as_the_harness_runs_it():
         plan_mod.schedule([{"name": "big", "est_s": 900}])
     shipped = plan_mod.schedule(plan_mod.build()["experiments"])
     assert shipped["device_s"] < 1800  # the whole plan in one 30-minute loan, by the measured estimates
+
+
+def test_bench_detail_splits_the_first_wave_and_counts_stalled_gaps():
+    result = {"start_times": [10.2, 10.0, 10.1, 11.0], "ttfts": [0.3, 0.1, 0.2, 0.05],
+              "itls": [[0.007, 0.007, 0.05], [0.007, 0.008]]}
+    detail = harness.bench_detail(result, users=2)
+    assert detail["ttft_ms_in_send_order"] == [100.0, 200.0, 300.0, 50.0]
+    assert detail["start_s_in_send_order"] == [0.0, 0.1, 0.2, 1.0]
+    assert detail["first_wave"] == {"requests": 2, "median_ttft_ms": 150.0, "p99_ttft_ms": 199.0}
+    assert detail["later"]["requests"] == 2 and detail["later"]["median_ttft_ms"] == 175.0
+    assert detail["itl_gaps"] == 5 and detail["itl_stalled_pct"] == 20.0 and detail["itl_stalled_median_ms"] == 50.0
+    assert harness.bench_detail({}, users=2) == {}

@@ -546,3 +546,12 @@ def test_l40_targets_and_unknown_cards():
     assert any("above the guide's 800 ms" in w for w in levels["warnings"])
     unknown = dict(RTX4090, name="Some Future GPU")
     assert "service_levels" not in plan("rtx4090-7b-prefill", gpu=unknown)
+
+
+def test_derived_batching_from_the_kv_capacity_and_the_typical_request():
+    kv = plan("rtx4090-7b-prefill", version="0.26.0", vllm_typical_prompt_tokens=1024,
+              vllm_typical_output_tokens=512)["capacity"]
+    assert kv["kv_cache_tokens"] == 119_744  # the 4090's bf16 cache, as the plan of run 7 predicted
+    assert planner.derived_batching(kv["kv_cache_tokens"], 1024, 512) == {"max_num_seqs": 77,
+                                                                          "max_num_batched_tokens": 1152}
+    assert planner.derived_batching(1536 * 10, 1024, 512, align=1) == {"max_num_seqs": 10, "max_num_batched_tokens": 1034}
