@@ -4,7 +4,8 @@
         --cafile .cache/lab/pki/ca.crt --model tiny-qwen2 --concurrency 4 --max-tokens 48 \\
         --max-seconds 900 --max-requests 5000 --stop-file /tmp/stop
 
-``--concurrency`` workers each send one streamed chat completion after another until the stop file appears,
+``--concurrency`` workers each send one streamed chat completion after another (``--think-seconds`` apart, as a
+user reads an answer before asking again) until the stop file appears,
 ``--max-seconds`` pass or ``--max-requests`` were sent in all. A request *failed* when it got no answer or no
 token (refused, an HTTP error, a stream with no token); a stream is *cut* when it began but ended without its
 finish reason and ``[DONE]``. The result, printed as JSON: totals, the errors by kind, TTFT percentiles, and
@@ -94,9 +95,12 @@ class Stream:
 
 
 def run(stream: Stream, concurrency: int, max_seconds: float, max_requests: int, stop_file: str | None,
-        prompt: str = "Count slowly from one to one hundred, one number per line.") -> dict[str, Any]:
-    if not (1 <= concurrency <= 64 and 0 < max_seconds <= 7200 and 1 <= max_requests <= 100000):
-        raise ValueError("bounds: concurrency 1-64, max-seconds up to 7200, max-requests up to 100000")
+        prompt: str = "Count slowly from one to one hundred, one number per line.",
+        think_seconds: float = 0.0) -> dict[str, Any]:
+    if not (1 <= concurrency <= 64 and 0 < max_seconds <= 7200 and 1 <= max_requests <= 100000
+            and 0 <= think_seconds <= 60):
+        raise ValueError("bounds: concurrency 1-64, max-seconds up to 7200, max-requests up to 100000, "
+                         "think-seconds up to 60")
     began = time.monotonic()
     lock = threading.Lock()
     requests: list[dict[str, Any]] = []
@@ -120,6 +124,8 @@ def run(stream: Stream, concurrency: int, max_seconds: float, max_requests: int,
             result.update(start=round(start, 3), end=round(time.monotonic() - began, 3))
             with lock:
                 requests.append(result)
+            if think_seconds:
+                time.sleep(think_seconds)
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
     for thread in threads:
@@ -159,11 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-requests", type=int, default=2000)
     parser.add_argument("--timeout", type=float, default=120, help="seconds one request may take")
     parser.add_argument("--stop-file", help="stop when this file appears")
+    parser.add_argument("--think-seconds", type=float, default=0.0, help="each worker's pause between requests")
     args = parser.parse_args(argv)
     key = open(args.key_file).read().strip() if args.key_file else ""
     context = ssl.create_default_context(cafile=args.cafile) if args.cafile else ssl.create_default_context()
     stream = Stream(args.url, key, args.model, args.max_tokens, context, args.timeout)
-    json.dump(run(stream, args.concurrency, args.max_seconds, args.max_requests, args.stop_file), sys.stdout)
+    json.dump(run(stream, args.concurrency, args.max_seconds, args.max_requests, args.stop_file,
+                  think_seconds=args.think_seconds), sys.stdout)
     print()
     return 0
 

@@ -41,14 +41,15 @@ OUTPUTS = []  # every play's output, searched for keys at the end
 
 
 def stream_loop(run_id, seconds=1200):
-    """Start a bounded loop of streamed chat completions through the gateway (4 at a time); stop() ends it and
+    """Start a bounded loop of streamed chat completions through the gateway (4 users at a time, each pausing
+    1 s between answers, so that the loop leaves the 2 cores to the rollout it watches); stop() ends it and
     returns its result (vllm_fleet.streamload)."""
     stop = REPORTS / f"{run_id}.gateway.stop"
     stop.unlink(missing_ok=True)
     proc = subprocess.Popen(
         [sys.executable, "-m", "vllm_fleet.streamload", "--url", GATEWAY, "--key-file", str(KEYS / "lab-team-a"),
          "--cafile", str(CA), "--model", "tiny-qwen2", "--concurrency", "4", "--max-tokens", "32",
-         "--max-seconds", str(seconds), "--max-requests", "6000", "--stop-file", str(stop)],
+         "--max-seconds", str(seconds), "--max-requests", "6000", "--stop-file", str(stop), "--think-seconds", "1"],
         stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
 
     def stop_loop():

@@ -206,3 +206,12 @@ def test_streamload_is_bounded_and_counts():
     assert result["ttft_ms"]["p50"] is not None
     with pytest.raises(ValueError):
         streamload.run(stream, concurrency=0, max_seconds=30, max_requests=7, stop_file=None)
+
+
+def test_streamload_users_pause_between_answers():
+    with LocalServer(Streaming) as server:
+        stream = streamload.Stream(server.url, "k", "m", 3, None, timeout=10)
+        result = streamload.run(stream, concurrency=1, max_seconds=30, max_requests=3, stop_file=None,
+                                think_seconds=0.2)
+    starts = [r["start"] for r in result["log"]]
+    assert result["ok"] == 3 and all(b - a >= 0.2 for a, b in zip(starts, starts[1:])), starts
