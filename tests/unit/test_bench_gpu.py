@@ -356,7 +356,7 @@ def test_whole_run_against_a_stand_in(fake_site, tmp_path):
     assert refused["reason"].startswith("ValueError: Target and draft model should have the same vocabulary size")
     assert served["status"] == "ran" and served["cache_config"]["kv_cache_size_tokens"] == "219712"
     assert served["memory"]["kv_tokens"] == 219712.0
-    # the plan's JIT cache (the fourth loan's, 123.9 MiB) was unpacked beside what the folder held, once
+    # the plan's JIT cache (run 4's, 123.9 MiB) was unpacked beside what the folder held, once
     assert results["jit_cache"]["restored"] and results["jit_cache"]["mib"] >= 3.0 + 123.9
     assert served["jit_cache_mib"] == {"before": results["jit_cache"]["mib"], "after_start": results["jit_cache"]["mib"]}
     (load,) = served["actions"]
@@ -529,8 +529,8 @@ def test_summary_of_the_committed_gpu_results():
 
 
 def test_summary_of_the_third_loan():
-    """docs/gpu/2026-11-29-run3-l40-comparison: the L40 pair in one loan (goal met), the same KV sizes as the second
-    loan, and the bf16 4090 start that the old 300 s bound cut off, its KV size read from the start-up log."""
+    """docs/gpu/2026-11-29-run3-l40-comparison: the L40 pair in one run (goal met), the same KV sizes as the second
+    run, and the bf16 4090 start that the old 300 s bound cut off, its KV size read from the start-up log."""
     summarize = _load("summarize")
     folder = ROOT / "docs" / "gpu" / "2026-11-29-run3-l40-comparison"
     plan = json.loads((folder / "experiments.json").read_text())
@@ -557,7 +557,7 @@ def test_summary_of_the_third_loan():
 
 def test_summary_of_the_fourth_loan():
     """docs/gpu/2026-11-29-run4-rtx4090-bf16: the 4090 with a bf16 KV cache (now the shipped rtx4090-7b-prefill) against
-    vLLM's defaults and against the guide's fp8 cache, in one loan with one tool; the JIT cache kept between starts."""
+    vLLM's defaults and against the guide's fp8 cache, in one run with one tool; the JIT cache kept between starts."""
     summarize = _load("summarize")
     folder = ROOT / "docs" / "gpu" / "2026-11-29-run4-rtx4090-bf16"
     plan = json.loads((folder / "experiments.json").read_text())
@@ -591,10 +591,10 @@ def test_summary_of_the_fourth_loan():
 
 
 def test_the_carried_jit_cache_was_taken_by_the_driver():
-    """docs/gpu/2026-11-29-run5-jit-cache: a fresh machine, the fourth loan's JIT cache unpacked by the harness before
+    """docs/gpu/2026-11-29-run5-jit-cache: a fresh machine, run 4's JIT cache unpacked by the harness before
     the start of vLLM's bf16 4090 defaults. The driver compiled nothing (the cache did not grow) and the FULL CUDA
-    graphs took 4 s, against 139 s when it compiled (fourth loan, call 4). The start ran past the 110 s bound that the
-    session's last device time allowed, after sizing its cache (start-up log)."""
+    graphs took 4 s, against 139 s when it compiled (run 4, its fourth start). The start ran past the 110 s bound that the
+    run's time left allowed, after sizing its cache (start-up log)."""
     summarize = _load("summarize")
     folder = ROOT / "docs" / "gpu" / "2026-11-29-run5-jit-cache"
     results = json.loads((folder / "results-round1.json").read_text())
@@ -613,7 +613,7 @@ def test_the_carried_jit_cache_was_taken_by_the_driver():
 
 
 def test_summary_of_the_sixth_loan():
-    """docs/gpu/2026-11-29-run6-whole-plan: the whole plan rerun in one loan on a fresh machine with the carried JIT
+    """docs/gpu/2026-11-29-run6-whole-plan: the whole plan rerun in one run on a fresh machine with the carried JIT
     cache. Every shipped profile vLLM accepts sized its cache within 5% of the planner at its first start; both cards'
     shipped profiles met the goal against vLLM's defaults; the guide's decode profile was refused by vLLM and by the
     planner; the verification passed and the wrong expectation failed."""

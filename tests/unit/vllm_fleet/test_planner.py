@@ -133,7 +133,7 @@ def test_h200_calibration_point():
     assert abs(cuda_total["kv_cache_bytes"] / GIB - 112.98) / 112.98 < 0.001
 
 
-# Measured on the H200 with vLLM 0.26.0, second loan (docs/gpu-results.md;
+# Measured on the H200 with vLLM 0.26.0, second run (docs/gpu-results.md;
 # docs/gpu/2026-11-29-run2-ada-emulation/results-round1..4.json):
 # the engine's kv_cache_size_tokens, on the budget vLLM had (CUDA's 143,156 MiB x the emulated
 # utilization), with the harness's Ada emulation (attention_config flash_attn_version 2).
@@ -160,14 +160,14 @@ H200_026_RUNS = [
                          ids=[run[0] for run in H200_026_RUNS])
 def test_planner_within_5_percent_of_vllm_026_on_the_h200(name, profile, overrides, utilization, engine_tokens):
     """The issue's goal for the memory model, on every run vLLM 0.26.0 started. The model was fitted on
-    the first loan's six runs (they moved from -6.5..+5.7 % to within 1.1 %); the second loan, with
+    the first loan's six runs (they moved from -6.5..+5.7 % to within 1.1 %); the second run, with
     another attention backend and two profiles it had not seen, landed within 1.7 %."""
     entry = plan(profile, dict(overrides, gpu_memory_utilization=utilization), gpu=dict(H200, memory_mib=143156),
                  version="0.26.0", vllm_extra_args={"attention_config": {"flash_attn_version": 2}})
     assert entry["errors"] == []
     error = (entry["capacity"]["kv_cache_tokens"] - engine_tokens) / engine_tokens
     assert abs(error) < 0.05, f"{name}: planner {entry['capacity']['kv_cache_tokens']:,} vs engine {engine_tokens:,}"
-    assert abs(error) < 0.02  # what the second loan measured: -1.7 .. +0.1 %
+    assert abs(error) < 0.02  # what the second run measured: -1.7 .. +0.1 %
 
 
 @pytest.mark.parametrize("version,speculative,extra,reserved", [

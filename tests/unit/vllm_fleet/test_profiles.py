@@ -136,9 +136,9 @@ def test_model_free_speculation_needs_no_model():
 
 
 def test_measured_numbers_in_the_profiles_are_the_committed_gpu_results():
-    """Each shipped GPU profile's `measured` block says what the summary of its loan says
+    """Each shipped GPU profile's `measured` block says what the summary of its run says
     (docs/gpu/2026-11-29-run2-ada-emulation/summary.json, or the folder its `results` names), the tuned and
-    default loads from the same loan; the experiment it names
+    default loads from the same run; the experiment it names
     (fid-<profile>, or the candidate that ran these settings) ran exactly the shipped settings where the loan's
     plan recorded them."""
     import json
