@@ -160,7 +160,7 @@ H200_026_RUNS = [
                          ids=[run[0] for run in H200_026_RUNS])
 def test_planner_within_5_percent_of_vllm_026_on_the_h200(name, profile, overrides, utilization, engine_tokens):
     """The issue's goal for the memory model, on every run vLLM 0.26.0 started. The model was fitted on
-    the first loan's six runs (they moved from -6.5..+5.7 % to within 1.1 %); the second run, with
+    the first run's six starts (they moved from -6.5..+5.7 % to within 1.1 %); the second run, with
     another attention backend and two profiles it had not seen, landed within 1.7 %."""
     entry = plan(profile, dict(overrides, gpu_memory_utilization=utilization), gpu=dict(H200, memory_mib=143156),
                  version="0.26.0", vllm_extra_args={"attention_config": {"flash_attn_version": 2}})
