@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import sys
 import threading
 from pathlib import Path
@@ -32,6 +33,23 @@ LAB = {"name": "cpu", "memory_mib": 4096, "bandwidth_gb_s": 20, "count": 1}
 # This checkout's package, before any installed copy (a venv's editable install may point at another checkout).
 if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
+
+
+# scripts/test.sh sets VLLM_FLEET_NO_SKIPS=1: where every test must run (CI, the README's test command), a test that
+# skipped (a missing tool, a missing fixture) fails the run, named, instead of passing it silently.
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    skipped = terminalreporter.stats.get("skipped", [])
+    if os.environ.get("VLLM_FLEET_NO_SKIPS") == "1" and skipped:
+        terminalreporter.section("skipped where every test must run (VLLM_FLEET_NO_SKIPS=1)", red=True)
+        for report in skipped:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            terminalreporter.line(f"{report.nodeid}: {reason}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if os.environ.get("VLLM_FLEET_NO_SKIPS") == "1" and reporter and reporter.stats.get("skipped") and exitstatus == 0:
+        session.exitstatus = 1
 
 
 def fixture_text(*parts: str) -> str:
