@@ -7,10 +7,13 @@ short_description: The gateway's backend servers from the plan's instances, and 
 description:
   - C(vllm_gateway_servers) turns C(hostvars | vllm_plan_instances(hosts)) into one backend server per instance
     (C(name), C(host), C(instance), C(address), C(port)); C(vllm_gateway_server_name) (host, instance) names one.
-  - C(vllm_gateway_tenants) turns C(vllm_gateway_api_keys) into C({tenant, key_sha256, requests_per_minute}): the
-    gateway keeps only the keys' digests.
+  - C(vllm_gateway_tenants) turns C(vllm_gateway_api_keys) into C({tenant, key_sha256, requests_per_minute}), since
+    the gateway keeps only the keys' digests.
   - C(vllm_gateway_errors) (host) checks a gateway's settings; each message names the host, the setting and the fix,
     never a key.
+  - C(hostvars | vllm_gateway_clients(gateways, allowed, host)) turns the gateways (their names, each by its
+    C(vllm_gateway_source_address), by default its C(ansible_host)) and a host's C(vllm_allowed_clients) into the
+    networks, by family (keys ipv4 and ipv6), that may reach that host's vLLM port (its nftables rules).
   - C(vllm_gateway_sessions) (backend, server) reads a server's current sessions from the runtime API's C(show stat);
     C(vllm_gateway_requests_running) reads C(vllm:num_requests_running) from an instance's /metrics text.
 options:
@@ -73,6 +76,17 @@ def vllm_gateway_errors(values, host):
     return gateway.check(str(host), values)
 
 
+def vllm_gateway_clients(hostvars, gateways, allowed, host):
+    if not isinstance(hostvars, Mapping) or isinstance(gateways, (str, bytes)) or not hasattr(gateways, "__iter__"):
+        raise AnsibleFilterError("vllm_gateway_clients expects hostvars | vllm_gateway_clients(gateway names, "
+                                 "vllm_allowed_clients, host), got %s and %s"
+                                 % (type(hostvars).__name__, type(gateways).__name__))
+    try:
+        return gateway.clients({name: hostvars[name] for name in gateways}, allowed, str(host))
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 def vllm_gateway_sessions(show_stat, backend, server):
     return gateway.server_sessions(str(show_stat), str(backend), str(server))
 
@@ -93,6 +107,7 @@ class FilterModule:
             "vllm_gateway_server_name": vllm_gateway_server_name,
             "vllm_gateway_tenants": vllm_gateway_tenants,
             "vllm_gateway_errors": vllm_gateway_errors,
+            "vllm_gateway_clients": vllm_gateway_clients,
             "vllm_gateway_sessions": vllm_gateway_sessions,
             "vllm_gateway_requests_running": vllm_gateway_requests_running,
         }

@@ -3,6 +3,9 @@ numbers the rollout's drain waits on.
 
 The backend servers are the plan's instances (planner.instances), so the gateway and the hosts agree on every
 name, address and port. A key is only ever handled as its SHA-256: no message, map or diff shows one.
+
+Behind the gateways, each vLLM host admits on its port only itself, the gateways and its vllm_allowed_clients (the
+monitoring hosts): ``clients`` gives those addresses, by family, for the host's nftables rules (roles/vllm).
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import ipaddress
 import re
 from typing import Any, Iterable, Mapping
 
-from . import metrics
+from . import inputs, metrics
 
 TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 # HAProxy server names: letters, digits and - _ . : only.
@@ -114,6 +117,14 @@ def check(host: str, values: Mapping[str, Any]) -> list[str]:
         except ValueError:
             errors.append(f"{host}: vllm_gateway_metrics_allow has {net!r}, not an address or network; fix: the "
                           "monitoring hosts' addresses, e.g. 10.0.0.5 or 10.0.0.0/24")
+    source = source_address(values.get("vllm_gateway_source_address"), values.get("ansible_host"), host)
+    try:
+        ipaddress.ip_address(source)
+    except ValueError:
+        errors.append(f"{host}: vllm_gateway_source_address={source!r} (by default its ansible_host, else its name) is "
+                      "not an IP address: the vLLM hosts admit the gateways by address (vllm_firewall); fix: set "
+                      "vllm_gateway_source_address to the address the gateway's connections to vLLM come from, or "
+                      "vllm_firewall: false on the vLLM hosts")
     stop = values.get("vllm_gateway_drain_timeout")
     if stop is not None and (isinstance(stop, bool) or not isinstance(stop, int) or stop < 1):
         errors.append(f"{host}: vllm_gateway_drain_timeout={stop!r} must be a positive number of seconds; fix: e.g. 600")
@@ -132,3 +143,21 @@ def server_sessions(show_stat: str, backend: str, server: str) -> int | None:
 def requests_running(metrics_text: str) -> float:
     """Requests an instance is still working on (vllm:num_requests_running, summed over its engines)."""
     return metrics.parse(metrics_text).gauges.get("vllm:num_requests_running", {}).get("sum", 0.0)
+
+
+def source_address(source: Any, ansible_host: Any, name: str) -> str:
+    """The address a gateway's connections to vLLM come from: vllm_gateway_source_address, else its ansible_host,
+    else its inventory name."""
+    return str(source or ansible_host or name)
+
+
+def clients(gateways: Mapping[str, Mapping[str, Any]], allowed: Any, host: str) -> dict[str, list[str]]:
+    """Who may reach a vLLM host's port besides the host itself: the gateways ({name: its settings}, each by its
+    source address) and ``allowed`` (vllm_allowed_clients: addresses or networks), as {"ipv4": [...], "ipv6": [...]}
+    of normalised networks, sorted and unique. ValueError names the host, the setting, the value and the fix."""
+    found = inputs.networks(host, "vllm_allowed_clients", allowed)
+    for name, values in sorted(gateways.items()):
+        source = source_address(values.get("vllm_gateway_source_address"), values.get("ansible_host"), name)
+        found += inputs.networks(host, f"the gateway {name}'s vllm_gateway_source_address", [source])
+    return {family: [str(n) for n in sorted({n for n in found if n.version == version})]
+            for family, version in (("ipv4", 4), ("ipv6", 6))}

@@ -33,7 +33,8 @@ UNIT_VARS = ("vllm_user", "vllm_group", "vllm_state_dir", "vllm_cache_dir", "vll
              "vllm_environment_allow", "vllm_api_key", "vllm_hf_token",
              "vllm_install_source", "vllm_wheelhouse_url", "vllm_keep_releases", "vllm_model_source",
              "vllm_model_url", "vllm_model_src", "vllm_draft_model_source", "vllm_draft_model_url",
-             "vllm_draft_model_src", "vllm_syscall_filter", "vllm_shutdown_timeout", "vllm_timeout_stop_sec")
+             "vllm_draft_model_src", "vllm_syscall_filter", "vllm_shutdown_timeout", "vllm_timeout_stop_sec",
+             "vllm_allowed_clients")
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 UNSAFE_IN_UNIT_PATH = re.compile(r"[\s%\"'\\;]")
@@ -138,6 +139,12 @@ def check(host: str, values: Mapping[str, Any], draft: bool = False) -> list[str
             errors.append(f"{host}: vllm_bind_address={address!r} is not an IP address; fix: the host's internal "
                           "address, 127.0.0.1, or 0.0.0.0 for every interface")
     errors += _stop(host, values.get("vllm_shutdown_timeout"), values.get("vllm_timeout_stop_sec"))
+    allowed = values.get("vllm_allowed_clients")
+    if allowed is not None:
+        try:
+            networks(host, "vllm_allowed_clients", allowed)
+        except ValueError as exc:
+            errors.append(str(exc))
     devices = values.get("vllm_device_allow")
     if devices is not None:
         if not isinstance(devices, (list, tuple)):
@@ -159,6 +166,22 @@ def check(host: str, values: Mapping[str, Any], draft: bool = False) -> list[str
         if values.get(name):
             errors += _text(host, name, values[name], secret=True)
     return errors
+
+
+def networks(host: str, setting: str, entries: Any) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """The addresses or networks of a list setting (vllm_allowed_clients), normalised; ValueError names the host,
+    the setting, the value and the fix."""
+    if isinstance(entries, (str, bytes, Mapping)) or not hasattr(entries, "__iter__"):
+        raise ValueError(f"{host}: {setting}={entries!r} must be a list of addresses or networks; fix: the "
+                         "monitoring hosts, e.g. [10.0.20.5, 10.0.21.0/24]")
+    result = []
+    for entry in entries:
+        try:
+            result.append(ipaddress.ip_network(str(entry), strict=False))
+        except ValueError:
+            raise ValueError(f"{host}: {setting} has {entry!r}, not an IP address or network; fix: an address "
+                             "such as 10.0.20.5 or a network such as 10.0.20.0/24") from None
+    return result
 
 
 def _environment(host: str, environment: Any, allow: Any) -> list[str]:

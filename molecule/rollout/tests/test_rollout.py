@@ -17,8 +17,9 @@ would, with the scenario's inventory:
 5. playbooks/rollback.yml on demand: the good change's host goes back to the release before it (A), verified
    and serving; a second rollback finds nothing older and changes nothing (that a rollout of a kept release
    again reuses its entry is the vllm_release module's test, tests/unit/plugins/modules/).
-6. the front door: a client without a key, with a wrong key, or asking for /metrics is refused; a tenant's
-   rate limit holds; no key appears in a play's output, a report or a journal.
+6. the front door: a client without a key, with a wrong key, or asking for /metrics is refused; vLLM's own port
+   admits only its host, the gateway and the monitoring hosts; a tenant's rate limit holds; no key appears in a
+   play's output, a report or a journal.
 The tests run in file order (each builds on the one before).
 """
 import json
@@ -331,6 +332,34 @@ def test_the_front_door_refuses_a_client_without_a_valid_key_and_never_serves_me
         listening = subprocess.run(["podman", "exec", name, "ss", "-Htln", "sport", "= :8000"],
                                    capture_output=True, text=True, check=True).stdout
         assert f"{address}:8000" in listening and "0.0.0.0:8000" not in listening, listening
+
+
+def curl_status(from_host, url):
+    """(curl's exit code, HTTP status) of one GET from inside a lab host."""
+    out = subprocess.run(["podman", "exec", from_host, "curl", "-s", "-m", "10", "-o", "/dev/null", "-w", "%{http_code}",
+                          url], capture_output=True, text=True)
+    return out.returncode, out.stdout.strip()
+
+
+def test_vllms_port_admits_only_the_host_the_gateway_and_the_monitoring_hosts(good_rollout):
+    """vLLM serves /metrics with no key: behind a gateway its port takes connections only from the host itself, the
+    gateway and vllm_allowed_clients (the lab's controller, as a monitoring host); the other vLLM host, a client
+    on the internal network like any other, gets a TCP reset (curl: connection refused)."""
+    for name, address in HOSTS.items():
+        other = next(h for h in HOSTS if h != name)
+        assert curl_status(other, f"http://{address}:8000/metrics") == (7, "000"), f"{other} reached {name}"
+        assert curl_status("rollout-gw", f"http://{address}:8000/health") == (0, "200")
+        assert curl_status(name, f"http://{address}:8000/metrics") == (0, "200")
+        rules = subprocess.run(["podman", "exec", name, "nft", "list", "table", "inet", "vllm_fleet"],
+                               capture_output=True, text=True, check=True).stdout
+        assert "10.89.77.20" in rules and "10.89.77.1" in rules and "reject with tcp reset" in rules, rules
+        active = subprocess.run(["podman", "exec", name, "systemctl", "is-enabled", "vllm-firewall.service"],
+                                capture_output=True, text=True).stdout.strip()
+        assert active == "enabled"
+    # This machine is the lab's controller, admitted as a monitoring host: it reads /metrics directly.
+    out = subprocess.run(["curl", "-s", "-m", "10", f"http://{HOSTS['rollout-1']}:8000/metrics"],
+                         capture_output=True, text=True)
+    assert "vllm:num_requests_running" in out.stdout
 
 
 def test_a_tenant_rate_limit_holds_and_leaves_other_tenants_alone(good_rollout):

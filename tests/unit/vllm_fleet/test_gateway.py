@@ -27,7 +27,8 @@ def good():
     return {"vllm_gateway_tls_certificate": CERT, "vllm_gateway_tls_key": KEY,
             "vllm_gateway_api_keys": [{"tenant": "team-a", "key": SECRET, "requests_per_minute": 0},
                                       {"tenant": "team-b", "key": SECRET[::-1], "requests_per_minute": 600}],
-            "vllm_gateway_port": 443, "vllm_gateway_bind_address": "0.0.0.0", "vllm_gateway_metrics_allow": ["10.0.0.0/24"]}
+            "vllm_gateway_port": 443, "vllm_gateway_bind_address": "0.0.0.0", "vllm_gateway_metrics_allow": ["10.0.0.0/24"],
+            "ansible_host": "10.0.10.5"}
 
 
 def test_good_settings_pass():
@@ -52,6 +53,8 @@ def test_good_settings_pass():
     ({"vllm_gateway_bind_address": "gateway.example"}, "vllm_gateway_bind_address='gateway.example' is not an IP"),
     ({"vllm_gateway_metrics_allow": ["monitoring"]}, "vllm_gateway_metrics_allow has 'monitoring'"),
     ({"vllm_gateway_drain_timeout": 0}, "vllm_gateway_drain_timeout=0 must be a positive number"),
+    ({"ansible_host": "gw-01.example.internal"},
+     "vllm_gateway_source_address='gw-01.example.internal' (by default its ansible_host, else its name) is not an IP"),
 ])
 def test_bad_settings_name_the_host_the_setting_and_the_fix_and_never_a_key(change, needle):
     errors = gateway.check("gw1", dict(good(), **change))
@@ -59,6 +62,40 @@ def test_bad_settings_name_the_host_the_setting_and_the_fix_and_never_a_key(chan
     assert all(e.startswith("gw1: ") and "fix:" in e for e in errors), errors
     text = " ".join(errors)
     assert SECRET not in text and SECRET[::-1] not in text and "short" not in text.replace("short_", "")
+
+
+def test_a_gateway_named_by_dns_passes_with_its_source_address():
+    values = dict(good(), ansible_host="gw-01.example.internal", vllm_gateway_source_address="10.0.10.5")
+    assert gateway.check("gw1", values) == []
+
+
+def test_clients_are_the_gateways_by_source_address_and_the_allowed_networks_by_family():
+    gateways = {"gw-b": {"ansible_host": "gw-b.example", "vllm_gateway_source_address": "10.0.10.6"},
+                "gw-a": {"ansible_host": "10.0.10.5"}, "10.0.10.7": {}}
+    got = gateway.clients(gateways, ["10.0.20.0/24", "10.0.20.9", "fd00::5", "10.0.10.5"], "gpu-1")
+    assert got == {"ipv4": ["10.0.10.5/32", "10.0.10.6/32", "10.0.10.7/32", "10.0.20.0/24", "10.0.20.9/32"],
+                   "ipv6": ["fd00::5/128"]}
+    assert gateway.clients({}, [], "gpu-1") == {"ipv4": [], "ipv6": []}
+
+
+@pytest.mark.parametrize("gateways, allowed, needle", [
+    ({"gw-1": {"ansible_host": "gw-1.example"}}, [],
+     "gpu-1: the gateway gw-1's vllm_gateway_source_address has 'gw-1.example', not an IP address"),
+    ({}, ["monitoring.example"], "gpu-1: vllm_allowed_clients has 'monitoring.example', not an IP address"),
+    ({}, "10.0.0.5", "gpu-1: vllm_allowed_clients='10.0.0.5' must be a list"),
+])
+def test_clients_that_are_not_addresses_are_refused_naming_the_host_setting_and_value(gateways, allowed, needle):
+    with pytest.raises(ValueError, match="fix:") as raised:
+        gateway.clients(gateways, allowed, "gpu-1")
+    assert needle in str(raised.value)
+
+
+def test_the_clients_filter_reads_the_gateways_from_hostvars():
+    hostvars = {"gw-1": {"ansible_host": "10.0.10.5"}, "gpu-1": {"ansible_host": "10.0.30.1"}}
+    got = gateway_filters.vllm_gateway_clients(hostvars, ["gw-1"], ["10.0.20.5"], "gpu-1")
+    assert got == {"ipv4": ["10.0.10.5/32", "10.0.20.5/32"], "ipv6": []}
+    with pytest.raises(gateway_filters.AnsibleFilterError, match="gpu-1: vllm_allowed_clients has 'x'"):
+        gateway_filters.vllm_gateway_clients(hostvars, ["gw-1"], ["x"], "gpu-1")
 
 
 def test_tenants_keep_only_the_keys_digests():

@@ -47,6 +47,9 @@ def test_the_roles_defaults_and_the_labs_settings_pass():
     ("vllm_device_allow", "/dev/nvidia0", "must be a list"),
     ("vllm_device_allow", ["/dev/nvidia0 rw\nDeviceAllow=/dev/sda"], "is not a /dev path"),
     ("vllm_device_allow", ["nvidia0"], "is not a /dev path"),
+    ("vllm_allowed_clients", ["prometheus.example"], "not an IP address or network"),
+    ("vllm_allowed_clients", ["10.0.0.0/33"], "not an IP address or network"),
+    ("vllm_allowed_clients", "10.0.20.5", "must be a list"),
 ])
 def test_a_bad_unit_string_is_refused_naming_host_setting_value_and_fix(setting, value, says):
     (message,) = errors(**{setting: value})
