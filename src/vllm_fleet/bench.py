@@ -300,6 +300,38 @@ def run(url: str, model: str, requests: int = 64, concurrency: int = 8, duration
     }
 
 
+def guide_verdict(load: Dict[str, Any], target: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The tuning guide's service level for the host's card (the plan's service_levels.target) against this load:
+    the median TTFT under the target's, and the decode rate per user (1000 / mean inter-token gap) at least the
+    target's lower bound. Judged at this benchmark's load, which is named beside the target's own."""
+    if not target:
+        return None
+    ttft = (load.get("ttft_ms") or {}).get("p50")
+    itl = (load.get("itl_ms") or {}).get("mean")
+    per_user = round(1000.0 / itl, 1) if itl else None
+    return {
+        "card": target.get("card"), "ttft_target_ms": target["ttft_ms"], "ttft_p50_ms": ttft,
+        "meets_ttft": ttft is not None and ttft < target["ttft_ms"],
+        "decode_target_tokens_per_s": [target["min_tokens_per_s"], target["max_tokens_per_s"]],
+        "decode_tokens_per_s_per_user": per_user,
+        "meets_decode": per_user is not None and per_user >= target["min_tokens_per_s"],
+        "target_load": {"users": target["users"], "prompt_tokens": target["prompt_tokens"]},
+        "load": {"users": load.get("concurrency"), "prompt_tokens": load.get("prompt_tokens")},
+    }
+
+
+def _guide_cell(verdict: Optional[Dict[str, Any]]) -> str:
+    if not verdict:
+        return "-"
+    if "error" in verdict:
+        return "error: " + verdict["error"]
+    low, high = verdict["decode_target_tokens_per_s"]
+    return (f"{verdict['card']}: TTFT {'meets' if verdict['meets_ttft'] else 'misses'} {verdict['ttft_target_ms']} ms, "
+            f"decode {'meets' if verdict['meets_decode'] else 'misses'} {low}-{high} tok/s per user "
+            f"(target's load {verdict['target_load']['users']} users, {verdict['target_load']['prompt_tokens']}-token "
+            f"prompts)")
+
+
 def markdown_row(host: str, result: Dict[str, Any]) -> str:
     """One row of the benchmark table (header: MARKDOWN_HEADER)."""
     load, eff, server = result.get("load") or {}, result.get("efficiency") or {}, result.get("server") or {}
@@ -312,14 +344,15 @@ def markdown_row(host: str, result: Dict[str, Any]) -> str:
              num(load.get("output_tokens_per_s")), num(ttft.get("p50")), num(ttft.get("p99")),
              num(itl.get("mean"), 2), num(itl.get("p99"), 2), num(server.get("num_preemptions"), 0),
              num(eff.get("single_stream_tokens_per_s")), num(eff.get("decode_ceiling_tokens_per_s"), 0),
-             "-" if eff.get("single_stream_vs_ceiling_pct") is None else f"{eff['single_stream_vs_ceiling_pct']}%"]
+             "-" if eff.get("single_stream_vs_ceiling_pct") is None else f"{eff['single_stream_vs_ceiling_pct']}%",
+             _guide_cell(result.get("guide"))]
     return "| " + " | ".join(cells) + " |"
 
 
 MARKDOWN_HEADER = (
     "| host | completed | concurrency | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL mean ms | ITL p99 ms "
-    "| preemptions | single-stream tok/s | planner ceiling tok/s | efficiency |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "| preemptions | single-stream tok/s | planner ceiling tok/s | efficiency | guide target |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -339,6 +372,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--insecure", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--host-name", default="", help="with --markdown-row: the host column")
+    parser.add_argument("--guide-target", default="", help="the plan's service_levels.target (JSON): the guide's "
+                        "TTFT and per-user decode targets for the card, judged on this load")
     args = parser.parse_args(argv)
     import os
 
@@ -357,6 +392,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (BenchError, OSError, http.client.HTTPException) as exc:
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
         return 2
+    try:
+        target = json.loads(args.guide_target) if args.guide_target else None
+        result["guide"] = guide_verdict(result["load"], target)
+    except (ValueError, KeyError, TypeError) as exc:
+        result["guide"] = {"error": f"--guide-target is not the plan's service_levels.target: {exc}"}
     result["markdown_row"] = markdown_row(args.host_name or args.url, result)
     print(json.dumps(result, sort_keys=True))
     return 0 if result["load"]["completed"] else 1

@@ -409,6 +409,7 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
         target = _match(GUIDE_TARGETS, gpu)
         entry["service_levels"] = dict(levels, guide=(service_levels(size, target["users"], target["prompt_tokens"])
                                                       if target else None),
+                                       target=dict(target) if target else None,
                                        warnings=_misses_guide_target(size))
 
 
@@ -804,7 +805,8 @@ TABLE_MAX_ROWS = 40
 
 
 def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
-    """A readable table of plan.json, then the errors and warnings. Up to ``max_rows`` hosts: one row each and
+    """A readable table of plan.json, then the errors, the warnings and the tuning guide's service levels the
+    estimate misses (``slo``: estimates, which do not stop a rollout). Up to ``max_rows`` hosts: one row each and
     each host's messages. A larger fleet: a summary first, one row per group of hosts that plan alike, every
     error, and each warning once with the hosts it concerns."""
     header = ("host", "profile", "vllm", "weights", "draft", "KV cache", "KV tokens", "conc@len",
@@ -815,6 +817,7 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
     errors: list[str] = []
     warnings: dict[str, list[str]] = {}
     dropped: dict[tuple[str, str], list[str]] = {}
+    levels: dict[str, list[str]] = {}  # the guide's service levels the estimate misses (not deployment warnings)
     for host, e in hosts.items():
         c = e["capacity"]
         status = "ERROR" if e["errors"] else ("warn" if e["warnings"] else "ok")
@@ -834,6 +837,9 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
         for message in e["warnings"]:
             text = message.removeprefix(f"{host}: ") if grouped else message
             warnings.setdefault(text, []).append(host)
+        for message in (e.get("service_levels") or {}).get("warnings", []):
+            text = message.removeprefix(f"{host}: ") if grouped else message
+            levels.setdefault(text, []).append(host)
         for d in e["dropped"]:
             dropped.setdefault((d["flag"], d["reason"]), []).append(host)
     rows = [header]
@@ -851,12 +857,13 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
         lines[:0] = [f"{len(hosts)} hosts: {len(hosts) - failed - warned} ok, {warned} with warnings, {failed} with "
                      f"errors; {len(groups)} groups of hosts that plan alike (every host's entry is in plan.json)", ""]
     notes = [f"ERROR {m}" for m in errors]
-    for text, members in warnings.items():
-        if grouped:
-            names = ", ".join(members[:3]) + (f" and {len(members) - 3} more" if len(members) > 3 else "")
-            notes.append(f"warn  ({len(members)} host{'s' if len(members) > 1 else ''}: {names}) {text}")
-        else:
-            notes.append(f"warn  {text}")
+    for tag, messages in (("warn ", warnings), ("slo  ", levels)):
+        for text, members in messages.items():
+            if grouped:
+                names = ", ".join(members[:3]) + (f" and {len(members) - 3} more" if len(members) > 3 else "")
+                notes.append(f"{tag} ({len(members)} host{'s' if len(members) > 1 else ''}: {names}) {text}")
+            else:
+                notes.append(f"{tag} {text}")
     for (flag, reason), members in dropped.items():
         notes.append(f"note  dropped {flag} ({len(members)} host{'s' if len(members) > 1 else ''}): {reason}")
     return lines + ([""] + notes if notes else [])

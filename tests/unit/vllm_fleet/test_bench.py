@@ -75,9 +75,11 @@ class StandIn(LocalServer):
                     self.wfile.flush()
                 usage = {"choices": [], "usage": {"prompt_tokens": len(body["prompt"]),
                                                   "completion_tokens": body["max_tokens"]}}
-                self.wfile.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
+                # Counted before the answer ends, as vLLM counts a request's tokens before its last chunk: a client
+                # that reads /metrics right after [DONE] sees them (after it, the count raced the client).
                 with me.lock:
                     me.tokens += body["max_tokens"]
+                self.wfile.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
                 self.close_connection = True
 
         super().__init__(Handler)
@@ -185,3 +187,37 @@ def test_main_prints_json_and_refuses_a_bad_range(capsys):
                            "--max-tokens", "2", "--single-requests", "1", "--host-name", "gpu-1"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["load"]["completed"] == 2 and out["markdown_row"].startswith("| gpu-1 |")
+
+
+TARGET_4090 = {"card": "RTX 4090", "ttft_ms": 500, "prompt_tokens": 1024, "users": 64, "min_tokens_per_s": 35,
+               "max_tokens_per_s": 55}
+
+
+@pytest.mark.parametrize("ttft_p50, itl_mean, meets", [
+    (420.0, 20.0, (True, True)),     # 50 tok/s per user
+    (420.0, 40.0, (True, False)),    # 25 tok/s per user
+    (650.0, 20.0, (False, True)),
+    (None, None, (False, False)),    # nothing completed
+])
+def test_the_guide_target_is_judged_on_the_median_ttft_and_the_per_user_decode_rate(ttft_p50, itl_mean, meets):
+    load = {"concurrency": 64, "prompt_tokens": 1024, "ttft_ms": {"p50": ttft_p50, "p99": 900.0},
+            "itl_ms": {"mean": itl_mean}}
+    verdict = bench.guide_verdict(load, TARGET_4090)
+    assert (verdict["meets_ttft"], verdict["meets_decode"]) == meets
+    assert verdict["ttft_p50_ms"] == ttft_p50 and verdict["target_load"] == {"users": 64, "prompt_tokens": 1024}
+    assert bench.guide_verdict(load, None) is None
+
+
+def test_main_reports_the_guide_target_beside_the_numbers(capsys):
+    with StandIn() as server:
+        assert bench.main(["--url", server.url, "--model", "m", "--requests", "2", "--concurrency", "2",
+                           "--max-tokens", "2", "--single-requests", "0", "--host-name", "gpu-1",
+                           "--guide-target", json.dumps(TARGET_4090)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["guide"]["card"] == "RTX 4090" and out["guide"]["load"] == {"users": 2, "prompt_tokens": 512}
+    assert "RTX 4090: TTFT meets 500 ms" in out["markdown_row"] or "RTX 4090: TTFT misses 500 ms" in out["markdown_row"]
+    assert out["markdown_row"].count("|") == bench.MARKDOWN_HEADER.splitlines()[0].count("|")
+    with StandIn() as server:
+        bench.main(["--url", server.url, "--model", "m", "--requests", "1", "--single-requests", "0",
+                    "--guide-target", "{\"card\": \"x\"}"])
+    assert "is not the plan's service_levels.target" in json.loads(capsys.readouterr().out)["guide"]["error"]

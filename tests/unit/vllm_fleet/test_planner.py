@@ -365,7 +365,11 @@ def test_a_large_fleets_table_starts_with_a_summary_and_groups_alike_hosts():
         f"ERROR {m}" for m in planner.plan_host("h007", hosts["h007"])["errors"]]
     speculative = [line for line in lines if "speculative decoding with max_num_seqs=64" in line]
     assert len(speculative) == 1 and speculative[0].startswith("warn  (49 hosts: h001, h003, h005 and 46 more) ")
-    assert len(lines) < 15
+    # The guide's service levels the estimate misses: once each, with the hosts, apart from the warnings.
+    slo = [line for line in lines if line.startswith("slo")]
+    assert slo and all("above the guide's 500 ms" in line or "below the guide's 35-55" in line for line in slo), slo
+    assert any(line.startswith("slo   (50 hosts: h000, h002, h004 and 47 more) ") for line in slo), slo
+    assert len(lines) < 15 + len(slo)
     small = planner.table(planner.plan_hosts(dict(list(hosts.items())[:planner.TABLE_MAX_ROWS])))
     assert small[0].split()[:3] == ["host", "profile", "vllm"]
     assert sum(line.startswith("h0") for line in small) == planner.TABLE_MAX_ROWS
@@ -528,6 +532,15 @@ def test_guide_targets_the_4090_profile_misses_are_warned():
     assert "above the guide's 500 ms" in ttft and "64 users, 1024-token prompts" in ttft
     assert "below the guide's 35-55" in decode
     assert entry["warnings"] == []  # kept apart from the deployment's warnings
+
+
+def test_the_plan_table_shows_the_guide_targets_missed_apart_from_the_warnings():
+    entry = plan("rtx4090-7b-prefill", vllm_typical_prompt_tokens=1024, vllm_typical_output_tokens=512)
+    lines = planner.table({"hosts": {"h1": entry}})
+    assert [line for line in lines if line.startswith("slo")] == [f"slo   {m}" for m in entry["service_levels"]["warnings"]]
+    assert entry["service_levels"]["target"] == {"card": "RTX 4090", "ttft_ms": 500, "prompt_tokens": 1024, "users": 64,
+                                                 "min_tokens_per_s": 35, "max_tokens_per_s": 55}
+    assert lines[2].rstrip().endswith("ok")  # an estimate does not make the host's status a warning
 
 
 def test_guide_target_met_gives_no_warning():
