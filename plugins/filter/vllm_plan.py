@@ -193,33 +193,28 @@ def _plan(host, variables, typical_prompt_tokens=None, typical_output_tokens=Non
     return entry
 
 
-def vllm_plan_hosts(hostvars, hosts, typical_prompt_tokens=None, typical_output_tokens=None):
-    """plan.json for `hosts`, reading each host's planning variables from `hostvars` in one pass."""
+def _each_host(filter_name, hostvars, hosts):
+    """(name, variables) of each of `hosts`, sorted, from `hostvars`; the filter's error names what is wrong."""
     if isinstance(hosts, str) or not hasattr(hosts, "__iter__"):
-        raise AnsibleFilterError(f"vllm_plan_hosts: expected a list of host names, got {hosts!r}")
-    plan = {}
+        raise AnsibleFilterError(f"{filter_name}: expected a list of host names, got {hosts!r}")
     for host in sorted(hosts, key=str):
         try:
-            variables = hostvars[host]
+            yield str(host), hostvars[host]
         except KeyError:
-            raise AnsibleFilterError(f"vllm_plan_hosts: host {host!r} is not in hostvars") from None
-        plan[str(host)] = _plan(str(host), variables, typical_prompt_tokens, typical_output_tokens)
-    return {"hosts": plan}
+            raise AnsibleFilterError(f"{filter_name}: host {host!r} is not in hostvars") from None
+
+
+def vllm_plan_hosts(hostvars, hosts, typical_prompt_tokens=None, typical_output_tokens=None):
+    """plan.json for `hosts`, reading each host's planning variables from `hostvars` in one pass."""
+    return {"hosts": {host: _plan(host, variables, typical_prompt_tokens, typical_output_tokens)
+                      for host, variables in _each_host("vllm_plan_hosts", hostvars, hosts)}}
 
 
 def vllm_plan_instances(hostvars, hosts):
     """{host: the host's planned instances} for `hosts` (planner.instances: what the units bind and a gateway
     reaches), without planning the rest: a gateway lists every host's instances even when the run is limited."""
-    if isinstance(hosts, str) or not hasattr(hosts, "__iter__"):
-        raise AnsibleFilterError(f"vllm_plan_instances: expected a list of host names, got {hosts!r}")
-    result = {}
-    for host in sorted(hosts, key=str):
-        try:
-            variables = hostvars[host]
-        except KeyError:
-            raise AnsibleFilterError(f"vllm_plan_instances: host {host!r} is not in hostvars") from None
-        result[str(host)] = planner.instances(str(host), plan_inputs(variables))
-    return result
+    return {host: planner.instances(host, plan_inputs(variables))
+            for host, variables in _each_host("vllm_plan_instances", hostvars, hosts)}
 
 
 def vllm_min_driver(vllm_version):

@@ -39,6 +39,12 @@ def test_filter_plugin_filters():
         filters["vllm_plan_hosts"](hostvars, ["c"])
     with pytest.raises(AnsibleFilterError, match=r"vllm_plan_hosts: expected a list of host names, got 'a'"):
         filters["vllm_plan_hosts"](hostvars, "a")
+    instances = filters["vllm_plan_instances"](hostvars, ["b", "a"])
+    assert list(instances) == ["a", "b"] and instances["a"][0]["name"] == "main"
+    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_instances: host 'c' is not in hostvars"):
+        filters["vllm_plan_instances"](hostvars, ["a", "c"])
+    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_instances: expected a list of host names, got 3"):
+        filters["vllm_plan_instances"](hostvars, 3)
     # The profile is resolved and rendered in the plan only: the plan's entry has both.
     entry = filters["vllm_plan_host"](dict(hostvars["a"], vllm_profile={"max_num_seqs": 32}), "a")
     assert entry["profile_effective"]["max_num_seqs"] == 32
