@@ -110,13 +110,10 @@ def check(host: str, values: Mapping[str, Any]) -> list[str]:
             ipaddress.ip_address(str(address))
         except ValueError:
             errors.append(f"{host}: {name}={address!r} is not an IP address; fix: the gateway's address, or 0.0.0.0")
-    allow = values.get("vllm_gateway_metrics_allow") or []
-    for net in allow if isinstance(allow, list) else [allow]:
-        try:
-            ipaddress.ip_network(str(net), strict=False)
-        except ValueError:
-            errors.append(f"{host}: vllm_gateway_metrics_allow has {net!r}, not an address or network; fix: the "
-                          "monitoring hosts' addresses, e.g. 10.0.0.5 or 10.0.0.0/24")
+    try:
+        inputs.networks(host, "vllm_gateway_metrics_allow", values.get("vllm_gateway_metrics_allow") or [])
+    except ValueError as exc:
+        errors.append(str(exc))
     source = source_address(values.get("vllm_gateway_source_address"), values.get("ansible_host"), host)
     try:
         ipaddress.ip_address(source)
