@@ -86,6 +86,10 @@ except ImportError as _exc:  # a dependency is missing (prometheus_client)
 else:
     _IMPORT_ERROR = None
 
+# The unit's verdict has one home, shared with the vllm_wait_healthy module on the hosts (standard library only).
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "module_utils"))
+from vllm_unit import unit_verdict as _unit_verdict  # noqa: E402
+
 
 def _need_lib(name):
     if _IMPORT_ERROR is not None:
@@ -145,7 +149,7 @@ def vllm_verify_unit_verdict(show_output, unit, max_restarts=0):
         raise AnsibleFilterError(
             "vllm_verify_unit_verdict: max_restarts must be 0 or more, got %s" % _metrics.short(max_restarts)
         )
-    return _verdict.unit_verdict(str(show_output), str(unit), int(max_restarts))
+    return _unit_verdict(str(show_output), str(unit), int(max_restarts))
 
 
 def vllm_report_fragment(data, host, kind):

@@ -230,9 +230,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             lines.append("- vLLM: %s (pinned %s)" % (_fmt(version.get("reported")), _fmt(version.get("pinned"))))
             lines.append("- profile: %s; read-back: %s; speculative decoding: %s" % (
                 _fmt(profile.get("name")), profile.get("readback", "-"), _fmt(profile.get("speculative"))))
-            lines.append("- health: %s; start-up %s; waited %s (%s probes in %s rounds); %s restarts, unit %s" % (
+            lines.append("- health: %s; start-up %s; waited %s (%s probes); %s restarts, unit %s" % (
                 "healthy" if health.get("ok") else "NOT healthy", _startup_cell(health),
-                _fmt(health.get("waited_s"), " s", 1), _fmt(health.get("attempts")), _fmt(health.get("rounds")),
+                _fmt(health.get("waited_s"), " s", 1), _fmt(health.get("attempts")),
                 _fmt(health.get("restarts")), _fmt(health.get("active_state"))))
             lines.append("- served model: %s (listed: %s)" % (
                 _fmt(e.get("served_model_name")), ", ".join(e.get("models") or []) or "-"))

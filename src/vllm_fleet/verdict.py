@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from vllm_fleet import metrics as _metrics
 from vllm_fleet.endpoints import WILDCARD_ADDRESSES, probe_url  # noqa: F401 (the filter plugin's API)
 
-__all__ = ["crashed_after_start", "host_entry", "unit_verdict", "version_matches"]
+__all__ = ["crashed_after_start", "host_entry", "version_matches"]
 
 API_PROBES = ("version", "models", "smoke", "metrics_before", "metrics_after")
 
@@ -85,50 +85,13 @@ def _metrics_facts(
     return None
 
 
-def unit_verdict(show_output: str, unit: str, max_restarts: int = 0) -> dict[str, Any]:
-    """Judge ``systemctl show --property=LoadState,ActiveState,SubState,Result,NRestarts UNIT``.
-
-    Returns the properties, ``restarts`` (``NRestarts``, plus one while the unit waits in
-    ``auto-restart``: it has crashed once more than the counter says yet) and ``error``: ``""`` while the
-    unit may still become healthy, else why waiting longer is pointless (not installed, failed,
-    stopped, or more than ``max_restarts`` restarts: a crash loop). systemd sets ``NRestarts`` back to
-    0 when the unit is stopped and started, so after a rollout's restart every crash counts.
-    """
-    props: dict[str, Any] = {}
-    for line in str(show_output or "").splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            props[key.strip()] = value.strip()
-    try:
-        restarts = int(props.get("NRestarts") or 0)
-    except ValueError:
-        restarts = 0
-    if props.get("SubState") == "auto-restart":
-        restarts += 1
-    props["restarts"] = restarts
-    props["unit"] = unit
-    active, sub, result = props.get("ActiveState", ""), props.get("SubState", "?"), props.get("Result", "?")
-    if props.get("LoadState") == "not-found":
-        error = "unit %s is not installed" % unit
-    elif active == "failed":
-        error = "unit %s failed (Result=%s, %d restarts)" % (unit, result, restarts)
-    elif active in ("inactive", "deactivating"):
-        error = "unit %s is not running (%s/%s, Result=%s)" % (unit, active, sub, result)
-    elif restarts > int(max_restarts):
-        error = "unit %s is crash-looping: %d restarts (at most %d allowed), last Result=%s" % (
-            unit, restarts, int(max_restarts), result)
-    else:
-        error = ""
-    props["error"] = error
-    return props
-
-
 def crashed_after_start(health: Mapping[str, Any], unit_after: Mapping[str, Any] | None) -> str | None:
     """Why the release counts as crashed after it answered /health, or ``None``.
 
-    ``unit_after`` is :func:`unit_verdict` of the unit read after the probes. vLLM's API server exits (with
-    status 0) when its engine dies, and the unit restarts it: a restart counter above the one the health
-    wait saw, or a unit no longer running, is a crash after start, not a slow start.
+    ``unit_after`` is the unit read after the probes, as ``unit_verdict`` (plugins/module_utils/vllm_unit.py)
+    judges it. vLLM's API server exits (with status 0) when its engine dies, and the unit restarts it: a
+    restart counter above the one the health wait saw, or a unit no longer running, is a crash after start,
+    not a slow start.
     """
     if not health.get("ok") or not unit_after:
         return None

@@ -12,6 +12,7 @@ Standard library only: the parser tests run it in the .venv-vllm test venv too.
 from __future__ import annotations
 
 import http.server
+import importlib.util
 import json
 import os
 import sys
@@ -50,6 +51,15 @@ def pytest_sessionfinish(session, exitstatus):
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if os.environ.get("VLLM_FLEET_NO_SKIPS") == "1" and reporter and reporter.stats.get("skipped") and exitstatus == 0:
         session.exitstatus = 1
+
+
+def load_source(name: str, path: str | os.PathLike[str]) -> Any:
+    """A Python file that is not an importable module (a role's script, a plugin, a module_utils file), loaded
+    under `name`."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def fixture_text(*parts: str) -> str:

@@ -18,15 +18,31 @@ def _docs(path: Path) -> dict:
             and target.id in ("DOCUMENTATION", "EXAMPLES", "RETURN") and isinstance(node.value, ast.Constant)}
 
 
+def _bad_descriptions(node, where=""):
+    """Where a description is not text: a ': ' inside a list item makes it a mapping, which YAML accepts and
+    ansible-doc refuses ("expected string or bytes-like object")."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "description":
+                items = value if isinstance(value, list) else [value]
+                yield from (f"{where}/description" for item in items if not isinstance(item, str))
+            yield from _bad_descriptions(value, f"{where}/{key}")
+    elif isinstance(node, list):
+        for index, item in enumerate(node):
+            yield from _bad_descriptions(item, f"{where}[{index}]")
+
+
 @pytest.mark.parametrize("path", [p for p in PLUGINS if "DOCUMENTATION" in _docs(p)], ids=lambda p: p.stem)
 def test_the_plugins_documentation_is_yaml(path):
     docs = _docs(path)
     documentation = yaml.safe_load(docs["DOCUMENTATION"])
     assert documentation.get("short_description") and documentation.get("description"), path
     assert documentation.get("name") or documentation.get("module"), path
-    for part in ("EXAMPLES", "RETURN"):
-        if part in docs:
-            yaml.safe_load(docs[part])
+    assert list(_bad_descriptions(documentation)) == [], path
+    if "RETURN" in docs:
+        assert list(_bad_descriptions(yaml.safe_load(docs["RETURN"]))) == [], path
+    if "EXAMPLES" in docs:
+        yaml.safe_load(docs["EXAMPLES"])
 
 
 def test_every_filter_and_module_is_documented():

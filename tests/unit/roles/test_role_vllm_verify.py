@@ -168,7 +168,6 @@ def verify_run(tmp_path_factory):
         "vllm_bind_address": "127.0.0.1",
         "vllm_verify_health_timeout": 20,
         "vllm_verify_health_delay": 1,
-        "vllm_verify_health_round": 2,
     }
     planned = {name: {"vllm_port": srv.port, "vllm_instance": name} for name, srv in servers.items()}
     planned["drift"]["vllm_profile_effective"] = dict(PROFILE, kv_cache_dtype="fp8", gpu_memory_utilization=0.9)
@@ -301,7 +300,7 @@ def test_crash_loop_fails_early_with_the_journal(verify_run):
         "health: unit vllm@crashloop.service is crash-looping: 3 restarts (at most 0 allowed), last Result=exit-code"
     ]
     # Its timeout is 20 s, but the first look at the unit ended the wait: /health was never probed.
-    assert host["health"]["rounds"] == 1 and host["health"]["attempts"] == 0
+    assert host["health"]["attempts"] == 0 and host["health"]["waited_s"] < 5
     assert any("CUDA driver version" in line for line in host["health"]["journal_tail"])
 
 

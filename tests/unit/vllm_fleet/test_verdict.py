@@ -14,7 +14,10 @@ import pytest
 
 from vllm_fleet import verdict
 
-from conftest import fixture_json, fixture_text
+from conftest import ROOT, fixture_json, fixture_text, load_source
+
+vllm_unit = load_source("vllm_unit", ROOT / "plugins" / "module_utils" / "vllm_unit.py")
+SHOW = "LoadState=loaded\nActiveState={a}\nSubState={s}\nResult={r}\nNRestarts={n}\n"
 
 IDLE = fixture_text("vllm", "0.32.0-cpu", "metrics_idle.txt")
 AFTER = fixture_text("vllm", "0.32.0-cpu", "metrics_after_20_requests.txt")
@@ -40,7 +43,7 @@ def ok(body=None, content=None, elapsed=0):
 
 def probes(**over):
     base = {
-        "health": {"ok": True, "already_up": True, "attempts": 1, "rounds": 1, "restarts": 0,
+        "health": {"ok": True, "already_up": True, "attempts": 1, "restarts": 0,
                    "active_state": "active", "waited_s": 0.4},
         "version": ok({"version": "0.32.0"}),
         "models": ok(MODELS),
@@ -83,7 +86,7 @@ def test_a_good_host():
 
 
 def _after(active="active", sub="running", result="success", n=0):
-    return verdict.unit_verdict(SHOW.format(a=active, s=sub, r=result, n=n), "vllm@main.service", 1000000)
+    return vllm_unit.unit_verdict(SHOW.format(a=active, s=sub, r=result, n=n), "vllm@main.service", 1000000)
 
 
 @pytest.mark.parametrize("after,error", [
@@ -257,34 +260,3 @@ def test_startup_time_from_the_date_header_and_the_process_start():
     assert entry["health"]["startup_s"] == pytest.approx(42.0, abs=1.0)
     up = verdict.host_entry("h", probes(health={"ok": True, "already_up": True, "healthy_date": date}), expect())
     assert up["health"]["startup_s"] is None
-
-
-# ------------------------------------------------------------------------------------------------
-# unit_verdict
-# ------------------------------------------------------------------------------------------------
-
-SHOW = "LoadState=loaded\nActiveState={a}\nSubState={s}\nResult={r}\nNRestarts={n}\n"
-
-
-@pytest.mark.parametrize(
-    "active, sub, result, n, max_restarts, error",
-    [
-        ("active", "running", "success", 0, 0, ""),
-        ("activating", "start", "success", 0, 0, ""),
-        ("activating", "auto-restart", "exit-code", 0, 0,
-         "unit u is crash-looping: 1 restarts (at most 0 allowed), last Result=exit-code"),
-        ("active", "running", "success", 2, 3, ""),
-        ("active", "running", "success", 2, 1, "unit u is crash-looping: 2 restarts (at most 1 allowed), last Result=success"),
-        ("failed", "failed", "start-limit-hit", 3, 0, "unit u failed (Result=start-limit-hit, 3 restarts)"),
-        ("inactive", "dead", "success", 0, 0, "unit u is not running (inactive/dead, Result=success)"),
-    ],
-)
-def test_unit_verdict(active, sub, result, n, max_restarts, error):
-    judged = verdict.unit_verdict(SHOW.format(a=active, s=sub, r=result, n=n), "u", max_restarts)
-    assert judged["error"] == error
-    assert judged["ActiveState"] == active
-
-
-def test_unit_verdict_not_installed():
-    out = "LoadState=not-found\nActiveState=inactive\nSubState=dead\nResult=success\nNRestarts=0\n"
-    assert verdict.unit_verdict(out, "vllm@main.service")["error"] == "unit vllm@main.service is not installed"

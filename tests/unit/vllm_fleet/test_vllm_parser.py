@@ -7,13 +7,12 @@ Elsewhere the whole module is skipped. Needs only vllm, pyyaml, packaging and th
 
 import argparse
 import importlib.metadata
-import importlib.util
 import json
 import os
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, load_source
 
 pytestmark = pytest.mark.vllm_parser
 pytest.importorskip(
@@ -28,11 +27,7 @@ LAB_EXTRA_ARGS = {"host": "0.0.0.0", "port": 8000, "kv_cache_memory_bytes": 1073
 
 def _launcher():
     """The launcher the vllm role installs on every host (roles/vllm/files/vllm-launch.py)."""
-    path = os.path.join(ROOT, "roles", "vllm", "files", "vllm-launch.py")
-    spec = importlib.util.spec_from_file_location("vllm_launch", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_source("vllm_launch", os.path.join(ROOT, "roles", "vllm", "files", "vllm-launch.py"))
 
 
 @pytest.fixture(scope="module")

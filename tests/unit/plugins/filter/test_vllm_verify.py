@@ -3,7 +3,6 @@ answers and /metrics pages (tests/unit/fixtures/vllm/), and AnsibleFilterError n
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -15,7 +14,7 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from conftest import ROOT, fixture_json, fixture_text
+from conftest import ROOT, fixture_json, fixture_text, load_source
 
 IDLE = fixture_text("vllm", "0.32.0-cpu", "metrics_idle.txt")
 AFTER = fixture_text("vllm", "0.32.0-cpu", "metrics_after_20_requests.txt")
@@ -23,14 +22,7 @@ CHAT = fixture_json("vllm", "0.32.0-cpu", "responses", "chat.json")
 MODELS = fixture_json("vllm", "0.32.0-cpu", "responses", "models.json")
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("vllm_verify_filter", ROOT / "plugins" / "filter" / "vllm_verify.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-plugin = _load()
+plugin = load_source("vllm_verify_filter", ROOT / "plugins" / "filter" / "vllm_verify.py")
 F = plugin.FilterModule().filters()
 PROBES = {"health": {"ok": True, "already_up": True}, "version": {"status": 200, "json": {"version": "0.32.0"}},
           "models": {"status": 200, "json": MODELS}, "smoke": {"status": 200, "json": CHAT, "elapsed": 0},

@@ -4,7 +4,6 @@ Real outputs: tests/unit/fixtures/gpu/h200/ (verbatim copies of ../shared/fixtur
 Constructed outputs in the same format: rtx4090/, l40/, errors/ (see fixtures/gpu/README.md).
 """
 
-import importlib.util
 import json
 import os
 import shutil
@@ -16,20 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import GPU_FIXTURES as FIXTURES, ROOT as REPO
+from conftest import GPU_FIXTURES as FIXTURES, ROOT as REPO, load_source
 
 SHARED_H200 = REPO / ".." / "shared" / "fixtures" / "gpu" / "h200"
 ROLE = REPO / "roles" / "nvidia_driver"
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-nvidia_smi = _load("nvidia_smi", REPO / "plugins" / "module_utils" / "nvidia_smi.py")
+nvidia_smi = load_source("nvidia_smi", REPO / "plugins" / "module_utils" / "nvidia_smi.py")
 
 
 def fixture(*parts):
@@ -213,7 +205,7 @@ def _load_module():
     """Import plugins/modules/nvidia_gpu_facts.py with its module_utils import satisfied."""
     pytest.importorskip("ansible")
     sys.modules.setdefault("ansible.module_utils.nvidia_smi", nvidia_smi)
-    return _load("nvidia_gpu_facts", REPO / "plugins" / "modules" / "nvidia_gpu_facts.py")
+    return load_source("nvidia_gpu_facts", REPO / "plugins" / "modules" / "nvidia_gpu_facts.py")
 
 
 class FakeModule:

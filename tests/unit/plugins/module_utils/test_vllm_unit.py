@@ -1,0 +1,201 @@
+"""plugins/module_utils/vllm_unit.py (the unit's verdict and the health wait) and the vllm_wait_healthy module
+that runs it on the hosts: the module against a real HTTP server on loopback, with `systemctl` and `journalctl`
+stand-ins on PATH (no systemd runs here; Molecule's scenarios run the module against real units)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, LocalServer, load_source
+
+vllm_unit = load_source("vllm_unit", ROOT / "plugins" / "module_utils" / "vllm_unit.py")
+
+SHOW = "LoadState=loaded\nActiveState={a}\nSubState={s}\nResult={r}\nNRestarts={n}\n"
+
+
+# --- unit_verdict -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "active, sub, result, n, max_restarts, error",
+    [
+        ("active", "running", "success", 0, 0, ""),
+        ("activating", "start", "success", 0, 0, ""),
+        ("activating", "auto-restart", "exit-code", 0, 0,
+         "unit u is crash-looping: 1 restarts (at most 0 allowed), last Result=exit-code"),
+        ("active", "running", "success", 2, 3, ""),
+        ("active", "running", "success", 2, 1, "unit u is crash-looping: 2 restarts (at most 1 allowed), last Result=success"),
+        ("failed", "failed", "start-limit-hit", 3, 0, "unit u failed (Result=start-limit-hit, 3 restarts)"),
+        ("inactive", "dead", "success", 0, 0, "unit u is not running (inactive/dead, Result=success)"),
+    ],
+)
+def test_unit_verdict(active, sub, result, n, max_restarts, error):
+    judged = vllm_unit.unit_verdict(SHOW.format(a=active, s=sub, r=result, n=n), "u", max_restarts)
+    assert judged["error"] == error
+    assert judged["ActiveState"] == active
+
+
+def test_unit_verdict_not_installed():
+    out = "LoadState=not-found\nActiveState=inactive\nSubState=dead\nResult=success\nNRestarts=0\n"
+    assert vllm_unit.unit_verdict(out, "vllm@main.service")["error"] == "unit vllm@main.service is not installed"
+
+
+def test_show_argv_reads_only_what_the_verdict_judges():
+    assert vllm_unit.show_argv("vllm@gpu0.service") == [
+        "systemctl", "show", "--property=LoadState,ActiveState,SubState,Result,NRestarts", "vllm@gpu0.service"]
+
+
+# --- wait_healthy, on a clock of its own --------------------------------------------------------------------
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def _wait(answers, units=None, timeout=10, delay=1.0, unit="vllm@main.service", max_restarts=0):
+    """wait_healthy with `answers` (status per probe, the last repeated) and `units` (systemctl show outputs)."""
+    clock = Clock()
+    probes, reads = list(answers), list(units or [SHOW.format(a="active", s="running", r="success", n=0)])
+
+    def probe():
+        status = probes.pop(0) if len(probes) > 1 else probes[0]
+        return status, "Wed, 02 Dec 2026 10:00:00 GMT" if status == 200 else "", "" if status else "refused"
+
+    def read_unit():
+        return reads.pop(0) if len(reads) > 1 else reads[0]
+
+    return vllm_unit.wait_healthy(probe, read_unit, "http://h:8000/health", timeout, delay, unit, max_restarts,
+                                  clock=clock, sleep=clock.sleep)
+
+
+def test_healthy_at_once_is_already_up():
+    result = _wait([200])
+    assert result["ok"] and result["state"] == "healthy" and result["already_up"]
+    assert result["attempts"] == 1 and result["error"] is None
+    assert result["healthy_date"] == "Wed, 02 Dec 2026 10:00:00 GMT" and result["restarts"] == 0
+
+
+def test_a_start_that_becomes_healthy():
+    result = _wait([None, 503, 503, 200])
+    assert result["ok"] and not result["already_up"]
+    assert result["attempts"] == 4 and result["waited_s"] == 3.0
+
+
+def test_a_slow_start_times_out_with_the_last_answer():
+    result = _wait([503], timeout=5, delay=2)
+    assert not result["ok"] and result["state"] == "timeout"
+    assert result["error"] == "/health did not answer 200 within 5 s (http://h:8000/health; last answer: HTTP 503)"
+    assert result["waited_s"] == 5.0 and result["attempts"] == 4  # at 0, 2, 4 and 5 s: the last sleep is shortened
+
+
+def test_a_crash_during_the_wait_ends_it_at_once():
+    running = SHOW.format(a="activating", s="start", r="success", n=0)
+    restarted = SHOW.format(a="activating", s="auto-restart", r="exit-code", n=0)
+    result = _wait([None], units=[running, running, restarted], timeout=900)
+    assert not result["ok"] and result["state"] == "crashed"
+    assert result["error"] == "unit vllm@main.service is crash-looping: 1 restarts (at most 0 allowed), last Result=exit-code"
+    assert result["attempts"] == 2 and result["waited_s"] == 2.0 and result["restarts"] == 1
+
+
+def test_a_unit_already_crash_looping_is_never_probed():
+    looping = SHOW.format(a="activating", s="auto-restart", r="exit-code", n=3)
+    result = _wait([200], units=[looping], max_restarts=3)
+    assert result["state"] == "crashed" and result["attempts"] == 0
+
+
+def test_without_a_unit_only_health_counts():
+    result = _wait([None], units=["LoadState=not-found\n"], unit=None, timeout=2)
+    assert result["state"] == "timeout" and result["unit_state"] == {} and result["restarts"] is None
+    assert result["error"].endswith("last answer: refused)")
+
+
+# --- the module, run by Ansible on this machine ---------------------------------------------------------------
+
+class Health(LocalServer):
+    """/health answers 503 until `after` seconds have passed since the first probe, then 200."""
+
+    def __init__(self, after):
+        self.first = None
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                owner.first = owner.first or time.monotonic()
+                code = 200 if self.path == "/health" and time.monotonic() - owner.first >= after else 503
+                self.send_response(code)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        super().__init__(Handler)
+
+
+def _stand_ins(bindir: Path, show: str):
+    """`systemctl show` answering `show`, and a `journalctl` with two lines."""
+    bindir.mkdir()
+    (bindir / "systemctl").write_text("#!/bin/sh\nprintf '%s'\n" % show.replace("\n", "\\n"))
+    (bindir / "journalctl").write_text("#!/bin/sh\necho 'engine core: CUDA out of memory'\necho 'exiting'\n")
+    for tool in ("systemctl", "journalctl"):
+        (bindir / tool).chmod(0o755)
+
+
+def _module(tmp_path, args, show):
+    """Run the module with ansible's own ad-hoc runner on localhost; returns its JSON result."""
+    ansible = Path(sys.executable).parent / "ansible"
+    if not ansible.exists():
+        pytest.fail(f"ansible is not installed next to {sys.executable}")
+    _stand_ins(tmp_path / "bin", show)
+    env = dict(os.environ, ANSIBLE_LIBRARY=str(ROOT / "plugins" / "modules"),
+               ANSIBLE_MODULE_UTILS=str(ROOT / "plugins" / "module_utils"), ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+               ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+               PATH=os.pathsep.join([str(tmp_path / "bin"), str(Path(sys.executable).parent), os.environ["PATH"]]))
+    out = subprocess.run([str(ansible), "localhost", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
+                          "-m", "vllm_wait_healthy", "-a", json.dumps(args)],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    # The JSON callback's document, between the lines the profile_tasks callback (ansible.cfg) prints.
+    document, _ = json.JSONDecoder().raw_decode(out.stdout[out.stdout.index("{"):])
+    return document["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+@pytest.mark.integration
+def test_module_waits_for_a_real_server(tmp_path):
+    with Health(after=2.0) as server:
+        result = _module(tmp_path, {"url": server.url, "unit": "vllm@main.service", "timeout": 30},
+                         SHOW.format(a="active", s="running", r="success", n=0))
+    assert result["ok"] is True and result["state"] == "healthy" and not result.get("failed")
+    assert 2.0 <= result["waited_s"] < 10 and result["attempts"] >= 2
+    assert result["journal_tail"] == [] and result["changed"] is False
+
+
+@pytest.mark.integration
+def test_module_fails_a_crash_loop_with_the_journal(tmp_path):
+    with Health(after=0) as server:
+        result = _module(tmp_path, {"url": server.url, "unit": "vllm@main.service", "timeout": 30},
+                         SHOW.format(a="activating", s="auto-restart", r="exit-code", n=2))
+    assert result["failed"] is True and result["state"] == "crashed" and result["attempts"] == 0
+    assert result["msg"] == ("vllm@main.service: unit vllm@main.service is crash-looping: 3 restarts "
+                             "(at most 0 allowed), last Result=exit-code")
+    assert result["journal_tail"] == ["engine core: CUDA out of memory", "exiting"]
+
+
+@pytest.mark.integration
+def test_module_reports_a_slow_start_without_failing_when_asked(tmp_path):
+    with Health(after=3600) as server:
+        result = _module(tmp_path, {"url": server.url, "timeout": 2, "fail_on_unhealthy": False}, "")
+    assert not result.get("failed") and result["ok"] is False and result["state"] == "timeout"
+    assert result["error"].startswith(f"/health did not answer 200 within 2 s ({server.url}/health; last answer: HTTP 503")
