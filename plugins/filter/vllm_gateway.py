@@ -6,7 +6,9 @@ name: vllm_gateway_servers
 short_description: The gateway's backend servers from the plan's instances, and the other vllm_gateway_* filters
 description:
   - C(vllm_gateway_servers) turns C(hostvars | vllm_plan_instances(hosts)) into one backend server per instance
-    (C(name), C(host), C(instance), C(address), C(port)); C(vllm_gateway_server_name) (host, instance) names one.
+    (C(name), C(host), C(instance), C(address), C(port), C(retiring)); given C(hostvars | vllm_gateway_deployed(hosts))
+    (the instances each host runs now, as site.yml read them), also one per instance a host still runs that its
+    plan no longer has (C(retiring)). C(vllm_gateway_server_name) (host, instance) names one.
   - C(vllm_gateway_tenants) turns C(vllm_gateway_api_keys) into C({tenant, key_sha256, requests_per_minute}), since
     the gateway keeps only the keys' digests.
   - C(vllm_gateway_errors) (host) checks a gateway's settings; each message names the host, the setting and the fix,
@@ -53,11 +55,26 @@ except ImportError:
     from vllm_fleet import gateway, metrics
 
 
-def vllm_gateway_servers(instances_by_host):
-    if not isinstance(instances_by_host, Mapping):
-        raise AnsibleFilterError("vllm_gateway_servers: expected vllm_plan_instances' {host: [instances]}, got %s"
-                                 % type(instances_by_host).__name__)
-    return gateway.servers(instances_by_host)
+def vllm_gateway_servers(instances_by_host, deployed_by_host=None):
+    for what, value in (("vllm_plan_instances' {host: [instances]}", instances_by_host),
+                        ("vllm_gateway_deployed's {host: [instances]}", deployed_by_host or {})):
+        if not isinstance(value, Mapping):
+            raise AnsibleFilterError("vllm_gateway_servers: expected %s, got %s" % (what, type(value).__name__))
+    return gateway.servers(instances_by_host, deployed_by_host)
+
+
+def vllm_gateway_deployed(hostvars, hosts):
+    """{host: the instances it runs now} for the hosts whose vllm_deployed_instances site.yml read in this run."""
+    out = {}
+    for host in hosts:
+        try:
+            variables = hostvars[host]
+        except KeyError:
+            continue
+        deployed = variables.get("vllm_deployed_instances") if hasattr(variables, "get") else None
+        if isinstance(deployed, (list, tuple)):
+            out[str(host)] = [dict(i) for i in deployed]
+    return out
 
 
 def vllm_gateway_server_name(host, instance):
@@ -104,6 +121,7 @@ class FilterModule:
     def filters(self):
         return {
             "vllm_gateway_servers": vllm_gateway_servers,
+            "vllm_gateway_deployed": vllm_gateway_deployed,
             "vllm_gateway_server_name": vllm_gateway_server_name,
             "vllm_gateway_tenants": vllm_gateway_tenants,
             "vllm_gateway_errors": vllm_gateway_errors,

@@ -1,4 +1,6 @@
 """Filters over vllm_fleet: resolve a host's profile, render its vLLM arguments, plan its capacity."""
+import base64
+import json
 import os
 import sys
 from collections.abc import Mapping
@@ -10,10 +12,10 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 try:
-    from vllm_fleet import compat, inputs, planner
+    from vllm_fleet import compat, endpoints, inputs, planner
 except ImportError:  # run from a checkout whose package is not installed in Ansible's Python
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
-    from vllm_fleet import compat, inputs, planner
+    from vllm_fleet import compat, endpoints, inputs, planner
 
 DOCUMENTATION = r"""
 name: vllm_plan_host
@@ -27,8 +29,10 @@ description:
   - Returns the host's entry of C(plan.json); problems are in its C(errors) and C(warnings), never raised.
   - "C(hostvars | vllm_plan_hosts(ansible_play_hosts, typical_prompt_tokens, typical_output_tokens)) plans many hosts
     in one pass and returns the whole C(plan.json), a dict with one key C(hosts): host name to plan."
-  - The same file holds C(vllm_min_driver) (vllm_version | vllm_min_driver, the C({vllm, cuda, driver}) line of data/cuda_compat.yml)
-    and C(vllm_plan_table) (plan | vllm_plan_table); those raise AnsibleFilterError naming the bad value.
+  - The same file holds C(vllm_min_driver) (vllm_version | vllm_min_driver, the C({vllm, cuda, driver}) line of data/cuda_compat.yml),
+    C(vllm_plan_table) (plan | vllm_plan_table), C(vllm_plan_instances) (hostvars | vllm_plan_instances(hosts), each host's
+    planned instances) and C(vllm_deployed_instances) (slurped args files | vllm_deployed_instances(address), the instances
+    a host runs now); those raise AnsibleFilterError naming the bad value.
 options:
   _input:
     description:
@@ -217,6 +221,29 @@ def vllm_plan_instances(hostvars, hosts):
             for host, variables in _each_host("vllm_plan_instances", hostvars, hosts)}
 
 
+def vllm_deployed_instances(slurped, inventory_address):
+    """The instances a host runs now (vllm_fleet.endpoints.deployed), from the results of slurping each one's
+    <instance>.args.json (looped over the instance names); an instance without a readable file counts with the
+    default port."""
+    if isinstance(slurped, Mapping):
+        slurped = slurped.get("results")
+    if not isinstance(slurped, (list, tuple)):
+        raise AnsibleFilterError(f"vllm_deployed_instances: expected the slurp results, got {slurped!r:.200}")
+    out = []
+    for result in slurped:
+        args = []
+        if isinstance(result, Mapping) and result.get("content"):
+            try:
+                args = json.loads(base64.b64decode(result["content"]))
+            except ValueError:
+                args = []
+        try:
+            out.append(endpoints.deployed(str(result["item"]), args, str(inventory_address)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AnsibleFilterError(f"vllm_deployed_instances: {result!r:.200}: {exc}") from exc
+    return out
+
+
 def vllm_min_driver(vllm_version):
     """The {vllm, cuda, driver} line of data/cuda_compat.yml that applies to a vLLM release."""
     try:
@@ -240,5 +267,6 @@ class FilterModule:
             "vllm_plan_hosts": vllm_plan_hosts,
             "vllm_plan_table": vllm_plan_table,
             "vllm_plan_instances": vllm_plan_instances,
+            "vllm_deployed_instances": vllm_deployed_instances,
             "vllm_min_driver": vllm_min_driver,
         }

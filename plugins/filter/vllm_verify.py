@@ -15,7 +15,7 @@ description:
   - C(vllm_probe_url) applied to a bind address, with the port and the scheme (C(http)), returns the base URL the
     host's own probes reach vLLM on (a wildcard or empty address on 127.0.0.1, IPv6 in brackets); the role's
     C(vllm_verify_url) and playbooks/benchmark.yml use it.
-  - C(vllm_report_fragment) (data, host, kind), C(vllm_report_fragment_name), C(vllm_report_merge)
+  - C(vllm_report_fragment) (data, host, kind, instance), C(vllm_report_fragment_name), C(vllm_report_merge)
     (fragments, run_id, meta) and C(vllm_report_markdown) build the run report (see C(vllm_fleet.report)).
   - Every filter raises AnsibleFilterError naming the value it could not use.
 options:
@@ -152,10 +152,11 @@ def vllm_verify_unit_verdict(show_output, unit, max_restarts=0):
     return _unit_verdict(str(show_output), str(unit), int(max_restarts))
 
 
-def vllm_report_fragment(data, host, kind):
+def vllm_report_fragment(data, host, kind, instance=None):
     _need_lib("vllm_report_fragment")
     try:
-        return _report.fragment(str(host) if isinstance(host, str) else host, kind, data)
+        return _report.fragment(str(host) if isinstance(host, str) else host, kind, data,
+                                instance=str(instance) if isinstance(instance, str) else instance)
     except ValueError as exc:
         raise AnsibleFilterError("vllm_report_fragment: %s" % exc)
 

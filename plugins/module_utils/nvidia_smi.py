@@ -170,6 +170,42 @@ def summarize(gpus):
     }
 
 
+_PCI_RE = re.compile(r"^(?:[0-9A-Fa-f]{4})?(?P<domain>[0-9A-Fa-f]{4}):(?P<bus>[0-9A-Fa-f]{2}):(?P<device>[0-9A-Fa-f]{2})"
+                     r"\.(?P<function>[0-7])$")
+_MINOR_RE = re.compile(r"^Device Minor:\s*(?P<minor>[0-9]+)\s*$", re.M)
+
+
+def pci_address(bus_id):
+    """nvidia-smi's ``00000000:17:00.0`` as sysfs and ``/proc/driver/nvidia/gpus`` name the device:
+    ``0000:17:00.0``; None for anything else."""
+    match = _PCI_RE.match((bus_id or "").strip())
+    if not match:
+        return None
+    return ("%s:%s:%s.%s" % (match.group("domain"), match.group("bus"), match.group("device"),
+                             match.group("function"))).lower()
+
+
+def topology(gpu, read):
+    """Where a GPU sits, for placing work beside it: its device node's minor number (``/dev/nvidia<minor>``,
+    from the driver's ``/proc/driver/nvidia/gpus/<pci>/information``; not always its nvidia-smi index), its
+    NUMA node and the CPUs local to it (sysfs). ``read(kind, address)`` returns the text of ``information``,
+    ``numa_node`` or ``local_cpulist`` for the device, or None; anything unreadable is None."""
+    address = pci_address(gpu.get("pci_bus_id"))
+    out = {"minor": None, "numa_node": None, "cpus": None}
+    if not address:
+        return out
+    match = _MINOR_RE.search(read("information", address) or "")
+    if match:
+        out["minor"] = int(match.group("minor"))
+    node = (read("numa_node", address) or "").strip()
+    if re.match(r"^[0-9]+$", node):  # -1: the platform has no NUMA information
+        out["numa_node"] = int(node)
+    cpus = (read("local_cpulist", address) or "").strip()
+    if re.match(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$", cpus):
+        out["cpus"] = cpus
+    return out
+
+
 def parse_gpus(text, fields=QUERY_FIELDS, mask=False):
     """nvidia-smi CSV text -> summary dict (see summarize)."""
     return summarize([gpu_from_row(row, mask=mask) for row in parse_csv(text, fields)])

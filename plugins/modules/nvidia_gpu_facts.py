@@ -45,6 +45,16 @@ options:
       - Where the loaded kernel module reports its version.
     type: path
     default: /proc/driver/nvidia/version
+  proc_gpus_path:
+    description:
+      - Where the loaded driver describes each GPU (C(<pci address>/information), its device minor number).
+    type: path
+    default: /proc/driver/nvidia/gpus
+  sysfs_pci_path:
+    description:
+      - Where sysfs describes each PCI device (C(<pci address>/numa_node) and C(local_cpulist)).
+    type: path
+    default: /sys/bus/pci/devices
 requirements:
   - An NVIDIA driver that ships C(nvidia-smi) (R450 or newer for the C(compute_cap) field).
 notes:
@@ -175,6 +185,9 @@ gpus:
     compute_cap: {description: Compute capability (C(8.9) for Ada, C(9.0) for Hopper)., type: str}
     pci_bus_id: {description: PCI bus id., type: str}
     persistence_mode: {description: Persistence mode on., type: bool}
+    minor: {description: "Minor number of its device node C(/dev/nvidia<minor>), null when the driver does not say.", type: int}
+    numa_node: {description: NUMA node the GPU is attached to (null when the platform has none)., type: int}
+    cpus: {description: "CPUs local to the GPU, as sysfs lists them (C(0-15,32-47)); null when unknown.", type: str}
 kernel_module:
   description: The loaded kernel module, from O(proc_version_path).
   returned: always
@@ -201,6 +214,7 @@ from ansible.module_utils.nvidia_smi import (
     parse_proc_version,
     parse_query_header,
     query_command,
+    topology,
 )
 
 _SEARCH_DIRS = ["/usr/bin", "/usr/local/nvidia/bin", "/usr/local/bin"]
@@ -285,6 +299,17 @@ def probe(module):
         result["kernel_module"] = kernel_module
         return result
 
+    def read(kind, address):
+        root = module.params["proc_gpus_path"] if kind == "information" else module.params["sysfs_pci_path"]
+        try:
+            with open(os.path.join(root, address, kind)) as handle:
+                return handle.read()
+        except (IOError, OSError):
+            return None
+
+    for gpu in result["gpus"]:
+        gpu.update(topology(gpu, read))
+
     # The header of `nvidia-smi -q` is the one place that names the CUDA version the driver supports.
     rc, q_out, dummy = module.run_command([nvidia_smi, "-q", "-d", "COMPUTE"], environ_update=_C_LOCALE)
     header = parse_query_header(q_out) if rc == 0 else {}
@@ -308,6 +333,8 @@ def main():
             require=dict(type="bool", default=True),
             mask_uuids=dict(type="bool", default=False),
             proc_version_path=dict(type="path", default="/proc/driver/nvidia/version"),
+            proc_gpus_path=dict(type="path", default="/proc/driver/nvidia/gpus"),
+            sysfs_pci_path=dict(type="path", default="/sys/bus/pci/devices"),
         ),
         supports_check_mode=True,
     )

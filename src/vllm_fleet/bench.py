@@ -350,7 +350,7 @@ def markdown_row(host: str, result: Dict[str, Any]) -> str:
 
 
 MARKDOWN_HEADER = (
-    "| host | completed | concurrency | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL mean ms | ITL p99 ms "
+    "| instance | completed | concurrency | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL mean ms | ITL p99 ms "
     "| preemptions | single-stream tok/s | planner ceiling tok/s | efficiency | guide target |\n"
     "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
@@ -371,7 +371,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--token-id-range", default="10:1000", help="LOW:HIGH of the random prompt token ids")
     parser.add_argument("--insecure", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--host-name", default="", help="with --markdown-row: the host column")
+    parser.add_argument("--host-name", default="", help="the table's first column (host/instance)")
     parser.add_argument("--guide-target", default="", help="the plan's service_levels.target (JSON): the guide's "
                         "TTFT and per-user decode targets for the card, judged on this load")
     args = parser.parse_args(argv)
@@ -398,6 +398,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (ValueError, KeyError, TypeError) as exc:
         result["guide"] = {"error": f"--guide-target is not the plan's service_levels.target: {exc}"}
     result["markdown_row"] = markdown_row(args.host_name or args.url, result)
+    result["markdown_header"] = MARKDOWN_HEADER
     print(json.dumps(result, sort_keys=True))
     return 0 if result["load"]["completed"] else 1
 

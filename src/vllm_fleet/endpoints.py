@@ -24,3 +24,19 @@ def network_address(bind: Any, inventory_address: str) -> str:
     inventory's address of the host when it binds every interface."""
     bind = "" if bind is None else str(bind)
     return inventory_address if bind in WILDCARD_ADDRESSES else bind
+
+
+def deployed(name: str, args: Any, inventory_address: str) -> dict[str, Any]:
+    """An instance as a host runs it now, from the arguments its unit runs (the vllm role's <instance>.args.json):
+    name, unit, port, and where it answers (as the plan's instances say it): what a gateway keeps sending to until
+    the rollout has replaced it."""
+    args = [str(a) for a in args] if isinstance(args, (list, tuple)) else []
+
+    def value(flag: str, default: Any) -> Any:
+        return args[args.index(flag) + 1] if flag in args[:-1] else default
+
+    port = int(value("--port", 8000))
+    bind = value("--host", "")
+    address = network_address(bind, inventory_address)
+    return {"name": str(name), "unit": f"vllm@{name}.service", "port": port, "local_url": probe_url(bind, port),
+            "address": address, "url": probe_url(address, port)}

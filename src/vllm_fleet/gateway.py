@@ -30,13 +30,20 @@ def server_name(host: str, instance: str) -> str:
     return _SERVER_UNSAFE.sub("-", f"{host}_{instance}")
 
 
-def servers(instances_by_host: Mapping[str, Iterable[Mapping[str, Any]]]) -> list[dict[str, Any]]:
-    """One backend server per planned instance, sorted by host then instance."""
+def servers(instances_by_host: Mapping[str, Iterable[Mapping[str, Any]]],
+            deployed_by_host: Mapping[str, Iterable[Mapping[str, Any]]] | None = None) -> list[dict[str, Any]]:
+    """One backend server per planned instance, sorted by host then instance; and one per instance a host runs now
+    that its plan no longer has (``retiring``: it serves until the rollout drains and removes it)."""
     result = []
-    for host in sorted(instances_by_host):
-        for instance in instances_by_host[host]:
-            result.append({"name": server_name(host, instance["name"]), "host": host,
-                           "instance": instance["name"], "address": instance["address"], "port": instance["port"]})
+    deployed_by_host = deployed_by_host or {}
+    for host in sorted(set(instances_by_host) | set(deployed_by_host)):
+        planned = list(instances_by_host.get(host) or [])
+        names = {instance["name"] for instance in planned}
+        retiring = [dict(i, retiring=True) for i in deployed_by_host.get(host) or [] if i["name"] not in names]
+        for instance in sorted(planned + retiring, key=lambda i: i["name"]):
+            result.append({"name": server_name(host, instance["name"]), "host": host, "instance": instance["name"],
+                           "address": instance["address"], "port": instance["port"],
+                           "retiring": bool(instance.get("retiring"))})
     return result
 
 

@@ -47,6 +47,8 @@ SYSCALL = re.compile(r"~?@?[a-z0-9_-]+(:[A-Za-z0-9_]+)?")  # a call or @group, ~
 # What templates/vllm.env.j2 sets from the role's own settings: a second assignment would silently win.
 TEMPLATE_ENV = ("VLLM_TARGET_DEVICE", "HOME", "VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR",
                 "TRITON_CACHE_DIR", "HF_HOME", "VLLM_API_KEY")
+# What the plan's placement gives each instance (vllm_fleet.placement): its own cards.
+PLACEMENT_ENV = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 # The site's guarantees (nothing leaves it) and what changes which code the service loads: only with an
 # explicit opt-in (vllm_environment_allow), since a later assignment wins over the template's own.
 GUARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK",
@@ -197,6 +199,11 @@ def _environment(host: str, environment: Any, allow: Any) -> list[str]:
         if not ENV_KEY.fullmatch(key):
             errors.append(f"{host}: vllm_environment key {key!r} is not a variable name; fix: letters, digits and _, "
                           "not starting with a digit")
+            continue
+        if key in PLACEMENT_ENV:
+            errors.append(f"{host}: vllm_environment.{key} would override the cards the plan gives each instance (one "
+                          "per GPU or tensor-parallel group, by UUID); fix: remove it, and set vllm_gpu.count or the "
+                          "profile's tensor_parallel_size to place the instances")
             continue
         if key in TEMPLATE_ENV:
             errors.append(f"{host}: vllm_environment.{key} would override what the unit's environment file sets "

@@ -31,7 +31,7 @@ from typing import Any, Mapping
 
 from packaging.version import Version
 
-from . import catalogue, datafiles, endpoints, inputs, profiles, render
+from . import catalogue, datafiles, inputs, placement, profiles, render
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -163,8 +163,11 @@ def detected_gpu(assumed: Any, detected: Mapping[str, Any]) -> dict[str, Any]:
         bandwidth = detected["bandwidth_gb_s"]
     else:
         bandwidth = assumed.get("bandwidth_gb_s", 0)
-    return {"name": detected.get("name"), "memory_mib": detected.get("memory_mib"), "count": detected.get("count"),
-            "compute_cap": detected.get("compute_cap", ""), "bandwidth_gb_s": bandwidth}
+    gpu = {"name": detected.get("name"), "memory_mib": detected.get("memory_mib"), "count": detected.get("count"),
+           "compute_cap": detected.get("compute_cap", ""), "bandwidth_gb_s": bandwidth}
+    if isinstance(detected.get("gpus"), list) and detected["gpus"]:
+        gpu["cards"] = detected["gpus"]  # each card (index, UUID, minor, NUMA node...): vllm_fleet.placement
+    return gpu
 
 
 def gpu_is(gpu: Mapping[str, Any], compute_cap: str, name: str | re.Pattern) -> bool:
@@ -203,6 +206,8 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
         "dropped": [],
         "errors": [],
         "warnings": [],
+        "notes": [],
+        "instances": [],
         "capacity": _empty_capacity(),
     }
     errors, warnings = entry["errors"], entry["warnings"]
@@ -246,24 +251,82 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
     draft = (profile.get("speculative") or {}).get("model")
     entry["draft_model_dir"] = model_path(draft, "staged", None, deploy["vllm_state_dir"]) if draft else None
     entry["gpu"] = {key: gpu.get(key) for key in ("name", "count", "memory_mib", "compute_cap") if key in gpu}
-    try:
-        rendered = render.render_args(
-            profile, version, model_path=model_path(profile.get("model"), deploy["vllm_model_source"],
-                                                    deploy["vllm_model_src"], deploy["vllm_state_dir"]),
-            draft_model_path=draft_model_path(profile, deploy),
-            extra_args=dict(extra, **{key: deploy[name] for key, name in (("host", "vllm_bind_address"),
-                                                                           ("port", "vllm_port"),
-                                                                           ("shutdown_timeout", "vllm_shutdown_timeout"))
-                                      if deploy[name] not in (None, "", 0)}))
-    except ValueError as exc:
-        errors.append(f"{host}: {exc}")
-        return entry
-    entry["args"], entry["dropped"] = rendered.args, rendered.dropped
-    entry["instances"] = instances(host, hostvars)
-    warnings += [f"{host}: {w}" for w in rendered.warnings]
+
+    # Placement: how many instances, on which cards (vllm_fleet.placement); the tensor-parallel size decides it.
+    device = "cpu" if str(gpu["name"]).lower() == "cpu" else "gpu"
+    host_cards = placement.cards(gpu, gpu.get("cards"))
+    tp = _tensor_parallel_size(host, profile, gpu, extra, hostvars, prompt_tokens, output_tokens, len(host_cards),
+                               device)
+    if tp != profile.get("tensor_parallel_size", 1):
+        profile = dict(profile, tensor_parallel_size=tp)
+        entry["profile_effective"] = profile
+    entry["tensor_parallel_size"] = tp
+    bind = deploy["vllm_bind_address"]
+    laid = placement.place(host, host_cards, tp, device=device, base_name=str(deploy["vllm_instance"] or "main"),
+                           base_port=int(deploy["vllm_port"] or 8000), bind=bind,
+                           inventory_address=str(hostvars.get("ansible_host") or host))
+    errors += laid["errors"]
+    warnings += laid["warnings"]
+    needs = placement.tp_needs(str(gpu["name"]), tp) if device == "gpu" else placement.tp_needs("", 1)
+    if needs["why"]:
+        entry["notes"].append(f"{host}: {needs['why']}")
+    rendered = None
+    for instance in laid["instances"]:
+        try:
+            rendered = render.render_args(
+                profile, version, model_path=model_path(profile.get("model"), deploy["vllm_model_source"],
+                                                        deploy["vllm_model_src"], deploy["vllm_state_dir"]),
+                draft_model_path=draft_model_path(profile, deploy),
+                extra_args=dict(needs["args"], **extra, **{key: value for key, value in (
+                    ("host", bind), ("port", instance["port"]), ("shutdown_timeout", deploy["vllm_shutdown_timeout"]))
+                    if value not in (None, "", 0)}))
+        except ValueError as exc:
+            errors.append(f"{host}: {exc}")
+            return entry
+        instance["args"] = rendered.args
+        if device == "gpu":
+            instance["environment"] = dict(instance["environment"], **needs["environment"])
+    entry["instances"] = laid["instances"]
+    if rendered is not None:
+        entry["dropped"] = rendered.dropped
+        warnings += [f"{host}: {w}" for w in rendered.warnings]
 
     _capacity(host, profile, gpu, extra, hostvars, prompt_tokens, output_tokens, entry)
     return entry
+
+
+def _tensor_parallel_size(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], extra: Mapping[str, Any],
+                          hostvars: Mapping[str, Any], prompt_tokens: int, output_tokens: int, cards: int,
+                          device: str) -> int:
+    """The profile's tensor_parallel_size; where it sets none, the smallest of placement.TP_SIZES (within the host's
+    cards, dividing the model's heads) at which the model fits one group of cards. When none fits, the largest
+    of them: the plan then says why it does not fit, and the smallest placement that would."""
+    if "tensor_parallel_size" in profile or device == "cpu":
+        return profile.get("tensor_parallel_size", 1)
+    candidates = [tp for tp in placement.TP_SIZES if tp <= cards] or [1]
+    for tp in candidates:
+        scratch: list[str] = []
+        size = _size(host, dict(profile, tensor_parallel_size=tp), dict(gpu, count=cards), extra, hostvars,
+                     prompt_tokens, output_tokens, scratch)
+        if size is None:
+            continue  # a size that does not divide the heads: the next one
+        if size.fits and not (size.max_len and size.kv_tokens < size.max_len):
+            return tp
+    return candidates[-1]
+
+
+def _fit_hint(s: Sizing, hostvars: Mapping[str, Any]) -> str:
+    """The smallest placement at which the model would fit this card, for the does-not-fit message."""
+    for tp in placement.TP_SIZES:
+        if tp <= s.tp:
+            continue
+        scratch: list[str] = []
+        size = _size(s.host, dict(s.profile, tensor_parallel_size=tp), dict(s.gpu, count=tp), s.extra, hostvars,
+                     s.prompt_tokens, s.output_tokens, scratch)
+        if size is not None and size.fits and not (size.max_len and size.kv_tokens < size.max_len):
+            return (f"the smallest placement that fits is {tp} x {s.gpu['name']} per instance "
+                    f"(tensor_parallel_size: {tp}; the host has {s.gpu.get('count')})")
+    return f"no placement of up to {placement.TP_SIZES[-1]} x {s.gpu['name']} fits"
 
 
 # Where the vllm role puts things and what it binds, read by the plan so that its arguments are the ones the
@@ -274,17 +337,10 @@ DEPLOY_VARS = ("vllm_state_dir", "vllm_model_source", "vllm_model_src", "vllm_dr
 
 
 def instances(host: str, hostvars: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The host's vLLM instances as the unit, the health wait, the verification and a gateway reach them: name,
-    unit, port, `local_url` (from the host itself) and `address` and `url` (from the host's network: the bind
-    address, or the inventory's ansible_host when it binds every interface)."""
-    deploy = deploy_inputs(hostvars)
-    bind = deploy["vllm_bind_address"]
-    address = endpoints.network_address(bind, str(hostvars.get("ansible_host") or host))
-    name = str(deploy["vllm_instance"] or "main")
-    port = int(deploy["vllm_port"] or 8000)
-    return [{"name": name, "unit": f"vllm@{name}.service", "port": port,
-             "local_url": endpoints.probe_url(bind, port), "address": address,
-             "url": endpoints.probe_url(address, port)}]
+    """The host's vLLM instances as its plan places them (what the units bind and a gateway reaches): name,
+    unit, port, `local_url` (from the host itself), `address` and `url` (from the host's network), its cards,
+    arguments and environment. Empty when the host's plan has errors before placement."""
+    return plan_host(host, hostvars).get("instances", [])
 
 
 def deploy_inputs(hostvars: Mapping[str, Any]) -> dict[str, Any]:
@@ -346,6 +402,10 @@ class Sizing:
     weights: int = 0
     draft_weights: int = 0
     kv_per_token: int = 0
+    kv_per_token_gpu: int = 0
+    draft_tp: int = 1
+    others_gpu: int = 0
+    fit_hint: str = ""
     activation: int = 0
     graphs: int = 0
     runtime: int = 0
@@ -380,6 +440,8 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
     size = _size(host, profile, gpu, extra, hostvars, prompt_tokens, output_tokens, entry["errors"])
     if size is None:
         return
+    if size.device == "gpu" and (not size.fits or (size.max_len and size.kv_tokens < size.max_len)):
+        size.fit_hint = _fit_hint(size, hostvars)
     bandwidth = gpu["bandwidth_gb_s"] * 1e9 * size.tp
     entry["capacity"].update({
         "gpu_memory_bytes": size.gpu_bytes,
@@ -471,20 +533,31 @@ def _size(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], extra: 
         kv_elem=act_bytes if kv_dtype == "auto" else catalogue.DTYPE_BYTES[kv_dtype], block=reserve["block_size"],
         prompt_tokens=prompt_tokens, output_tokens=output_tokens)
 
+    # Sized per GPU, as each of the tensor-parallel group's workers sizes its own share (vLLM keeps the KV blocks
+    # that every worker can hold): its share of the weights and of the activation peak, plus what every worker
+    # reserves in full (the CUDA context and buffers, CUDA graphs). Totals below are per GPU x tensor_parallel_size.
+    draft_tp = spec.get("draft_tensor_parallel_size", tp) if draft else tp
+    size.draft_tp = draft_tp
     size.gpu_bytes = gpu["memory_mib"] * MIB * tp
     size.weights = arch.weight_bytes(act_bytes)
     size.draft_weights = draft.weight_bytes(draft.activation_dtype_bytes(None)) if draft else 0
     size.kv_per_token = arch.kv_bytes_per_token(size.kv_elem, tp)
+    size.kv_per_token_gpu = -(-size.kv_per_token // tp)
     if draft:
-        size.kv_per_token += draft.kv_bytes_per_token(size.kv_elem, spec.get("draft_tensor_parallel_size", tp))
+        draft_kv = draft.kv_bytes_per_token(size.kv_elem, draft_tp)
+        size.kv_per_token += draft_kv
+        size.kv_per_token_gpu += -(-draft_kv // draft_tp)
     size.activation = int((reserve["activation_vocab_hidden_factor"] * arch.vocab_size
                            + reserve["activation_token_hidden_factor"] * size.budget)
-                          * arch.hidden_size * act_bytes) // tp
+                          * arch.hidden_size * act_bytes) // tp * tp
     graph_layers = arch.num_hidden_layers + (draft.num_hidden_layers if draft else 0)
     eager = bool(profile.get("enforce_eager") or extra.get("enforce_eager"))
     reserved = not eager and cuda_graphs_reserved(size.version, spec, reserve)
     size.graphs = reserve["cuda_graph_bytes_per_layer"] * graph_layers if reserved else 0
     size.runtime = (reserve["non_torch_bytes"] + size.graphs) * tp
+    # The most loaded worker's share: rank 0 holds a draft of a smaller tensor-parallel size.
+    size.others_gpu = (-(-size.weights // tp) + -(-size.draft_weights // draft_tp) + size.activation // tp
+                       + size.runtime // tp)
 
     # An explicit KV size, as vLLM takes it: --kv-cache-memory-bytes, or on CPU VLLM_CPU_KVCACHE_SPACE (GiB).
     raw = None
@@ -508,16 +581,22 @@ def _size(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], extra: 
         size.kv_bytes = size.explicit_kv if size.explicit_kv is not None else size.gpu_bytes
         size.limit_text = f"the CPU KV budget vllm_gpu.memory_mib = {gib(size.gpu_bytes)}"
         size.fits = size.kv_bytes <= size.gpu_bytes
-    elif size.explicit_kv is not None:
-        size.kv_bytes = size.explicit_kv
-        size.limit_text = f"{gpu['name']} memory {gib(size.gpu_bytes)}"
-        size.fits = size.others + size.kv_bytes <= size.gpu_bytes
+        size.kv_tokens = max(size.kv_bytes, 0) // size.kv_per_token // size.block * size.block
+        return size
+    card_bytes = gpu["memory_mib"] * MIB
+    cards = f"{tp} x {gpu['name']}" if tp > 1 else str(gpu["name"])
+    if size.explicit_kv is not None:
+        kv_gpu = size.explicit_kv // tp
+        size.limit_text = f"{cards} memory {gib(size.gpu_bytes)}"
+        size.fits = size.others_gpu + kv_gpu <= card_bytes
     else:
-        limit = math.ceil(size.gpu_bytes * size.util)
-        size.limit_text = f"{gpu['name']} {gib(size.gpu_bytes)} x gpu_memory_utilization {size.util} = {gib(limit)}"
-        size.kv_bytes = limit - size.others
-        size.fits = size.kv_bytes > 0
-    size.kv_tokens = max(size.kv_bytes, 0) // size.kv_per_token // size.block * size.block
+        limit = math.ceil(card_bytes * size.util)
+        size.limit_text = (f"{gpu['name']} {gib(card_bytes)} x gpu_memory_utilization {size.util} = {gib(limit)}"
+                           + (f" on each of {tp} GPUs" if tp > 1 else ""))
+        kv_gpu = limit - size.others_gpu
+        size.fits = kv_gpu > 0
+    size.kv_bytes = kv_gpu * tp
+    size.kv_tokens = max(kv_gpu, 0) // size.kv_per_token_gpu // size.block * size.block
     return size
 
 
@@ -535,17 +614,23 @@ def _does_not_fit(s: Sizing) -> list[str]:
         return [f"{s.host}: the KV cache of {gib(s.kv_bytes)} ({s.explicit_name}) exceeds {s.limit_text}; fix: lower "
                 f"{s.explicit_name} or raise vllm_gpu.memory_mib to the memory the host can give vLLM's KV cache"]
     if not s.fits:
-        draft_text = f" + draft {gib(s.draft_weights)}" if s.draft else ""
-        return [f"{s.host}: {s.model} does not fit: {s.limit_text}; weights {gib(s.weights)}{draft_text} + "
-                f"activations {gib(s.activation)} + runtime {gib(s.runtime)}"
-                + (f" + KV cache {gib(s.kv_bytes)} = {gib(s.others + s.kv_bytes)}" if s.explicit_kv is not None
-                   else f" leave {gib(s.kv_bytes)} for the KV cache")
-                + "; fix: a quantized checkpoint (AWQ), a smaller model or no draft, more GPUs "
+        # Per GPU (the same as the totals on one card): what each worker of the group holds.
+        draft_text = f" + draft {gib(-(-s.draft_weights // s.draft_tp))}" if s.draft else ""
+        kv_gpu = s.kv_bytes // s.tp
+        return [f"{s.host}: {s.model} does not fit: {s.limit_text}; "
+                + ("per GPU: " if s.tp > 1 else "")
+                + f"weights {gib(-(-s.weights // s.tp))}{draft_text} + "
+                f"activations {gib(s.activation // s.tp)} + runtime {gib(s.runtime // s.tp)}"
+                + (f" + KV cache {gib(kv_gpu)} = {gib(s.others_gpu + kv_gpu)}" if s.explicit_kv is not None
+                   else f" leave {gib(kv_gpu)} for the KV cache")
+                + "; fix: " + (s.fit_hint + ", or " if s.fit_hint else "")
+                + "a quantized checkpoint (AWQ), a smaller model or no draft, more GPUs "
                 "(tensor_parallel_size), or a lower max_num_batched_tokens"]
     if s.max_len and s.kv_tokens < s.max_len:
         return [f"{s.host}: the KV cache holds {s.kv_tokens:,} tokens ({gib(s.kv_bytes)} at {s.kv_per_token:,} "
                 f"B/token), below max_model_len={s.max_len:,}: vLLM refuses to start; fix: max_model_len <= "
-                f"{s.kv_tokens:,}, {s.fp8_fix}a quantized checkpoint or a higher gpu_memory_utilization"]
+                f"{s.kv_tokens:,}, {s.fp8_fix}a quantized checkpoint or a higher gpu_memory_utilization"
+                + (f", or {s.fit_hint}" if s.fit_hint.startswith("the smallest") else "")]
     return []
 
 
@@ -809,7 +894,7 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
     estimate misses (``slo``: estimates, which do not stop a rollout). Up to ``max_rows`` hosts: one row each and
     each host's messages. A larger fleet: a summary first, one row per group of hosts that plan alike, every
     error, and each warning once with the hosts it concerns."""
-    header = ("host", "profile", "vllm", "weights", "draft", "KV cache", "KV tokens", "conc@len",
+    header = ("host", "profile", "vllm", "instances", "weights", "draft", "KV cache", "KV tokens", "conc@len",
               "decode t/s", "status")
     hosts = plan["hosts"]
     grouped = len(hosts) > max_rows
@@ -817,6 +902,7 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
     errors: list[str] = []
     warnings: dict[str, list[str]] = {}
     dropped: dict[tuple[str, str], list[str]] = {}
+    placed: dict[str, list[str]] = {}  # what the placement set for the cards, and why (once, with its hosts)
     levels: dict[str, list[str]] = {}  # the guide's service levels the estimate misses (not deployment warnings)
     for host, e in hosts.items():
         c = e["capacity"]
@@ -826,7 +912,7 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
             return "-" if c.get(key) is None else fmt(c[key])
 
         row = (
-            e["profile"], str(e["vllm_version"]),
+            e["profile"], str(e["vllm_version"]), _instances_cell(e),
             num("weights_bytes", gib), num("draft_weights_bytes", lambda v: gib(v) if v else "-"),
             num("kv_cache_bytes", gib), num("kv_cache_tokens", lambda v: f"{v:,}"),
             num("max_concurrency_at_max_len", str), num("decode_ceiling_tokens_per_s", str),
@@ -842,6 +928,8 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
             levels.setdefault(text, []).append(host)
         for d in e["dropped"]:
             dropped.setdefault((d["flag"], d["reason"]), []).append(host)
+        for message in e.get("notes") or []:
+            placed.setdefault(message.removeprefix(f"{host}: "), []).append(host)
     rows = [header]
     for key, members in groups.items():
         if grouped:
@@ -866,4 +954,18 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
                 notes.append(f"{tag} {text}")
     for (flag, reason), members in dropped.items():
         notes.append(f"note  dropped {flag} ({len(members)} host{'s' if len(members) > 1 else ''}): {reason}")
+    for text, members in placed.items():
+        notes.append(f"note  ({len(members)} host{'s' if len(members) > 1 else ''}: {', '.join(members[:3])}"
+                     f"{f' and {len(members) - 3} more' if len(members) > 3 else ''}) {text}")
     return lines + ([""] + notes if notes else [])
+
+
+def _instances_cell(entry: Mapping[str, Any]) -> str:
+    """How the plan placed the host's instances: 4 x 1 GPU, 1 x 2 GPUs, 2 x cpu (KV columns are per instance)."""
+    instances = entry.get("instances") or []
+    if not instances:
+        return "-"
+    if str((entry.get("gpu") or {}).get("name", "")).lower() == "cpu":
+        return f"{len(instances)} x cpu"
+    tp = entry.get("tensor_parallel_size") or 1
+    return f"{len(instances)} x {tp} GPU{'s' if tp > 1 else ''}"

@@ -1,8 +1,9 @@
-"""Per-host verification results and the rollout report (Markdown and JSON).
+"""Per-instance verification results and the rollout report (Markdown and JSON).
 
-The per-host results it renders are :func:`vllm_fleet.verdict.host_entry`'s. Two layers:
+The results it renders are :func:`vllm_fleet.verdict.host_entry`'s, one per vLLM instance (a host runs one per
+GPU or tensor-parallel group), keyed ``host/instance``. Two layers:
 
-- Fragments: one small JSON file per host and event, written as the run goes (a host's verification,
+- Fragments: one small JSON file per instance and event, written as the run goes (an instance's verification,
   a rollout's load-loop measurements, a rollback). A rollout that stops on its canary still leaves its
   fragments behind. :func:`fragment` builds one, :func:`load_fragments` reads a run's folder.
 - :func:`merge` folds fragments into one report; :func:`render_markdown` and :func:`write_report`
@@ -49,22 +50,30 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def fragment(host: str, kind: str, data: Mapping[str, Any], recorded_at: str | None = None) -> dict[str, Any]:
-    """One host event for the report: ``{"host", "kind", "recorded_at", "data"}``."""
+def fragment(host: str, kind: str, data: Mapping[str, Any], recorded_at: str | None = None,
+             instance: str | None = None) -> dict[str, Any]:
+    """One event of an instance for the report: ``{"host", "instance", "kind", "recorded_at", "data"}``."""
     if not host or not isinstance(host, str):
         raise ValueError("fragment host must be a non-empty string, got %r" % (host,))
     if not kind or not isinstance(kind, str) or not kind.replace("_", "").isalnum():
         raise ValueError("fragment kind must be a word such as verify, rollout or rollback, got %r" % (kind,))
     if not isinstance(data, Mapping):
         raise ValueError("fragment data for %s must be a dict, got %s" % (host, type(data).__name__))
-    return {"host": host, "kind": kind, "recorded_at": recorded_at or _now(), "data": dict(data)}
+    if instance is not None and (not isinstance(instance, str) or not instance):
+        raise ValueError("fragment instance of %s must be a name, got %r" % (host, instance))
+    return {"host": host, "instance": instance, "kind": kind, "recorded_at": recorded_at or _now(), "data": dict(data)}
+
+
+def key(frag: Mapping[str, Any]) -> str:
+    """Where a fragment lands in the report: ``host/instance`` (a rollout probe's fragment names its target so)."""
+    return "%s/%s" % (frag["host"], frag["instance"]) if frag.get("instance") else str(frag["host"])
 
 
 def fragment_name(frag: Mapping[str, Any]) -> str:
-    """A file name that sorts in time order and is unique per host and event."""
+    """A file name that sorts in time order and is unique per instance and event."""
     stamp = "".join(ch for ch in str(frag["recorded_at"]) if ch.isalnum())
-    host = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in str(frag["host"]))
-    return "%s--%s--%s.json" % (stamp, host, frag["kind"])
+    who = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in key(frag))
+    return "%s--%s--%s.json" % (stamp, who, frag["kind"])
 
 
 def load_fragments(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -91,13 +100,13 @@ def merge(
     meta: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Fold fragments (in time order) into one report."""
-    ordered = sorted(fragments, key=lambda f: (str(f.get("recorded_at") or ""), str(f.get("host"))))
+    ordered = sorted(fragments, key=lambda f: (str(f.get("recorded_at") or ""), key(f)))
     hosts: dict[str, dict[str, Any]] = {}
     for frag in ordered:
-        host = str(frag["host"])
+        host = key(frag)
         kind = str(frag["kind"])
         data = dict(frag.get("data") or {})
-        entry = hosts.setdefault(host, {"host": host})
+        entry = hosts.setdefault(host, {"host": str(frag["host"]), "instance": frag.get("instance")})
         if kind == "verify":
             attempts = entry.get("verify_attempts", [])
             attempts.append(
@@ -108,7 +117,7 @@ def merge(
             entry.clear()
             entry.update(data)
             entry.update(keep)
-            entry["host"] = host
+            entry["host"], entry["instance"] = str(frag["host"]), frag.get("instance")
             entry["verify_attempts"] = attempts
         elif kind == "rollout":
             entry.setdefault("rollout", {}).update(data)
@@ -181,7 +190,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines.append("- %s: %s" % (key, _cell(value)))
     lines.append("")
     with_rollout = any(e.get("rollout") for e in hosts.values())
-    header = ["host", "result", "vLLM", "profile", "start-up", "restarts", "smoke latency",
+    header = ["instance", "result", "vLLM", "profile", "start-up", "restarts", "smoke latency",
               "TTFT", "KV tokens", "planner error", "findings"]
     if with_rollout:
         header += ["unhealthy window", "failed requests"]

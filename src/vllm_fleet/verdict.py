@@ -384,7 +384,9 @@ def host_entry(
     health["startup_s"] = _startup_seconds(health, after)
     speculative = expect.get("speculative")
     if speculative is None:
-        speculative = _metrics.is_speculative(profile, (plan or {}).get("args") or [])
+        # Every instance of a host runs the same arguments but its port: the first one's say it.
+        args = next((i.get("args") or [] for i in (plan or {}).get("instances") or []), [])
+        speculative = _metrics.is_speculative(profile, args)
     speculative = bool(speculative)
     missing, drifts, readback_state = _judge_readback(after, speculative, expect, profile, plan, out)
     smoke = _judge_smoke(api, expect, served, before, after, out)
@@ -396,6 +398,7 @@ def host_entry(
         "errors": out.errors,
         "warnings": out.warnings,
         "checked_at": _now(),
+        "instance": expect.get("instance"),
         "url": expect.get("url"),
         "unit": expect.get("unit"),
         "version": {"pinned": pinned or None, "reported": reported},

@@ -15,6 +15,8 @@ import http.server
 import importlib.util
 import json
 import os
+import shutil
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -60,6 +62,30 @@ def load_source(name: str, path: str | os.PathLike[str]) -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def run_module(tmp_path: Path, module: str, args: dict[str, Any], path: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One of plugins/modules run by Ansible itself on this machine (an ad-hoc task on localhost, with `path`
+    first on PATH for its stand-ins): the module's result, with ``failed``."""
+    ansible = shutil.which("ansible", path=str(Path(sys.executable).parent)) or shutil.which("ansible")
+    if not ansible:
+        raise AssertionError(f"ansible is not installed next to {sys.executable} nor on PATH")
+    config = tmp_path / "ansible.cfg"
+    config.write_text("[defaults]\n")
+    env = dict(os.environ, ANSIBLE_LIBRARY=str(ROOT / "plugins" / "modules"),
+               ANSIBLE_MODULE_UTILS=str(ROOT / "plugins" / "module_utils"),
+               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+               ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=str(config), ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
+               PATH=os.pathsep.join([*path, str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    proc = subprocess.run([ansible, "localhost", "-i", "localhost,", "-c", "local", "-e",
+                           "ansible_python_interpreter=" + sys.executable, "-m", module, "-a", json.dumps(args)],
+                          env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+    # The minimal callback: "localhost | SUCCESS => {json}" (or FAILED!).
+    assert " => " in proc.stdout, proc.stdout + proc.stderr
+    head, body = proc.stdout.split(" => ", 1)
+    result = json.loads(body)
+    result["failed"] = "FAILED" in head
+    return result
 
 
 def fixture_text(*parts: str) -> str:

@@ -245,10 +245,10 @@ def test_valid_but_odd_values_plan_clean(plan, case, variables):
     entry = plan[1]["hosts"][host_name(case)]
     assert entry["errors"] == [], entry["errors"]
     if case == "odd-served-name":
-        args = entry["args"]
+        args = entry["instances"][0]["args"]
         assert args[args.index("--served-model-name") + 1] == variables["vllm_profile"]["served_model_name"]
     if case == "odd-removed-flag":
-        assert "--swap-space" not in entry["args"] and entry["dropped"][-1]["flag"] == "--swap-space"
+        assert "--swap-space" not in entry["instances"][0]["args"] and entry["dropped"][-1]["flag"] == "--swap-space"
 
 
 @pytest.mark.integration

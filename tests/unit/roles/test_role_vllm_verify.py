@@ -136,7 +136,8 @@ echo "RuntimeError: CUDA driver version is insufficient for CUDA runtime version
 
 PROFILE = {"kv_cache_dtype": "auto", "enable_prefix_caching": True, "gpu_memory_utilization": 0.92,
            "max_num_seqs": 64, "served_model_name": "tiny"}
-PLAN = {"profile": "lab-cpu-tiny", "vllm_version": "0.32.0", "args": ["--max-num-seqs", "64"], "dropped": [],
+PLAN = {"profile": "lab-cpu-tiny", "vllm_version": "0.32.0", "instances": [{"name": "main", "args": ["--max-num-seqs", "64"]}],
+        "dropped": [],
         "errors": [], "warnings": [], "capacity": {"kv_cache_tokens": 2000000}}
 
 
@@ -189,7 +190,9 @@ def verify_run(tmp_path_factory):
     inventory = {"all": {"vars": base, "children": {"vllm_nodes": {"children": {
         # vllm_plan as the plan role sets it: the whole plan, one entry per host.
         "vllm_planned": {"hosts": planned, "vars": {"vllm_profile_effective": PROFILE,
-                                                    "vllm_plan": {"hosts": {h: PLAN for h in planned}}}},
+                                                    "vllm_plan": {"hosts": {h: dict(PLAN, instances=[{
+                                                        "name": INSTANCE[h], "args": ["--max-num-seqs", "64"]}])
+                                                        for h in planned}}}},
         "vllm_bare": {"hosts": bare},
     }}}}}
     inv_path = tmp / "inventory.yml"
@@ -222,8 +225,19 @@ def verify_run(tmp_path_factory):
             "reports": reports}
 
 
+# The instance each host's report entry is for: planned hosts run their plan's one instance (the crash-looping
+# one is named so that the systemctl stand-in answers for it); unplanned ones the inventory's vllm_instance.
+INSTANCE = {"good": "main", "missing_family": "main", "drift": "main", "wrong_version": "main", "api_key": "main",
+            "crashloop": "crashloop", "no_plan": "noplan", "down": "down", "resolved": "resolved",
+            "resolved_ngram": "ngram"}
+
+
+def _key(name):
+    return f"{name}/{INSTANCE[name]}"
+
+
 def _host(run, name):
-    return run["report"]["hosts"][name]
+    return run["report"]["hosts"][_key(name)]
 
 
 @pytest.mark.integration
@@ -345,12 +359,12 @@ def test_speculation_in_the_resolved_profile_requires_the_spec_families(verify_r
 def test_report_has_every_host_and_fragments(verify_run):
     report = verify_run["report"]
     assert report["run_id"] == "test-run"
-    assert set(report["summary"]["failed"]) == {"missing_family", "drift", "wrong_version", "down", "crashloop",
-                                                "resolved_ngram"}
-    assert set(report["summary"]["ok"]) == {"good", "api_key", "no_plan", "resolved"}
+    assert set(report["summary"]["failed"]) == set(map(_key, ("missing_family", "drift", "wrong_version", "down",
+                                                              "crashloop", "resolved_ngram")))
+    assert set(report["summary"]["ok"]) == set(map(_key, ("good", "api_key", "no_plan", "resolved")))
     fragments = sorted((verify_run["reports"] / "test-run" / "hosts").glob("*.json"))
     assert len(fragments) == len(report["hosts"])
-    assert "| good | ok | 0.32.0 | lab-cpu-tiny |" in verify_run["markdown"]
+    assert "| good/main | ok | 0.32.0 | lab-cpu-tiny |" in verify_run["markdown"]
 
 
 @pytest.mark.integration
@@ -418,12 +432,12 @@ def test_fragment_entry_point_adds_rollout_and_rollback_to_the_run(verify_run, t
     assert "changed=0" in proc.stdout  # the report is output, not state
     run = verify_run["reports"] / "test-run"
     report = json.loads((run / "report.json").read_text())
-    good = report["hosts"]["good"]
+    good = report["hosts"]["good/main"]
     assert good["ok"] is True  # the verification is kept
     assert good["rollout"] == {"unhealthy_seconds": 27.4, "failed_requests": 0, "total_requests": 180}
     assert good["rollback"][0]["reason"] == "drill"
     markdown = (run / "report.md").read_text()
-    assert "| good | ok, rolled back | 0.32.0 | lab-cpu-tiny |" in markdown
+    assert "| good/main | ok, rolled back | 0.32.0 | lab-cpu-tiny |" in markdown
     assert "| 27.4 s | 0 / 180 |" in markdown
 
 

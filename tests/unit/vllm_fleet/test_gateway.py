@@ -113,20 +113,49 @@ def test_the_filter_refuses_malformed_keys_without_showing_them():
     assert "values not shown" in str(raised.value)
 
 
+# What a lab host plans with (the lab's group_vars): the gateway's servers are its plan's instances.
+PLANNED = {"vllm_profile_name": "cpu-lab-tiny", "vllm_version": "0.32.0",
+           "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0},
+           "vllm_environment": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
+
+
 def test_servers_are_the_plans_instances_one_per_instance():
     instances = plan_filters.vllm_plan_instances({
-        "gpu-2.example": {"vllm_bind_address": "10.0.0.12", "vllm_port": 8001},
-        "gpu-1.example": {"ansible_host": "10.0.0.11"},
-        "gpu-3": {"vllm_bind_address": "fd00::3", "vllm_instance": "gpu0"},
-    }, ["gpu-2.example", "gpu-1.example", "gpu-3"])
+        "gpu-2.example": dict(PLANNED, vllm_bind_address="10.0.0.12", vllm_port=8001),
+        "gpu-1.example": dict(PLANNED, ansible_host="10.0.0.11"),
+        "gpu-3": dict(PLANNED, vllm_bind_address="fd00::3", vllm_instance="solo"),
+        # Two CPU slots: two instances, on consecutive ports.
+        "cpu-4": dict(PLANNED, ansible_host="10.0.0.14", vllm_gpu=dict(PLANNED["vllm_gpu"], count=2)),
+    }, ["gpu-2.example", "gpu-1.example", "gpu-3", "cpu-4"])
     servers = gateway_filters.vllm_gateway_servers(instances)
     assert [(s["name"], s["address"], s["port"]) for s in servers] == [
+        ("cpu-4_cpu0", "10.0.0.14", 8000), ("cpu-4_cpu1", "10.0.0.14", 8001),
         ("gpu-1.example_main", "10.0.0.11", 8000),  # binds every interface: reached at its inventory address
         ("gpu-2.example_main", "10.0.0.12", 8001),
-        ("gpu-3_gpu0", "fd00::3", 8000)]
+        ("gpu-3_solo", "fd00::3", 8000)]
     assert instances["gpu-1.example"][0]["local_url"] == "http://127.0.0.1:8000"
     assert instances["gpu-3"][0]["local_url"] == "http://[fd00::3]:8000"
     assert instances["gpu-2.example"][0]["unit"] == "vllm@main.service"
+    assert instances["cpu-4"][1]["unit"] == "vllm@cpu1.service"
+
+
+def test_an_instance_the_plan_no_longer_has_stays_a_server_until_it_is_removed():
+    """A host that runs `main` while its new plan places cpu0 and cpu1 (site.yml read what it runs): the gateway keeps
+    `main` (retiring) beside the new ones, so that clients are served until the rollout drains and removes it."""
+    planned = plan_filters.vllm_plan_instances({"h": dict(PLANNED, ansible_host="10.0.0.5",
+                                                          vllm_gpu=dict(PLANNED["vllm_gpu"], count=2))}, ["h"])
+    deployed = gateway_filters.vllm_gateway_deployed({
+        "h": {"vllm_deployed_instances": [{"name": "main", "address": "10.0.0.5", "port": 8000},
+                                          {"name": "cpu0", "address": "10.0.0.5", "port": 8000}]},
+        "g": {},  # no vllm_deployed_instances read (not in this run): its plan's instances only
+    }, ["h", "g", "absent"])
+    assert deployed == {"h": [{"name": "main", "address": "10.0.0.5", "port": 8000},
+                              {"name": "cpu0", "address": "10.0.0.5", "port": 8000}]}
+    servers = gateway_filters.vllm_gateway_servers(planned, deployed)
+    assert [(s["name"], s["port"], s["retiring"]) for s in servers] == [
+        ("h_cpu0", 8000, False), ("h_cpu1", 8001, False), ("h_main", 8000, True)]
+    with pytest.raises(AnsibleFilterError, match="vllm_gateway_deployed's"):
+        gateway_filters.vllm_gateway_servers(planned, ["not", "a", "mapping"])
 
 
 def test_server_names_are_safe_for_haproxy():
@@ -160,24 +189,21 @@ def test_running_requests_count_what_vllm_reports():
 
 
 def plan(extra):
-    values = {"vllm_profile_name": "cpu-lab-tiny", "vllm_version": "0.32.0",
-              "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0},
-              "vllm_environment": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
-    return plan_filters._plan("lab-1", dict(values, **extra))
+    return plan_filters._plan("lab-1", dict(PLANNED, **extra))
 
 
 def test_the_shutdown_timeout_is_rendered_where_the_release_has_it():
     entry = plan({"vllm_shutdown_timeout": 30})
     assert entry["errors"] == []
-    assert entry["args"][entry["args"].index("--shutdown-timeout") + 1] == "30"
-    assert plan({"vllm_shutdown_timeout": 0})["args"].count("--shutdown-timeout") == 0
+    assert entry["instances"][0]["args"][entry["instances"][0]["args"].index("--shutdown-timeout") + 1] == "30"
+    assert plan({"vllm_shutdown_timeout": 0})["instances"][0]["args"].count("--shutdown-timeout") == 0
 
 
 def test_a_release_before_0_18_drops_it_with_its_reason():
     entry = plan({"vllm_version": "0.17.1", "vllm_profile_name": None, "vllm_profile": {
         "model": "Qwen/Qwen2.5-0.5B-Instruct", "max_model_len": 2048, "max_num_seqs": 4,
         "gpu_memory_utilization": 0.9}, "vllm_shutdown_timeout": 30})
-    assert "--shutdown-timeout" not in entry["args"]
+    assert "--shutdown-timeout" not in entry["instances"][0]["args"]
     assert any(d["flag"] == "--shutdown-timeout" and "0.18.0" in d["reason"] for d in entry["dropped"]), entry
 
 
@@ -190,10 +216,12 @@ def test_systemd_must_outlast_vllms_own_drain():
 
 def test_the_plan_lists_its_instances():
     entry = plan({"vllm_bind_address": "10.89.77.11"})
-    assert entry["instances"] == [{"name": "main", "unit": "vllm@main.service", "port": 8000,
-                                   "local_url": "http://10.89.77.11:8000", "address": "10.89.77.11",
-                                   "url": "http://10.89.77.11:8000"}]
-    assert planner.instances("h", {"vllm_bind_address": "0.0.0.0"})[0]["address"] == "h"
+    (instance,) = entry["instances"]
+    assert {key: value for key, value in instance.items() if key != "args"} == {
+        "name": "main", "unit": "vllm@main.service", "port": 8000, "local_url": "http://10.89.77.11:8000",
+        "address": "10.89.77.11", "url": "http://10.89.77.11:8000", "gpus": [0], "tensor_parallel_size": 1}
+    assert instance["args"][instance["args"].index("--port") + 1] == "8000"
+    assert planner.instances("h", dict(PLANNED, vllm_bind_address="0.0.0.0"))[0]["address"] == "h"
 
 
 class Streaming(http.server.BaseHTTPRequestHandler):

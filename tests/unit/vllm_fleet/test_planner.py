@@ -210,7 +210,7 @@ def test_cpu_lab_uses_the_kv_size_it_is_given():
     # tiny-qwen2: 2 (K, V) x 2 KV heads x 64 x 2 layers x 2 bytes = 1,024 B/token; 1G = 1,073,741,824 B
     assert (c["kv_bytes_per_token"], c["kv_cache_bytes"]) == (1024, 1_073_741_824)
     assert c["kv_cache_tokens"] == 1_048_576 and c["kv_cache_tokens"] % 128 == 0  # CPU blocks of 128
-    assert c["fits"] and entry["errors"] == [] and "--kv-cache-memory-bytes" in entry["args"]
+    assert c["fits"] and entry["errors"] == [] and "--kv-cache-memory-bytes" in entry["instances"][0]["args"]
 
 
 def test_cpu_lab_that_gives_more_kv_than_its_budget_does_not_fit():
@@ -252,7 +252,8 @@ def test_a_model_that_does_not_fit():
     (error,) = entry["errors"]
     assert error.startswith("h1: Qwen/Qwen2.5-14B-Instruct does not fit: NVIDIA GeForce RTX 4090 23.99 GiB x "
                             "gpu_memory_utilization 0.92 = 22.07 GiB; weights 27.51 GiB")
-    assert "fix: a quantized checkpoint (AWQ)" in error
+    assert ("fix: the smallest placement that fits is 2 x NVIDIA GeForce RTX 4090 per instance (tensor_parallel_size: 2;"
+            " the host has 1), or a quantized checkpoint (AWQ)") in error
 
 
 def test_kv_cache_below_max_model_len():
@@ -264,7 +265,8 @@ def test_kv_cache_below_max_model_len():
     assert entry["errors"] == [
         "h1: the KV cache holds 23,712 tokens (1.27 GiB at 57,344 B/token), below max_model_len=32,768: vLLM refuses "
         "to start; fix: max_model_len <= 23,712, kv_cache_dtype: fp8, a quantized checkpoint or a higher "
-        "gpu_memory_utilization"]
+        "gpu_memory_utilization, or the smallest placement that fits is 2 x NVIDIA GeForce RTX 4090 per instance "
+        "(tensor_parallel_size: 2; the host has 1)"]
 
 
 def test_utilization_above_095():
@@ -339,7 +341,7 @@ def test_plan_json_contract():
                                  "a": {"vllm_profile_name": "nope", "vllm_gpu": RTX4090, "vllm_version": "0.33.0"}})
     assert list(result) == ["hosts"] and list(result["hosts"]) == ["a", "b"]
     for entry in result["hosts"].values():
-        assert {"profile", "vllm_version", "args", "dropped", "errors", "warnings", "capacity"} <= set(entry)
+        assert {"profile", "vllm_version", "instances", "dropped", "errors", "warnings", "capacity"} <= set(entry)
         assert set(entry["capacity"]) == set(planner.CAPACITY_KEYS)
     good = result["hosts"]["b"]["capacity"]
     assert all(isinstance(good[k], int) and not isinstance(good[k], bool) for k in planner.CAPACITY_KEYS if k != "fits")
@@ -485,7 +487,7 @@ def test_the_plan_renders_the_units_arguments_with_the_hosts_model_folders_bind_
                  vllm_model_url="http://mirror/m", vllm_draft_model_source=None, vllm_draft_model_src="",
                  vllm_draft_model_url="http://mirror/d", vllm_bind_address="10.0.0.5", vllm_port=8100)
     assert entry["errors"] == []
-    args = entry["args"]
+    args = entry["instances"][0]["args"]
     assert args[0] == "/srv/vllm/models/Qwen--Qwen2.5-7B-Instruct" == entry["model_dir"]
     assert args[args.index("--host") + 1] == "10.0.0.5" and args[args.index("--port") + 1] == "8100"
     spec = json.loads(args[args.index("--speculative-config") + 1])
@@ -497,7 +499,7 @@ def test_the_plan_renders_the_units_arguments_with_the_hosts_model_folders_bind_
 def test_a_model_used_in_place_is_served_from_its_own_path():
     entry = plan("rtx4090-7b-awq", vllm_state_dir="/srv/vllm", vllm_model_source="path",
                  vllm_model_src="/models/shared/qwen-awq", vllm_bind_address="0.0.0.0", vllm_port=8000)
-    assert entry["args"][0] == "/models/shared/qwen-awq"
+    assert entry["instances"][0]["args"][0] == "/models/shared/qwen-awq"
 
 
 # --- service levels ---------------------------------------------------------------------------------

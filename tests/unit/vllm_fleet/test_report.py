@@ -63,7 +63,7 @@ def test_merge_keeps_the_latest_verification_and_the_history():
 def test_markdown_shows_versions_latencies_kv_findings_rollout_and_rollback():
     md = report.render_markdown(report.merge(_fragments(), run_id="run-1"))
     assert md.startswith("# vLLM rollout report: run-1\n")
-    assert "| host | result | vLLM | profile | start-up | restarts | smoke latency | TTFT | KV tokens | planner error " \
+    assert "| instance | result | vLLM | profile | start-up | restarts | smoke latency | TTFT | KV tokens | planner error " \
            "| findings | unhealthy window | failed requests |" in md
     assert "| lab-1 | ok, rolled back | 0.32.0 | cpu-lab-tiny | up before | 0 | 0.029 s | 0.0064 s | 2097152 | 0 % | 0 " \
            "| 31.5 s | 0 / 240 |" in md

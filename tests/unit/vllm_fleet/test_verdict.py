@@ -28,7 +28,8 @@ PROCESS_START = 1.79594370174e09  # process_start_time_seconds of the recorded p
 
 PROFILE = {"model": "lab/tiny-qwen2", "served_model_name": "tiny", "kv_cache_dtype": "auto",
            "enable_prefix_caching": True, "gpu_memory_utilization": 0.92, "max_num_seqs": 8}
-PLAN_ENTRY = {"profile": "cpu-lab-tiny", "vllm_version": "0.32.0", "args": ["lab/tiny-qwen2", "--max-num-seqs", "8"],
+ARGS = ["lab/tiny-qwen2", "--max-num-seqs", "8"]
+PLAN_ENTRY = {"profile": "cpu-lab-tiny", "vllm_version": "0.32.0", "instances": [{"name": "main", "args": ARGS}],
               "dropped": [], "errors": [], "warnings": [], "capacity": {"kv_cache_tokens": 2097152}}
 
 
@@ -214,7 +215,7 @@ def test_without_profile_facts_the_readback_is_skipped_visibly():
 
 
 def test_speculation_in_the_plan_requires_the_spec_families():
-    plan = dict(PLAN_ENTRY, args=PLAN_ENTRY["args"] + ["--speculative-config", '{"method":"ngram"}'])
+    plan = dict(PLAN_ENTRY, instances=[{"name": "main", "args": ARGS + ["--speculative-config", '{"method":"ngram"}']}])
     entry = verdict.host_entry("h", probes(), expect(plan=plan))
     assert entry["profile"]["speculative"] is True
     assert len(entry["errors"]) == 3 and all("spec_decode" in e for e in entry["errors"])

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import GPU_FIXTURES as FIXTURES, ROOT as REPO, load_source
+from conftest import GPU_FIXTURES as FIXTURES, ROOT as REPO, load_source, run_module
 
 SHARED_H200 = REPO / ".." / "shared" / "fixtures" / "gpu" / "h200"
 ROLE = REPO / "roles" / "nvidia_driver"
@@ -210,7 +210,8 @@ def _load_module():
 
 class FakeModule:
     def __init__(self, answers, params=None, nvidia_smi_path="/usr/bin/nvidia-smi"):
-        self.params = {"nvidia_smi": None, "require": True, "mask_uuids": False, "proc_version_path": "/nonexistent"}
+        self.params = {"nvidia_smi": None, "require": True, "mask_uuids": False, "proc_version_path": "/nonexistent",
+                       "proc_gpus_path": "/nonexistent", "sysfs_pci_path": "/nonexistent"}
         self.params.update(params or {})
         self.answers = answers
         self.calls = []
@@ -243,6 +244,47 @@ def test_probe_ok_runs_with_c_locale(tmp_path):
     assert all(env == {"LC_ALL": "C", "LANG": "C"} for dummy, env in fake.calls)
 
 
+def _topology_tree(tmp_path, bus_ids):
+    """/proc/driver/nvidia/gpus and /sys/bus/pci/devices for the given cards, as a 2-socket L40 host has them
+    (constructed: the files' formats are the driver's and the kernel's; their values are made up)."""
+    proc, sysfs = tmp_path / "proc-gpus", tmp_path / "sys-pci"
+    for position, bus_id in enumerate(bus_ids):
+        address = nvidia_smi.pci_address(bus_id)
+        (proc / address).mkdir(parents=True)
+        (proc / address / "information").write_text(
+            "Model: \t\t NVIDIA L40\nIRQ:   \t\t 180\nGPU UUID: \t GPU-00000000-0000-0000-0000-000000000000\n"
+            "Video BIOS: \t 95.02.5d.00.02\nBus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\n"
+            "Bus Location: \t %s\nDevice Minor: \t %d\nGPU Excluded:\t No\n" % (address, 3 - position))
+        (sysfs / address).mkdir(parents=True)
+        (sysfs / address / "numa_node").write_text("%d\n" % (position // 2))
+        (sysfs / address / "local_cpulist").write_text("0-15,64-79\n" if position < 2 else "16-31,80-95\n")
+    return {"proc_gpus_path": str(proc), "sysfs_pci_path": str(sysfs)}
+
+
+def test_pci_address_is_what_sysfs_and_the_driver_name():
+    assert nvidia_smi.pci_address("00000000:B1:00.0") == "0000:b1:00.0"
+    assert nvidia_smi.pci_address("0000:17:00.0") == "0000:17:00.0"
+    assert nvidia_smi.pci_address("N/A") is None and nvidia_smi.pci_address(None) is None
+
+
+def test_probe_reads_each_cards_minor_numa_node_and_cpus(tmp_path):
+    module_code = _load_module()
+    bus_ids = [line.split(", ")[7] for line in fixture("l40", "query-gpu-nounits.csv").splitlines()]
+    fake = FakeModule({nvidia_smi.query_command()[1]: (0, fixture("l40", "query-gpu-nounits.csv"), ""),
+                       "-q": (0, "", "")}, params=_topology_tree(tmp_path, bus_ids))
+    gpus = module_code.probe(fake)["gpus"]
+    assert [(g["index"], g["minor"], g["numa_node"], g["cpus"]) for g in gpus] == [
+        (0, 3, 0, "0-15,64-79"), (1, 2, 0, "0-15,64-79"), (2, 1, 1, "16-31,80-95"), (3, 0, 1, "16-31,80-95")]
+
+
+def test_no_topology_where_the_host_does_not_say():
+    gpu = {"pci_bus_id": "00000000:00:06.0"}
+    assert nvidia_smi.topology(gpu, lambda kind, address: None) == {"minor": None, "numa_node": None, "cpus": None}
+    no_numa = {"numa_node": "-1\n", "local_cpulist": "0-15\n", "information": "Device Minor: \t 0\n"}
+    assert nvidia_smi.topology(gpu, lambda kind, address: no_numa[kind]) == {"minor": 0, "numa_node": None,
+                                                                            "cpus": "0-15"}
+
+
 def test_probe_missing_nvidia_smi():
     module_code = _load_module()
     result = module_code.probe(FakeModule({}, nvidia_smi_path=None))
@@ -272,35 +314,6 @@ def test_probe_unparsable_output_is_an_error_not_a_crash():
 # --- the module end to end, through ansible, against a stand-in nvidia-smi ----------------------
 
 
-def _ansible(tmp_path, args):
-    config = tmp_path / "ansible.cfg"
-    config.write_text("[defaults]\n")
-    ansible = shutil.which("ansible") or str(Path(sys.executable).parent / "ansible")
-    if not os.path.exists(ansible):
-        pytest.skip("ansible is not installed")
-    env = dict(
-        os.environ,
-        ANSIBLE_LIBRARY=str(REPO / "plugins" / "modules"),
-        ANSIBLE_MODULE_UTILS=str(REPO / "plugins" / "module_utils"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal",
-        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_CONFIG=str(config),
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
-    )
-    proc = subprocess.run(
-        [ansible, "localhost", "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable,
-         "-m", "nvidia_gpu_facts", "-a", json.dumps(args)],
-        env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=120,
-    )
-    # minimal callback: "localhost | SUCCESS => {json}" (or FAILED!)
-    assert " => " in proc.stdout, proc.stdout + proc.stderr
-    head, body = proc.stdout.split(" => ", 1)
-    result = json.loads(body)
-    result["failed"] = "FAILED" in head
-    return result
-
-
 def _standin(tmp_path, body):
     script = tmp_path / "nvidia-smi"
     script.write_text("#!/bin/sh\n" + body)
@@ -312,7 +325,7 @@ def test_module_end_to_end_ok(tmp_path):
     csv = FIXTURES / "rtx4090" / "query-gpu-nounits.csv"
     header = FIXTURES / "rtx4090" / "nvidia-smi-q-compute.txt"
     path = _standin(tmp_path, '[ "$LC_ALL" = C ] || exit 3\ncase "$1" in -q) cat %s;; *) cat %s;; esac\n' % (header, csv))
-    result = _ansible(tmp_path, {"nvidia_smi": path, "mask_uuids": True})
+    result = run_module(tmp_path, "nvidia_gpu_facts", {"nvidia_smi": path, "mask_uuids": True})
     assert not result["failed"], result
     assert result["changed"] is False
     assert result["count"] == 2 and result["cuda_version"] == "13.0"
@@ -322,11 +335,11 @@ def test_module_end_to_end_ok(tmp_path):
 
 def test_module_end_to_end_mismatch_fails_clearly(tmp_path):
     path = _standin(tmp_path, "cat %s >&2; exit 18\n" % (FIXTURES / "errors" / "nvml-mismatch.txt"))
-    result = _ansible(tmp_path, {"nvidia_smi": path})
+    result = run_module(tmp_path, "nvidia_gpu_facts", {"nvidia_smi": path})
     assert result["failed"] is True
     assert "Driver/library version mismatch" in result["msg"]
     assert result["status"] == "nvml_mismatch"
-    probe = _ansible(tmp_path, {"nvidia_smi": path, "require": False})
+    probe = run_module(tmp_path, "nvidia_gpu_facts", {"nvidia_smi": path, "require": False})
     assert not probe["failed"] and probe["status"] == "nvml_mismatch"
 
 

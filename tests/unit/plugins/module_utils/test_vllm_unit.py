@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, LocalServer, load_source
+from conftest import ROOT, LocalServer, load_source, run_module
 
 vllm_unit = load_source("vllm_unit", ROOT / "plugins" / "module_utils" / "vllm_unit.py")
 
@@ -145,31 +145,15 @@ class Health(LocalServer):
         super().__init__(Handler)
 
 
-def _stand_ins(bindir: Path, show: str):
-    """`systemctl show` answering `show`, and a `journalctl` with two lines."""
+def _module(tmp_path, args, show):
+    """The module run by Ansible, with `systemctl show` answering `show` and a `journalctl` of two lines."""
+    bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "systemctl").write_text("#!/bin/sh\nprintf '%s'\n" % show.replace("\n", "\\n"))
     (bindir / "journalctl").write_text("#!/bin/sh\necho 'engine core: CUDA out of memory'\necho 'exiting'\n")
     for tool in ("systemctl", "journalctl"):
         (bindir / tool).chmod(0o755)
-
-
-def _module(tmp_path, args, show):
-    """Run the module with ansible's own ad-hoc runner on localhost; returns its JSON result."""
-    ansible = Path(sys.executable).parent / "ansible"
-    if not ansible.exists():
-        pytest.fail(f"ansible is not installed next to {sys.executable}")
-    _stand_ins(tmp_path / "bin", show)
-    env = dict(os.environ, ANSIBLE_LIBRARY=str(ROOT / "plugins" / "modules"),
-               ANSIBLE_MODULE_UTILS=str(ROOT / "plugins" / "module_utils"), ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-               ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-               PATH=os.pathsep.join([str(tmp_path / "bin"), str(Path(sys.executable).parent), os.environ["PATH"]]))
-    out = subprocess.run([str(ansible), "localhost", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
-                          "-m", "vllm_wait_healthy", "-a", json.dumps(args)],
-                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
-    # The JSON callback's document, between the lines the profile_tasks callback (ansible.cfg) prints.
-    document, _ = json.JSONDecoder().raw_decode(out.stdout[out.stdout.index("{"):])
-    return document["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return run_module(tmp_path, "vllm_wait_healthy", args, path=(str(bindir),))
 
 
 @pytest.mark.integration
@@ -177,7 +161,7 @@ def test_module_waits_for_a_real_server(tmp_path):
     with Health(after=2.0) as server:
         result = _module(tmp_path, {"url": server.url, "unit": "vllm@main.service", "timeout": 30},
                          SHOW.format(a="active", s="running", r="success", n=0))
-    assert result["ok"] is True and result["state"] == "healthy" and not result.get("failed")
+    assert result["ok"] is True and result["state"] == "healthy" and not result["failed"]
     assert 2.0 <= result["waited_s"] < 10 and result["attempts"] >= 2
     assert result["journal_tail"] == [] and result["changed"] is False
 
@@ -197,5 +181,5 @@ def test_module_fails_a_crash_loop_with_the_journal(tmp_path):
 def test_module_reports_a_slow_start_without_failing_when_asked(tmp_path):
     with Health(after=3600) as server:
         result = _module(tmp_path, {"url": server.url, "timeout": 2, "fail_on_unhealthy": False}, "")
-    assert not result.get("failed") and result["ok"] is False and result["state"] == "timeout"
+    assert not result["failed"] and result["ok"] is False and result["state"] == "timeout"
     assert result["error"].startswith(f"/health did not answer 200 within 2 s ({server.url}/health; last answer: HTTP 503")
