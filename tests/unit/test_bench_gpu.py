@@ -42,6 +42,7 @@ def _load(name: str):
 bundle = _load("bundle")
 harness = _load("harness")
 plan_mod = _load("plan")
+planner, profiles = plan_mod.planner, plan_mod.profiles
 
 
 # --- bundle ---------------------------------------------------------------------------------------
@@ -206,8 +207,8 @@ def test_plan_renders_0_26_arguments_and_predictions():
     names = [e["name"] for e in plan["experiments"] if not e.get("optional")]
     assert names[:2] == ["fid-rtx4090-7b-decode", "fid-l40-14b-decode"] and names[-1] == "refuse-rtx4090-7b-decode"
     assert [e["name"] for e in plan["experiments"] if e.get("optional")] == [
-        "r7-default-rtx4090-7b", "r7-rtx4090-7b-prefill", "cand-rtx4090-7b-prefill-derived",
-        "cand-rtx4090-7b-prefill-seqs", "cand-rtx4090-7b-prefix-heavy-kv-auto", "cand-l40-14b-awq-prefill-8k"]
+        "r7-default-rtx4090-7b", "r7-rtx4090-7b-prefill", "cand-rtx4090-7b-prefill-derived", *plan_mod.RUN8,
+        "cand-rtx4090-7b-prefix-heavy-kv-auto", "cand-l40-14b-awq-prefill-8k"]
     # the JIT cache the fourth loan saved is in the repo as the plan names it
     (part,) = plan["jit_cache"]["parts"]
     assert bundle.sha256(ROOT / part) == plan["jit_cache"]["sha256"][Path(part).name]
@@ -685,3 +686,43 @@ def test_bench_detail_splits_the_first_wave_and_counts_stalled_gaps():
     assert detail["later"]["requests"] == 2 and detail["later"]["median_ttft_ms"] == 175.0
     assert detail["itl_gaps"] == 5 and detail["itl_stalled_pct"] == 20.0 and detail["itl_stalled_median_ms"] == 50.0
     assert harness.bench_detail({}, users=2) == {}
+
+
+def test_run8_plan_derives_its_candidates_in_the_planner():
+    """Run 8's experiments: the L40 side by side (vLLM's defaults for the card, the shipped profile, the setting
+    planner.derived_batching makes of the shipped profile's KV capacity), then the 4090's, each loaded by
+    `vllm bench serve` with the reference's load for the card."""
+    plan = plan_mod.build()
+    exps = {e["name"]: e for e in plan["experiments"]}
+    assert all(exps[n].get("optional") for n in plan_mod.RUN8)
+    shipped, derived = exps["r8-l40-14b-awq-prefill"], exps["cand-l40-14b-awq-prefill-derived"]
+    assert derived["overrides"] == planner.derived_batching(shipped["planner"]["kv_cache_tokens"], 1024, 512) == {
+        "max_num_seqs": 206, "max_num_batched_tokens": 1280}
+    assert shipped["settings"] == profiles.resolve("h", "l40-14b-awq-prefill")
+    for name in plan_mod.RUN8:
+        (load,) = exps[name]["actions"]
+        users = 128 if exps[name]["card"] == "L40" else 64
+        assert (load["kind"], load["max_concurrency"], load["num_prompts"], load["input_len"], load["output_len"]) == (
+            "bench", users, 2 * users if users == 128 else 192, 1024, 512)
+    assert exps["r8-default-l40-14b-awq"]["args"][-4:] == ["--max-num-seqs", "256", "--max-num-batched-tokens", "2048"]
+    # the L40 side by side comes first and fits, with the install, in the first round
+    packed = plan_mod.schedule(plan["experiments"], only=set(plan_mod.RUN8))
+    assert packed["calls"][0] == ["r8-default-l40-14b-awq", "r8-l40-14b-awq-prefill"]
+
+
+def test_side_by_side_of_run7():
+    """docs/gpu/2026-12-01-run7-rtx4090-side-by-side: each configuration against the defaults of the same run on
+    issue #23's five figures; none is no worse on all five."""
+    summarize = _load("summarize")
+    folder = ROOT / "docs" / "gpu" / "2026-12-01-run7-rtx4090-side-by-side"
+    plan = json.loads((folder / "experiments.json").read_text())
+    summary = summarize.summarise(plan, summarize.load_results(folder))
+    assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
+    rows = {r["experiment"]: r for r in summary["side_by_side"]}
+    assert rows["r7-default-rtx4090-7b"]["is_defaults"] and rows["r7-default-rtx4090-7b"]["kv_cache_tokens"] == 120_160
+    assert rows["r7-rtx4090-7b-prefill"]["gives_up"] == ["median TTFT"]
+    assert rows["cand-rtx4090-7b-prefill-derived"]["gives_up"] == ["p99 TTFT", "mean ITL", "output throughput"]
+    assert rows["r7-rtx4090-7b-prefill"]["detail"]["later"]["median_ttft_ms"] == 911.0
+    assert "| r7-rtx4090-7b-prefill | RTX 4090 | 6,912.7 | 962.3 / 1,557.3 |" in summarize.tables(summary)
+    # runs before 7 had no rN-default: their summaries carry no side_by_side
+    assert "side_by_side" not in json.loads((ROOT / "docs/gpu/2026-11-29-run6-whole-plan/summary.json").read_text())
