@@ -695,10 +695,16 @@ def test_run8_plan_derives_its_candidates_in_the_planner():
     plan = plan_mod.build()
     exps = {e["name"]: e for e in plan["experiments"]}
     assert all(exps[n].get("optional") for n in plan_mod.RUN8)
-    shipped, derived = exps["r8-l40-14b-awq-prefill"], exps["cand-l40-14b-awq-prefill-derived"]
-    assert derived["overrides"] == planner.derived_batching(shipped["planner"]["kv_cache_tokens"], 1024, 512) == {
+    guide, derived = exps["r8-l40-14b-awq-prefill"], exps["cand-l40-14b-awq-prefill-derived"]
+    assert (guide["settings"]["max_num_batched_tokens"], guide["settings"]["max_num_seqs"]) == (16384, 128)
+    assert derived["overrides"] == planner.derived_batching(guide["planner"]["kv_cache_tokens"], 1024, 512) == {
         "max_num_seqs": 206, "max_num_batched_tokens": 1280}
-    assert shipped["settings"] == profiles.resolve("h", "l40-14b-awq-prefill")
+    # the derived setting is what the L40 profile ships since run 8
+    assert derived["settings"] == profiles.resolve("h", "l40-14b-awq-prefill")
+    # the committed run ran the arguments the plan has today
+    ran = {e["name"]: e for e in json.loads(
+        (ROOT / "docs" / "gpu" / "2026-12-02-run8-side-by-side" / "experiments.json").read_text())["experiments"]}
+    assert all(ran[n]["args"] == exps[n]["args"] for n in plan_mod.RUN8)
     for name in plan_mod.RUN8:
         (load,) = exps[name]["actions"]
         users = 128 if exps[name]["card"] == "L40" else 64
@@ -726,3 +732,30 @@ def test_side_by_side_of_run7():
     assert "| r7-rtx4090-7b-prefill | RTX 4090 | 6,912.7 | 962.3 / 1,557.3 |" in summarize.tables(summary)
     # runs before 7 had no rN-default: their summaries carry no side_by_side
     assert "side_by_side" not in json.loads((ROOT / "docs/gpu/2026-11-29-run6-whole-plan/summary.json").read_text())
+
+
+def test_summary_of_run8():
+    """docs/gpu/2026-12-02-run8-side-by-side: the L40's three settings, the 4090's fourth candidate and the AWQ profile,
+    each beside vLLM's defaults of the same card and model in the same run; no setting is no worse on all five
+    figures, the derived L40 setting gives up one (p99 TTFT, the burst at t=0)."""
+    summarize = _load("summarize")
+    folder = ROOT / "docs" / "gpu" / "2026-12-02-run8-side-by-side"
+    plan = json.loads((folder / "experiments.json").read_text())
+    summary = summarize.summarise(plan, summarize.load_results(folder))
+    assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
+    rows = {r["experiment"]: r for r in summary["side_by_side"]}
+    assert set(rows) == set(plan_mod.RUN8) - {"r8-rtx4090-7b-prefix-heavy"}
+    assert [n["experiment"] for n in summary["not_run"]] == ["r8-rtx4090-7b-prefix-heavy"]
+    assert {n: r["defaults"] for n, r in rows.items()} == {
+        **dict.fromkeys(["r8-default-l40-14b-awq", "r8-l40-14b-awq-prefill", "cand-l40-14b-awq-prefill-derived"],
+                        "r8-default-l40-14b-awq"),
+        **dict.fromkeys(["r8-default-rtx4090-7b", "cand-rtx4090-7b-prefill-seqs"], "r8-default-rtx4090-7b"),
+        **dict.fromkeys(["r8-default-rtx4090-7b-awq", "r8-rtx4090-7b-awq"], "r8-default-rtx4090-7b-awq")}
+    assert {n: r.get("gives_up") for n, r in rows.items() if not r["is_defaults"]} == {
+        "r8-l40-14b-awq-prefill": ["median TTFT", "p99 TTFT"], "cand-l40-14b-awq-prefill-derived": ["p99 TTFT"],
+        "cand-rtx4090-7b-prefill-seqs": ["median TTFT"],
+        "r8-rtx4090-7b-awq": ["median TTFT", "p99 TTFT", "output throughput"]}
+    assert rows["r8-default-l40-14b-awq"]["preemptions"] == 40 and all(
+        not r["preemptions"] for n, r in rows.items() if n != "r8-default-l40-14b-awq")
+    # every start sized its cache within 2 % of the planner for the card
+    assert all(abs(r["error_card_pct"]) < 2 for r in summary["fidelity"]) and len(summary["fidelity"]) == 7
