@@ -108,6 +108,12 @@ def bench_load(users: int, prompts: int, est_s: int = 45) -> dict:
             "est_s": est_s}
 
 
+# Run 8's experiments, in the order they run (`run.sh run --only` with these names; see build()).
+RUN8 = ("r8-default-l40-14b-awq", "r8-l40-14b-awq-prefill", "cand-l40-14b-awq-prefill-derived",
+        "r8-default-rtx4090-7b", "cand-rtx4090-7b-prefill-seqs", "r8-rtx4090-7b-prefix-heavy",
+        "r8-default-rtx4090-7b-awq", "r8-rtx4090-7b-awq")
+
+
 def emulated_utilization(card_mib: int, utilization: float, host_mib: int = H200["memory_mib"]) -> float:
     """The H200 utilization that gives vLLM the card's budget (card MiB x utilization)."""
     if not 0 < utilization <= 1 or card_mib <= 0 or card_mib > host_mib:
@@ -264,8 +270,43 @@ def build(host: dict = H200) -> dict:
                    {"max_num_seqs": derived["max_num_seqs"]}, actions=[bench_load(64, 192)], est_s=140,
                    note="candidate: the shipped token budget, max_num_seqs from the KV capacity"),
     )
+    # Run 8 (2026-12-02): the same side by side for the L40 (the shipped AWQ prefill profile, vLLM's defaults for
+    # the card and the planner-derived setting, at the reference's 128 users), then the 4090's fourth candidate
+    # with vLLM's defaults again in the same run, then the other 4090 profiles without speculation against
+    # those defaults. In priority order; optional: they run only when named (`--only`, RUN8).
+    # est_s: run 6's starts (L40 defaults 116 s, the L40 profile 132 s, 4090 bf16 80-126 s, fp8 88-98 s, the
+    # 4090 AWQ profile 108 s) plus run 7's loads by `vllm bench serve` (its import ~25 s, then the load).
+    # Since run 8 the L40 profile ships the derived setting; r8-l40-14b-awq-prefill keeps the guide's 16,384 tokens
+    # and 128 sequences, shipped until then, and the candidate is derived from that setting's KV capacity as in the
+    # run, so the three run as they did.
+    l40_guide = experiment("r8-l40-14b-awq-prefill", "L40", "l40-14b-awq-prefill",
+                           {"max_num_seqs": 128, "max_num_batched_tokens": 16384},
+                           actions=[bench_load(128, 256, est_s=80)], est_s=215,
+                           note="the guide's settings, shipped until run 8")
+    l40_derived = planner.derived_batching(l40_guide["planner"]["kv_cache_tokens"], 1024, 512)
+    run8 = (
+        experiment("r8-default-l40-14b-awq", "L40", None,
+                   {"model": "Qwen/Qwen2.5-14B-Instruct-AWQ", "quantization": "awq", **VLLM_DEFAULTS},
+                   actions=[bench_load(128, 256, est_s=85)], est_s=205, note="vLLM 0.26 defaults for a GPU under 70 GiB"),
+        l40_guide,
+        experiment("cand-l40-14b-awq-prefill-derived", "L40", "l40-14b-awq-prefill", dict(l40_derived),
+                   actions=[bench_load(128, 256, est_s=85)], est_s=215,
+                   note="candidate: max_num_seqs and max_num_batched_tokens from the KV capacity and one typical prompt per step"),
+        experiment("r8-default-rtx4090-7b", "RTX 4090", None, {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
+                   actions=[bench_load(64, 192)], est_s=150, note="vLLM 0.26 defaults for a GPU under 70 GiB"),
+        run7[3],  # cand-rtx4090-7b-prefill-seqs, planned for run 7, which had no time left for it
+        experiment("r8-rtx4090-7b-prefix-heavy", "RTX 4090", "rtx4090-7b-prefix-heavy", actions=[bench_load(64, 192)],
+                   est_s=140, note="shipped"),
+        experiment("r8-default-rtx4090-7b-awq", "RTX 4090", None,
+                   {"model": "Qwen/Qwen2.5-7B-Instruct-AWQ", "quantization": "awq", **VLLM_DEFAULTS},
+                   actions=[bench_load(64, 192)], est_s=150, note="vLLM 0.26 defaults for a GPU under 70 GiB"),
+        experiment("r8-rtx4090-7b-awq", "RTX 4090", "rtx4090-7b-awq", actions=[bench_load(64, 192)], est_s=150,
+                   note="shipped"),
+    )
+    assert tuple(e["name"] for e in run8) == RUN8
     for cand in (
-        *run7,
+        *run7[:3],
+        *run8,
         experiment("cand-rtx4090-7b-prefix-heavy-kv-auto", "RTX 4090", "rtx4090-7b-prefix-heavy",
                    {"kv_cache_dtype": "auto", "calculate_kv_scales": None}, actions=[reference_load(64, 192)],
                    est_s=150, note="candidate: bf16 KV cache"),

@@ -105,6 +105,13 @@ def engine_kv(rec: dict) -> tuple[int | None, str | None]:
     return (int(memory["kv_tokens"]), "start-up log") if "kv_tokens" in memory else (None, None)
 
 
+def _gpu_host(action: dict) -> dict:
+    """The report entry of the benchmark's one instance: keyed "gpu-host/<instance>" (or "gpu-host" in runs
+    before reports were kept per instance)."""
+    hosts = (action.get("report") or {}).get("hosts") or {}
+    return next((entry for key, entry in sorted(hosts.items()) if key.split("/")[0] == "gpu-host"), {})
+
+
 def summarise(plan: dict, results: list[dict]) -> dict:
     by_name = {e["name"]: e for e in plan["experiments"]}
     latest: dict[str, dict] = {}
@@ -173,7 +180,7 @@ def summarise(plan: dict, results: list[dict]) -> dict:
             if action.get("status") == "skipped":  # did not fit in the round (older records lack "kind")
                 not_run.append({"experiment": name, "action": action["name"], "reason": action.get("reason")})
             elif action["kind"] == "ansible" and action["name"].startswith("verify"):
-                report = ((action.get("report") or {}).get("hosts") or {}).get("gpu-host") or {}
+                report = _gpu_host(action)
                 verification.append({
                     "experiment": name, "action": action["name"], "expect": action["expect"],
                     "returncode": action["returncode"], "as_expected": action["as_expected"],
@@ -185,7 +192,7 @@ def summarise(plan: dict, results: list[dict]) -> dict:
                     "findings": [f.get("message") for f in report.get("findings") or []],
                 })
             elif action["kind"] == "ansible":
-                event = (((action.get("report") or {}).get("hosts") or {}).get("gpu-host") or {}).get("events", {})
+                event = _gpu_host(action).get("events", {})
                 loads.append({"experiment": name, "action": action["name"], "returncode": action["returncode"],
                               "benchmark": (event.get("benchmark") or [{}])[0]})
             elif action["kind"] in ("bench", "fleet") and action.get("result"):
@@ -202,9 +209,60 @@ def summarise(plan: dict, results: list[dict]) -> dict:
                                           round(result["single_tokens_per_s"], 1)))
                 if action["name"] != "single-stream":
                     loads.append(entry)
-    return {"date": plan["date"], "vllm_version": plan["vllm_version"], "fidelity": fidelity, "refusals": refusals,
-            "verification": verification, "loads": loads, "single_stream": single, "not_run": not_run,
-            "comparisons": compare(plan, loads, not_run), "repeats": [_repeat(rec) for rec in superseded]}
+    out = {"date": plan["date"], "vllm_version": plan["vllm_version"], "fidelity": fidelity, "refusals": refusals,
+           "verification": verification, "loads": loads, "single_stream": single, "not_run": not_run,
+           "comparisons": compare(plan, loads, not_run), "repeats": [_repeat(rec) for rec in superseded]}
+    beside = side_by_side(plan, loads, latest)
+    if beside:  # runs from 7 on, whose defaults ran as rN-default-*: summaries of earlier runs stay as they were
+        out["side_by_side"] = beside
+    return out
+
+
+# The five figures of issue #23 (lower is better except throughput) and whether a row may be higher.
+FIGURES = (("median_ttft_ms", "median TTFT"), ("p99_ttft_ms", "p99 TTFT"), ("mean_itl_ms", "mean ITL"),
+           ("p99_itl_ms", "p99 ITL"), ("output_throughput", "output throughput"))
+
+
+def side_by_side(plan: dict, loads: list[dict], records: dict[str, dict]) -> list[dict]:
+    """Every configuration of a run against vLLM's defaults for the same card and model, on the same load and with
+    the same tool, measured in that run (defaults named rN-default-*): the five figures of issue #23 (median and
+    p99 TTFT, mean and p99 inter-token latency, output throughput) and the preemptions, which of them are worse
+    than the defaults' ("gives_up"), and where vllm bench serve's per-request detail says the TTFT comes from
+    (the first wave of simultaneous requests against the later ones) and how many inter-token gaps were stalled."""
+    exps = {e["name"]: e for e in plan["experiments"]}
+    detail = {}
+    for name, rec in records.items():
+        for action in rec.get("actions") or []:
+            if action.get("detail"):
+                d = action["detail"]
+                detail[(name, action["name"])] = {k: d.get(k) for k in (
+                    "first_wave", "later", "itl_gaps", "itl_stalled_pct", "itl_stalled_median_ms", "itl_p999_ms")}
+    key = lambda r: (r["card"], (exps.get(r["experiment"]) or {}).get("model"), r["load"], r["tool"])  # noqa: E731
+    defaults = {key(r): r for r in loads if re.match(r"r\d+-default-", r["experiment"])}
+    if not defaults:
+        return []
+    out = []
+    for r in loads:
+        base = defaults.get(key(r))
+        if not base or not str(r["load"]).startswith("guide-"):
+            continue
+        row = {"card": r["card"], "model": exps[r["experiment"]]["model"], "load": r["load"], "tool": r["tool"],
+               "experiment": r["experiment"], "defaults": base["experiment"],
+               "is_defaults": r is base, "preemptions": r.get("preemptions"),
+               "kv_cache_tokens": int((records[r["experiment"]].get("cache_config") or {}).get("kv_cache_size_tokens") or 0)
+               or None, "start_s": records[r["experiment"]].get("start_s"),
+               **{k: r.get(k) for k, _ in FIGURES}}
+        if r is not base:
+            worse = [label for k, label in FIGURES
+                     if (r[k] < base[k] if k == "output_throughput" else r[k] > base[k])]
+            if r.get("preemptions"):
+                worse.append("preemptions")
+            row["change_pct"] = {k: round((r[k] - base[k]) / base[k] * 100, 1) for k, _ in FIGURES}
+            row["gives_up"] = worse
+            row["no_worse_on_all_five"] = not worse
+        row["detail"] = detail.get((r["experiment"], r["load"]))
+        out.append(row)
+    return out
 
 
 def _repeat(rec: dict) -> dict:
@@ -347,6 +405,20 @@ def tables(summary: dict) -> str:
              r["compile_cache"] or "-",
              "; ".join(f"{_n(x['output_throughput'], 1)}, {_n(x['p99_ttft_ms'], 1)} / {_n(x['p99_itl_ms'], 2)}, "
                        f"{_n(x['preemptions'])}" for x in r["loads"]) or "-"] for r in summary["repeats"]])
+    if summary.get("side_by_side"):
+        out += _section("Side by side: each configuration against vLLM's defaults of the same run (issue #23's five "
+                        "figures)", [
+            "experiment", "card", "output tok/s", "TTFT median / p99 ms", "ITL mean / p99 ms", "preemptions",
+            "KV tokens", "start s", "first wave / later: TTFT median ms", "stalled gaps %", "gives up"], [
+            [r["experiment"], r["card"], _n(r["output_throughput"], 1),
+             f"{_n(r['median_ttft_ms'], 1)} / {_n(r['p99_ttft_ms'], 1)}",
+             f"{_n(r['mean_itl_ms'], 2)} / {_n(r['p99_itl_ms'], 2)}", _n(r["preemptions"]), _n(r["kv_cache_tokens"]),
+             _n(r["start_s"], 1),
+             f"{_n((r['detail'] or {}).get('first_wave', {}).get('median_ttft_ms'), 1)} / "
+             f"{_n((r['detail'] or {}).get('later', {}).get('median_ttft_ms'), 1)}",
+             _n((r["detail"] or {}).get("itl_stalled_pct"), 2),
+             "(the defaults)" if r["is_defaults"] else (", ".join(r["gives_up"]) or "nothing: no worse on all five")]
+            for r in summary["side_by_side"]])
     if summary["not_run"]:
         out += _section("Not run", ["experiment", "action", "why"],
                         [[n["experiment"], n["action"], n["reason"]] for n in summary["not_run"]])

@@ -42,6 +42,7 @@ def _load(name: str):
 bundle = _load("bundle")
 harness = _load("harness")
 plan_mod = _load("plan")
+planner, profiles = plan_mod.planner, plan_mod.profiles
 
 
 # --- bundle ---------------------------------------------------------------------------------------
@@ -206,8 +207,8 @@ def test_plan_renders_0_26_arguments_and_predictions():
     names = [e["name"] for e in plan["experiments"] if not e.get("optional")]
     assert names[:2] == ["fid-rtx4090-7b-decode", "fid-l40-14b-decode"] and names[-1] == "refuse-rtx4090-7b-decode"
     assert [e["name"] for e in plan["experiments"] if e.get("optional")] == [
-        "r7-default-rtx4090-7b", "r7-rtx4090-7b-prefill", "cand-rtx4090-7b-prefill-derived",
-        "cand-rtx4090-7b-prefill-seqs", "cand-rtx4090-7b-prefix-heavy-kv-auto", "cand-l40-14b-awq-prefill-8k"]
+        "r7-default-rtx4090-7b", "r7-rtx4090-7b-prefill", "cand-rtx4090-7b-prefill-derived", *plan_mod.RUN8,
+        "cand-rtx4090-7b-prefix-heavy-kv-auto", "cand-l40-14b-awq-prefill-8k"]
     # the JIT cache the fourth loan saved is in the repo as the plan names it
     (part,) = plan["jit_cache"]["parts"]
     assert bundle.sha256(ROOT / part) == plan["jit_cache"]["sha256"][Path(part).name]
@@ -495,15 +496,15 @@ def test_ansible_actions_run_the_repo_playbooks(fake_site, tmp_path):
     # that both reports came back.
     wrong = actions["verify-wrong-kv-dtype"]
     assert wrong["returncode"] != 0 and wrong["as_expected"], wrong
-    assert any("kv_cache_dtype" in e or "cache_dtype" in e for e in wrong["report"]["hosts"]["gpu-host"]["errors"])
-    assert actions["verify-pass"]["report"]["hosts"]["gpu-host"]["version"]["reported"] == "0.26.0"
+    assert any("kv_cache_dtype" in e or "cache_dtype" in e for e in wrong["report"]["hosts"]["gpu-host/main"]["errors"])
+    assert actions["verify-pass"]["report"]["hosts"]["gpu-host/main"]["version"]["reported"] == "0.26.0"
     bench = actions["benchmark-playbook"]
     assert bench["returncode"] == 0, bench
-    event = bench["report"]["hosts"]["gpu-host"]["events"]["benchmark"][0]
+    event = bench["report"]["hosts"]["gpu-host/main"]["events"]["benchmark"][0]
     assert event["load"]["completed"] == 6 and event["single"]["completed"] == 2
     assert event["efficiency"]["decode_ceiling_tokens_per_s"] > 0
     table = next((fake_site / "gpu-work").glob("round1/*/benchmark-playbook/reports/*/benchmark.md")).read_text()
-    assert "\n| gpu-host | 6/6 | 2 |" in table and "\\n" not in table
+    assert "\n| gpu-host/main | 6/6 | 2 |" in table and "\\n" not in table
 
 
 def test_summary_of_the_committed_gpu_results():
@@ -685,3 +686,76 @@ def test_bench_detail_splits_the_first_wave_and_counts_stalled_gaps():
     assert detail["later"]["requests"] == 2 and detail["later"]["median_ttft_ms"] == 175.0
     assert detail["itl_gaps"] == 5 and detail["itl_stalled_pct"] == 20.0 and detail["itl_stalled_median_ms"] == 50.0
     assert harness.bench_detail({}, users=2) == {}
+
+
+def test_run8_plan_derives_its_candidates_in_the_planner():
+    """Run 8's experiments: the L40 side by side (vLLM's defaults for the card, the shipped profile, the setting
+    planner.derived_batching makes of the shipped profile's KV capacity), then the 4090's, each loaded by
+    `vllm bench serve` with the reference's load for the card."""
+    plan = plan_mod.build()
+    exps = {e["name"]: e for e in plan["experiments"]}
+    assert all(exps[n].get("optional") for n in plan_mod.RUN8)
+    guide, derived = exps["r8-l40-14b-awq-prefill"], exps["cand-l40-14b-awq-prefill-derived"]
+    assert (guide["settings"]["max_num_batched_tokens"], guide["settings"]["max_num_seqs"]) == (16384, 128)
+    assert derived["overrides"] == planner.derived_batching(guide["planner"]["kv_cache_tokens"], 1024, 512) == {
+        "max_num_seqs": 206, "max_num_batched_tokens": 1280}
+    # the derived setting is what the L40 profile ships since run 8
+    assert derived["settings"] == profiles.resolve("h", "l40-14b-awq-prefill")
+    # the committed run ran the arguments the plan has today
+    ran = {e["name"]: e for e in json.loads(
+        (ROOT / "docs" / "gpu" / "2026-12-02-run8-side-by-side" / "experiments.json").read_text())["experiments"]}
+    assert all(ran[n]["args"] == exps[n]["args"] for n in plan_mod.RUN8)
+    for name in plan_mod.RUN8:
+        (load,) = exps[name]["actions"]
+        users = 128 if exps[name]["card"] == "L40" else 64
+        assert (load["kind"], load["max_concurrency"], load["num_prompts"], load["input_len"], load["output_len"]) == (
+            "bench", users, 2 * users if users == 128 else 192, 1024, 512)
+    assert exps["r8-default-l40-14b-awq"]["args"][-4:] == ["--max-num-seqs", "256", "--max-num-batched-tokens", "2048"]
+    # the L40 side by side comes first and fits, with the install, in the first round
+    packed = plan_mod.schedule(plan["experiments"], only=set(plan_mod.RUN8))
+    assert packed["calls"][0] == ["r8-default-l40-14b-awq", "r8-l40-14b-awq-prefill"]
+
+
+def test_side_by_side_of_run7():
+    """docs/gpu/2026-12-01-run7-rtx4090-side-by-side: each configuration against the defaults of the same run on
+    issue #23's five figures; none is no worse on all five."""
+    summarize = _load("summarize")
+    folder = ROOT / "docs" / "gpu" / "2026-12-01-run7-rtx4090-side-by-side"
+    plan = json.loads((folder / "experiments.json").read_text())
+    summary = summarize.summarise(plan, summarize.load_results(folder))
+    assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
+    rows = {r["experiment"]: r for r in summary["side_by_side"]}
+    assert rows["r7-default-rtx4090-7b"]["is_defaults"] and rows["r7-default-rtx4090-7b"]["kv_cache_tokens"] == 120_160
+    assert rows["r7-rtx4090-7b-prefill"]["gives_up"] == ["median TTFT"]
+    assert rows["cand-rtx4090-7b-prefill-derived"]["gives_up"] == ["p99 TTFT", "mean ITL", "output throughput"]
+    assert rows["r7-rtx4090-7b-prefill"]["detail"]["later"]["median_ttft_ms"] == 911.0
+    assert "| r7-rtx4090-7b-prefill | RTX 4090 | 6,912.7 | 962.3 / 1,557.3 |" in summarize.tables(summary)
+    # runs before 7 had no rN-default: their summaries carry no side_by_side
+    assert "side_by_side" not in json.loads((ROOT / "docs/gpu/2026-11-29-run6-whole-plan/summary.json").read_text())
+
+
+def test_summary_of_run8():
+    """docs/gpu/2026-12-02-run8-side-by-side: the L40's three settings, the 4090's fourth candidate and the AWQ profile,
+    each beside vLLM's defaults of the same card and model in the same run; no setting is no worse on all five
+    figures, the derived L40 setting gives up one (p99 TTFT, the burst at t=0)."""
+    summarize = _load("summarize")
+    folder = ROOT / "docs" / "gpu" / "2026-12-02-run8-side-by-side"
+    plan = json.loads((folder / "experiments.json").read_text())
+    summary = summarize.summarise(plan, summarize.load_results(folder))
+    assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
+    rows = {r["experiment"]: r for r in summary["side_by_side"]}
+    assert set(rows) == set(plan_mod.RUN8) - {"r8-rtx4090-7b-prefix-heavy"}
+    assert [n["experiment"] for n in summary["not_run"]] == ["r8-rtx4090-7b-prefix-heavy"]
+    assert {n: r["defaults"] for n, r in rows.items()} == {
+        **dict.fromkeys(["r8-default-l40-14b-awq", "r8-l40-14b-awq-prefill", "cand-l40-14b-awq-prefill-derived"],
+                        "r8-default-l40-14b-awq"),
+        **dict.fromkeys(["r8-default-rtx4090-7b", "cand-rtx4090-7b-prefill-seqs"], "r8-default-rtx4090-7b"),
+        **dict.fromkeys(["r8-default-rtx4090-7b-awq", "r8-rtx4090-7b-awq"], "r8-default-rtx4090-7b-awq")}
+    assert {n: r.get("gives_up") for n, r in rows.items() if not r["is_defaults"]} == {
+        "r8-l40-14b-awq-prefill": ["median TTFT", "p99 TTFT"], "cand-l40-14b-awq-prefill-derived": ["p99 TTFT"],
+        "cand-rtx4090-7b-prefill-seqs": ["median TTFT"],
+        "r8-rtx4090-7b-awq": ["median TTFT", "p99 TTFT", "output throughput"]}
+    assert rows["r8-default-l40-14b-awq"]["preemptions"] == 40 and all(
+        not r["preemptions"] for n, r in rows.items() if n != "r8-default-l40-14b-awq")
+    # every start sized its cache within 2 % of the planner for the card
+    assert all(abs(r["error_card_pct"]) < 2 for r in summary["fidelity"]) and len(summary["fidelity"]) == 7
