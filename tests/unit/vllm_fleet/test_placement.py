@@ -60,7 +60,7 @@ def test_two_rtx4090s_run_one_32b_awq_instance_over_both():
     entry = plan("rtx4090x2-32b-awq-tp2", dict(RTX4090, count=2))
     assert entry["errors"] == [] and entry["tensor_parallel_size"] == 2
     (instance,) = entry["instances"]
-    assert (instance["name"], instance["gpus"], instance["port"]) == ("main", [0, 1], 8000)
+    assert (instance["name"], instance["gpus"], instance["port"]) == ("tp0-1", [0, 1], 8000)
     assert "--tensor-parallel-size" in instance["args"]
     assert instance["args"][instance["args"].index("--tensor-parallel-size") + 1] == "2"
     # GeForce cards have no P2P: NCCL's transport is turned off, and the plan says why. No UUIDs known (an assumed
@@ -128,7 +128,7 @@ def test_l40_groups_run_nccls_all_reduce():
 
 def test_cards_left_over_stay_idle_with_a_warning():
     entry = plan("rtx4090x2-32b-awq-tp2", dict(RTX4090, count=3))
-    assert [i["name"] for i in entry["instances"]] == ["main"]
+    assert [i["name"] for i in entry["instances"]] == ["tp0-1"]
     assert any("GPU(s) 2 stay idle: 3 GPUs in groups of tensor_parallel_size=2" in w for w in entry["warnings"])
 
 
@@ -141,6 +141,27 @@ def test_cpu_slots_are_instances_too():
     assert "environment" not in entry["instances"][0] and "devices" not in entry["instances"][0]
     single = plan("cpu-lab-tiny", dict(lab, count=0), vllm_environment={"VLLM_CPU_KVCACHE_SPACE": "1"})
     assert [i["name"] for i in single["instances"]] == ["main"]
+
+
+def test_vllm_gpus_leaves_the_other_cards_alone_and_an_instance_keeps_its_name_and_port():
+    entry = plan("l40x4-14b-per-gpu", detected(4), vllm_gpus=[1, 3])
+    assert entry["errors"] == []
+    assert [(i["name"], i["port"], i["gpus"]) for i in entry["instances"]] == [("gpu1", 8001, [1]), ("gpu3", 8003, [3])]
+    one = plan("cpu-lab-tiny", {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 2},
+               vllm_environment={"VLLM_CPU_KVCACHE_SPACE": "1"}, vllm_gpus=[0])
+    assert [(i["name"], i["port"]) for i in one["instances"]] == [("cpu0", 8000)]
+
+
+@pytest.mark.parametrize("wanted, message", [
+    ([4], "h1: vllm_gpus=[4] names card(s) 4 the host does not have (it has 4: 0, 1, 2, 3); fix: indices of its "
+          "cards, each once (nvidia-smi -L lists them)"),
+    ([1, 1], "h1: vllm_gpus=[1, 1] names a card twice (it has 4: 0, 1, 2, 3)"),
+    (["0"], "h1: vllm_gpus=['0'] must be a list of card indices; fix: for example [0, 1] (the host has 0, 1, 2, 3)"),
+])
+def test_vllm_gpus_must_name_the_hosts_cards(wanted, message):
+    entry = plan("l40x4-14b-per-gpu", detected(4), vllm_gpus=wanted)
+    (error,) = entry["errors"]
+    assert error.startswith(message), error
 
 
 def test_masked_uuids_fall_back_to_the_pci_order():

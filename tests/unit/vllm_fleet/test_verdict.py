@@ -261,3 +261,10 @@ def test_startup_time_from_the_date_header_and_the_process_start():
     assert entry["health"]["startup_s"] == pytest.approx(42.0, abs=1.0)
     up = verdict.host_entry("h", probes(health={"ok": True, "already_up": True, "healthy_date": date}), expect())
     assert up["health"]["startup_s"] is None
+
+
+def test_the_entry_says_where_the_plan_placed_the_instance():
+    entry = verdict.host_entry("h", probes(), expect(instance="main"))
+    assert entry["instance"] == "main" and entry["placement"] == {
+        "port": None, "gpus": None, "tensor_parallel_size": None, "args": ARGS}
+    assert verdict.host_entry("h", probes(), expect(instance="gpu7"))["placement"] is None

