@@ -12,10 +12,10 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 try:
-    from vllm_fleet import compat, endpoints, inputs, planner
+    from vllm_fleet import compat, endpoints, fingerprint, inputs, planner
 except ImportError:  # run from a checkout whose package is not installed in Ansible's Python
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
-    from vllm_fleet import compat, endpoints, inputs, planner
+    from vllm_fleet import compat, endpoints, fingerprint, inputs, planner
 
 DOCUMENTATION = r"""
 name: vllm_plan_host
@@ -32,7 +32,8 @@ description:
   - The same file holds C(vllm_min_driver) (vllm_version | vllm_min_driver, the C({vllm, cuda, driver}) line of data/cuda_compat.yml),
     C(vllm_plan_table) (plan | vllm_plan_table), C(vllm_plan_instances) (hostvars | vllm_plan_instances(hosts), each host's
     planned instances) and C(vllm_deployed_instances) (slurped args files | vllm_deployed_instances(address), the instances
-    a host runs now); those raise AnsibleFilterError naming the bad value.
+    a host runs now) and C(vllm_fingerprint) (hostvars[host] | vllm_fingerprint(host, plan_entry, extra), the digest of
+    what a host should run, for site.yml's fast path of a re-run); those raise AnsibleFilterError naming the bad value.
 options:
   _input:
     description:
@@ -112,7 +113,8 @@ def plan_inputs(variables, skip=()):
 # The roles site.yml runs on a host, by the group that brings them: the plan checks every setting a host gives
 # any of them against that role's argument spec, so that a bad value stops the run before the driver play.
 SITE_ROLES = (("vllm_nodes", ("vllm", "vllm_verify")), ("gpu_nodes", ("nvidia_driver",)))
-ROLES = os.path.join(os.path.dirname(__file__), "..", "..", "roles")
+ROOTDIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+ROLES = os.path.join(ROOTDIR, "roles")
 _SECRET_WORDS = ("key", "token", "password", "secret")
 
 
@@ -244,6 +246,30 @@ def vllm_deployed_instances(slurped, inventory_address):
     return out
 
 
+# What the vllm role's work on a host derives from besides its variables: its tasks, files and templates, the
+# modules it runs, and the project's templates (vllm_fleet.fingerprint: a new version of the project is a change).
+ROLE_CODE = [os.path.join(ROOTDIR, part) for part in ("roles/vllm", "templates", "plugins/modules", "plugins/module_utils")]
+
+
+def vllm_fingerprint(variables, host, plan_entry, extra=None):
+    """The digest of what `host` should run: every variable of the vllm role's argument spec as the host has it
+    (secrets by their digest only), its plan entry, `extra` (what the role derives from other hosts: the gateways
+    its firewall admits) and the role's code."""
+    if not hasattr(variables, "get") or not isinstance(plan_entry, Mapping):
+        raise AnsibleFilterError(f"vllm_fingerprint: {host}: expected the host's variables and its plan entry")
+    values = {}
+    for name, option in role_options("vllm").items():
+        value = variables.get(name)
+        if isinstance(value, Undefined):
+            continue
+        value = _plain(value)
+        if option.get("no_log") or any(word in name for word in _SECRET_WORDS):
+            value = fingerprint.digest(value)
+        values[name] = value
+    return fingerprint.digest({"variables": values, "plan": _plain(plan_entry), "extra": _plain(extra),
+                               "code": fingerprint.tree_digest(ROLE_CODE)})
+
+
 def vllm_min_driver(vllm_version):
     """The {vllm, cuda, driver} line of data/cuda_compat.yml that applies to a vLLM release."""
     try:
@@ -268,5 +294,6 @@ class FilterModule:
             "vllm_plan_table": vllm_plan_table,
             "vllm_plan_instances": vllm_plan_instances,
             "vllm_deployed_instances": vllm_deployed_instances,
+            "vllm_fingerprint": vllm_fingerprint,
             "vllm_min_driver": vllm_min_driver,
         }

@@ -209,9 +209,9 @@ def test_h200_fp8_kv_with_kv_cache_memory_bytes_matches_vllms_metrics():
 def test_cpu_lab_uses_the_kv_size_it_is_given():
     entry = plan("cpu-lab-tiny", gpu=LAB, version="0.32.0", vllm_extra_args={"kv_cache_memory_bytes": "1G"})
     c = entry["capacity"]
-    # tiny-qwen2: 2 (K, V) x 2 KV heads x 64 x 2 layers x 2 bytes = 1,024 B/token; 1G = 1,073,741,824 B
-    assert (c["kv_bytes_per_token"], c["kv_cache_bytes"]) == (1024, 1_073_741_824)
-    assert c["kv_cache_tokens"] == 1_048_576 and c["kv_cache_tokens"] % 128 == 0  # CPU blocks of 128
+    # tiny-qwen2 in float32: 2 (K, V) x 2 KV heads x 64 x 2 layers x 4 bytes = 2,048 B/token; 1G = 1,073,741,824 B
+    assert (c["kv_bytes_per_token"], c["kv_cache_bytes"]) == (2048, 1_073_741_824)
+    assert c["kv_cache_tokens"] == 524_288 and c["kv_cache_tokens"] % 128 == 0  # CPU blocks of 128
     assert c["fits"] and entry["errors"] == [] and "--kv-cache-memory-bytes" in entry["instances"][0]["args"]
 
 
@@ -230,7 +230,7 @@ def test_cpu_lab_as_the_lab_inventory_gives_it():
     entry = plan("cpu-lab-tiny", gpu=gpu, version="0.32.0", vllm_extra_args={"enforce_eager": True},
                  vllm_environment={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1"})
     assert entry["errors"] == [] and entry["capacity"]["kv_cache_bytes"] == 1 << 30
-    assert entry["capacity"]["kv_cache_tokens"] == (1 << 30) // 1024
+    assert entry["capacity"]["kv_cache_tokens"] == (1 << 30) // 2048  # float32: 2,048 B a token
     bad = plan("cpu-lab-tiny", gpu=gpu, version="0.32.0", vllm_environment={"VLLM_CPU_KVCACHE_SPACE": "one"})
     assert bad["errors"] == ["h1: vllm_environment.VLLM_CPU_KVCACHE_SPACE='one' is not a size; fix: give bytes for "
                              "kv_cache_memory_bytes (1073741824 or 1G), GiB for VLLM_CPU_KVCACHE_SPACE (\"1\")"]

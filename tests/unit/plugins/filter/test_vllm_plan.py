@@ -26,7 +26,7 @@ def test_filter_plugin_filters():
 
     filters = vllm_plan.FilterModule().filters()
     assert set(filters) == {"vllm_plan_host", "vllm_plan_hosts", "vllm_plan_table", "vllm_min_driver",
-                            "vllm_plan_instances", "vllm_deployed_instances"}
+                            "vllm_plan_instances", "vllm_deployed_instances", "vllm_fingerprint"}
     assert filters["vllm_min_driver"]("0.33.0")["driver"] == "580.65.06"
     with pytest.raises(AnsibleFilterError, match="vllm_min_driver: vllm_version='latest'"):
         filters["vllm_min_driver"]("latest")

