@@ -4,7 +4,8 @@
 The hosts were deployed by converge (site.yml), a first deployment that installed both at once. These tests drive
 site.yml again, as an operator would, with the scenario's inventory:
 1. a good change (max_num_seqs 8 -> 6) rolls out instance by instance within each host and host by host, while a
-   bounded request loop against every instance measures its failed requests and unhealthy seconds (which land in
+   bounded request loop against every instance (one health read and one completion every 3 s, so that four of
+   them leave the 2 cores to the rollout) measures its failed requests and unhealthy seconds (which land in
    the run's report: an instance's restart is its own window, and its host's other instance answers throughout),
    and clients stream chat completions through the gateway: none fails and no stream is cut (each instance is
    drained at the gateway before it restarts and comes back only once verified);
@@ -83,7 +84,7 @@ def good_rollout():
     REPORTS.mkdir(parents=True, exist_ok=True)
     stop.unlink(missing_ok=True)
     probe = subprocess.Popen(
-        [sys.executable, "-m", "vllm_fleet.probe", "--interval", "1.0", "--max-seconds", "1500",
+        [sys.executable, "-m", "vllm_fleet.probe", "--interval", "3.0", "--max-seconds", "1500",
          "--max-requests", "20000", "--stop-file", str(stop), "--run-dir", str(REPORTS / run_id)]
         + [f"--target={host}/{instance}=http://{HOSTS[host]}:{port}" for host in HOSTS
            for instance, port in INSTANCES.items()],
