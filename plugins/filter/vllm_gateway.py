@@ -13,9 +13,10 @@ description:
     the gateway keeps only the keys' digests.
   - C(vllm_gateway_errors) (host) checks a gateway's settings; each message names the host, the setting and the fix,
     never a key.
-  - C(hostvars | vllm_gateway_clients(gateways, allowed, host)) turns the gateways (their names, each by its
-    C(vllm_gateway_source_address), by default its C(ansible_host)) and a host's C(vllm_allowed_clients) into the
-    networks, by family (keys ipv4 and ipv6), that may reach that host's vLLM port (its nftables rules).
+  - C(hostvars | vllm_gateway_clients(gateways, allowed, host, monitoring)) turns the gateways (their names, each by
+    its C(vllm_gateway_source_address), by default its C(ansible_host)), the monitoring hosts (by their
+    C(ansible_host)) and a host's C(vllm_allowed_clients) into the networks, by family (keys ipv4 and ipv6), that may
+    reach that host's vLLM ports (its nftables rules).
   - C(vllm_gateway_sessions) (backend, server) reads a server's current sessions from the runtime API's C(show stat);
     C(vllm_gateway_requests_running) reads C(vllm:num_requests_running) from an instance's /metrics text.
 options:
@@ -93,13 +94,15 @@ def vllm_gateway_errors(values, host):
     return gateway.check(str(host), values)
 
 
-def vllm_gateway_clients(hostvars, gateways, allowed, host):
-    if not isinstance(hostvars, Mapping) or isinstance(gateways, (str, bytes)) or not hasattr(gateways, "__iter__"):
+def vllm_gateway_clients(hostvars, gateways, allowed, host, monitoring=()):
+    if not isinstance(hostvars, Mapping) or any(isinstance(names, (str, bytes)) or not hasattr(names, "__iter__")
+                                                for names in (gateways, monitoring)):
         raise AnsibleFilterError("vllm_gateway_clients expects hostvars | vllm_gateway_clients(gateway names, "
-                                 "vllm_allowed_clients, host), got %s and %s"
+                                 "vllm_allowed_clients, host, monitoring host names), got %s and %s"
                                  % (type(hostvars).__name__, type(gateways).__name__))
     try:
-        return gateway.clients({name: hostvars[name] for name in gateways}, allowed, str(host))
+        return gateway.clients({name: hostvars[name] for name in gateways}, allowed, str(host),
+                               {name: hostvars[name] for name in monitoring})
     except ValueError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

@@ -248,7 +248,11 @@ def vllm_deployed_instances(slurped, inventory_address):
 
 # What the vllm role's work on a host derives from besides its variables: its tasks, files and templates, the
 # modules it runs, and the project's templates (vllm_fleet.fingerprint: a new version of the project is a change).
-ROLE_CODE = [os.path.join(ROOTDIR, part) for part in ("roles/vllm", "templates", "plugins/modules", "plugins/module_utils")]
+ROLE_CODE = [os.path.join(ROOTDIR, part) for part in ("roles/vllm", "roles/vllm_firewall", "templates", "plugins/modules", "plugins/module_utils")]
+
+
+# The role's variables that say how a run goes, not what the host runs.
+_NOT_STATE = {"vllm_fast_path"}
 
 
 def vllm_fingerprint(variables, host, plan_entry, extra=None):
@@ -259,6 +263,8 @@ def vllm_fingerprint(variables, host, plan_entry, extra=None):
         raise AnsibleFilterError(f"vllm_fingerprint: {host}: expected the host's variables and its plan entry")
     values = {}
     for name, option in role_options("vllm").items():
+        if name in _NOT_STATE:
+            continue
         value = variables.get(name)
         if isinstance(value, Undefined):
             continue

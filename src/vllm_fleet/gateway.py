@@ -155,13 +155,18 @@ def source_address(source: Any, ansible_host: Any, name: str) -> str:
     return str(source or ansible_host or name)
 
 
-def clients(gateways: Mapping[str, Mapping[str, Any]], allowed: Any, host: str) -> dict[str, list[str]]:
+def clients(gateways: Mapping[str, Mapping[str, Any]], allowed: Any, host: str,
+            monitoring: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, list[str]]:
     """Who may reach a vLLM host's port besides the host itself: the gateways ({name: its settings}, each by its
-    source address) and ``allowed`` (vllm_allowed_clients: addresses or networks), as {"ipv4": [...], "ipv6": [...]}
-    of normalised networks, sorted and unique. ValueError names the host, the setting, the value and the fix."""
+    source address), the monitoring hosts (likewise, by their ansible_host) and ``allowed`` (vllm_allowed_clients:
+    addresses or networks), as {"ipv4": [...], "ipv6": [...]} of normalised networks, sorted and unique. ValueError
+    names the host, the setting, the value and the fix."""
     found = inputs.networks(host, "vllm_allowed_clients", allowed)
     for name, values in sorted(gateways.items()):
         source = source_address(values.get("vllm_gateway_source_address"), values.get("ansible_host"), name)
         found += inputs.networks(host, f"the gateway {name}'s vllm_gateway_source_address", [source])
+    for name, values in sorted((monitoring or {}).items()):
+        source = source_address(None, values.get("ansible_host"), name)
+        found += inputs.networks(host, f"the monitoring host {name}'s ansible_host", [source])
     return {family: [str(n) for n in sorted({n for n in found if n.version == version})]
             for family, version in (("ipv4", 4), ("ipv6", 6))}

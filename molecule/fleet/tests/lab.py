@@ -37,6 +37,17 @@ def site(*extra, run_id):
     return playbook("site.yml", "-e", f"vllm_verify_report_run_id={run_id}", *extra)
 
 
+def recap(output):
+    """The play recap of a run: {host: {"ok": n, "changed": n, "failed": n, ...}}."""
+    found = {}
+    for line in output.split("PLAY RECAP", 1)[-1].splitlines()[1:]:
+        name, sep, counts = line.partition(" : ")
+        if not sep:
+            break
+        found[name.strip()] = {key: int(value) for key, value in (pair.split("=") for pair in counts.split())}
+    return found
+
+
 def on(host, *cmd, check=True):
     """A command inside a lab host; its stdout."""
     return subprocess.run(["podman", "exec", host, *cmd], capture_output=True, text=True, check=check).stdout

@@ -3,6 +3,9 @@
 
 The hosts were deployed by converge (site.yml), a first deployment that installed both at once. These tests drive
 site.yml again, as an operator would, with the scenario's inventory:
+0. a re-run with nothing to change leaves every host alone (the fast path: each host's recorded digest, its
+   instances healthy), but an instance that was stopped by hand sends its host, and only it, through the rollout,
+   which starts it again; the full path (-e vllm_fast_path=false) changes nothing either;
 1. a good change (max_num_seqs 8 -> 6) rolls out instance by instance within each host and host by host, while a
    bounded request loop against every instance (one health read and one completion every 3 s, so that four of
    them leave the 2 cores to the rollout) measures its failed requests and unhealthy seconds (which land in
@@ -33,7 +36,7 @@ import time
 import pytest
 
 from lab import (CA, GATEWAY, GATEWAY_HOST, HOSTS, INSTANCES, KEYS, OUTPUTS, REPORTS, ROOT, ENV, args_of, gateway_state,
-                 history, on, playbook, serves, site, state, unit_mtime, value_after)
+                 history, on, playbook, recap, serves, site, state, unit_mtime, value_after)
 
 
 def stream_loop(run_id, seconds=1200):
@@ -116,6 +119,44 @@ def test_the_first_deployment_installed_both_hosts_at_once():
         return int(on(name, "stat", "-c", "%Y", path))
     assert stamp("fleet-2", f"{venv}/bin/python") < stamp("fleet-1", f"{venv}/.installed")
     assert stamp("fleet-1", f"{venv}/bin/python") < stamp("fleet-2", f"{venv}/.installed")
+
+
+def rolled_out(output):
+    """The hosts the run's rollout play (site.yml's last play) took: those it ran a task on."""
+    play = output.split("PLAY [Roll out vLLM host by host]", 1)[-1].split("PLAY RECAP", 1)[0] \
+        if "PLAY [Roll out vLLM host by host]" in output else ""
+    return {host for host in HOSTS if f"[{host}]" in play or f" for {host}" in play}
+
+
+def test_a_rerun_leaves_unchanged_hosts_alone_and_repairs_a_stopped_instance():
+    """The fast path: fleet-1, whose recorded digest is this run's and whose instances answer, is left out of the
+    rollout; fleet-2, one of whose instances was stopped by hand, goes through it (and only it), which starts the
+    instance again, verified and back in the gateway."""
+    for host in HOSTS:
+        assert on(host, "cat", "/etc/vllm/fingerprint").strip(), host
+    on("fleet-2", "systemctl", "stop", "vllm@cpu1.service")
+    rc, output = site(run_id="rerun-stopped")
+    assert rc == 0, output[-4000:]
+    counts = recap(output)
+    assert counts["fleet-1"]["changed"] == 0, counts
+    assert counts["fleet-2"]["changed"] > 0, counts
+    assert rolled_out(output) == {"fleet-2"}, output[-4000:]
+    assert on("fleet-2", "systemctl", "is-active", "vllm@cpu1.service", check=False).strip() == "active"
+    assert serves("fleet-2", "cpu1")
+    assert gateway_state("fleet-2_cpu1") == "UP"
+
+
+def test_the_full_path_changes_nothing_either():
+    """-e vllm_fast_path=false walks every host's whole rollout: it finds nothing to change (changed=0 on every
+    host), so the fast path is an abbreviation of an idempotent run, not a substitute for one."""
+    rc, output = site("-e", "vllm_fast_path=false", run_id="rerun-full")
+    assert rc == 0, output[-4000:]
+    counts = recap(output)
+    assert rolled_out(output) == set(HOSTS), output[-4000:]
+    assert {host: counts[host]["changed"] for host in HOSTS} == {host: 0 for host in HOSTS}, output[-6000:]
+    rc, output = site(run_id="rerun-fast")
+    assert rc == 0 and rolled_out(output) == set(), output[-4000:]
+    assert all(counts["changed"] == 0 for counts in recap(output).values()), output[-4000:]
 
 
 def test_nothing_through_the_gateway_fails_or_is_cut_during_the_good_change(good_rollout):

@@ -78,6 +78,14 @@ def test_clients_are_the_gateways_by_source_address_and_the_allowed_networks_by_
     assert gateway.clients({}, [], "gpu-1") == {"ipv4": [], "ipv6": []}
 
 
+def test_clients_include_the_monitoring_hosts_by_their_ansible_host():
+    got = gateway.clients({"gw-a": {"ansible_host": "10.0.10.5"}}, [], "gpu-1",
+                          {"mon-1": {"ansible_host": "10.0.10.9"}, "10.0.10.8": {}})
+    assert got == {"ipv4": ["10.0.10.5/32", "10.0.10.8/32", "10.0.10.9/32"], "ipv6": []}
+    with pytest.raises(ValueError, match="gpu-1: the monitoring host mon-1's ansible_host has 'mon.example'"):
+        gateway.clients({}, [], "gpu-1", {"mon-1": {"ansible_host": "mon.example"}})
+
+
 @pytest.mark.parametrize("gateways, allowed, needle", [
     ({"gw-1": {"ansible_host": "gw-1.example"}}, [],
      "gpu-1: the gateway gw-1's vllm_gateway_source_address has 'gw-1.example', not an IP address"),
@@ -94,6 +102,9 @@ def test_the_clients_filter_reads_the_gateways_from_hostvars():
     hostvars = {"gw-1": {"ansible_host": "10.0.10.5"}, "gpu-1": {"ansible_host": "10.0.30.1"}}
     got = gateway_filters.vllm_gateway_clients(hostvars, ["gw-1"], ["10.0.20.5"], "gpu-1")
     assert got == {"ipv4": ["10.0.10.5/32", "10.0.20.5/32"], "ipv6": []}
+    got = gateway_filters.vllm_gateway_clients(dict(hostvars, **{"mon-1": {"ansible_host": "10.0.10.9"}}), ["gw-1"],
+                                               [], "gpu-1", ["mon-1"])
+    assert got == {"ipv4": ["10.0.10.5/32", "10.0.10.9/32"], "ipv6": []}
     with pytest.raises(gateway_filters.AnsibleFilterError, match="gpu-1: vllm_allowed_clients has 'x'"):
         gateway_filters.vllm_gateway_clients(hostvars, ["gw-1"], ["x"], "gpu-1")
 
