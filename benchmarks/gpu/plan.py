@@ -112,6 +112,9 @@ def bench_load(users: int, prompts: int, est_s: int = 45) -> dict:
 RUN8 = ("r8-default-l40-14b-awq", "r8-l40-14b-awq-prefill", "cand-l40-14b-awq-prefill-derived",
         "r8-default-rtx4090-7b", "cand-rtx4090-7b-prefill-seqs", "r8-rtx4090-7b-prefix-heavy",
         "r8-default-rtx4090-7b-awq", "r8-rtx4090-7b-awq")
+# Run 9's: the one profile without speculation run 8 left out, beside vLLM's defaults in the same run, then (only
+# when the round has time for it) the setting planner.derived_batching makes of that profile's KV capacity.
+RUN9 = ("r9-default-rtx4090-7b", "r9-rtx4090-7b-prefix-heavy", "cand-rtx4090-7b-prefix-heavy-derived")
 
 
 def emulated_utilization(card_mib: int, utilization: float, host_mib: int = H200["memory_mib"]) -> float:
@@ -304,9 +307,24 @@ def build(host: dict = H200) -> dict:
                    note="shipped"),
     )
     assert tuple(e["name"] for e in run8) == RUN8
+    # Run 9 (2026-12-02): rtx4090-7b-prefix-heavy beside vLLM's defaults for the 4090 in one round, as run 8 planned
+    # (r8-rtx4090-7b-prefix-heavy did not fit there), then the planner-derived setting for it. Optional (`--only`, RUN9).
+    heavy = experiment("r9-rtx4090-7b-prefix-heavy", "RTX 4090", "rtx4090-7b-prefix-heavy",
+                       actions=[bench_load(64, 192)], est_s=140, note="shipped")
+    heavy_derived = planner.derived_batching(heavy["planner"]["kv_cache_tokens"], 1024, 512)
+    run9 = (
+        experiment("r9-default-rtx4090-7b", "RTX 4090", None, {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
+                   actions=[bench_load(64, 192)], est_s=160, note="vLLM 0.26 defaults for a GPU under 70 GiB"),
+        heavy,
+        experiment("cand-rtx4090-7b-prefix-heavy-derived", "RTX 4090", "rtx4090-7b-prefix-heavy", dict(heavy_derived),
+                   actions=[bench_load(64, 192)], est_s=140,
+                   note="candidate: max_num_seqs and max_num_batched_tokens from the KV capacity and one typical prompt per step"),
+    )
+    assert tuple(e["name"] for e in run9) == RUN9
     for cand in (
         *run7[:3],
         *run8,
+        *run9,
         experiment("cand-rtx4090-7b-prefix-heavy-kv-auto", "RTX 4090", "rtx4090-7b-prefix-heavy",
                    {"kv_cache_dtype": "auto", "calculate_kv_scales": None}, actions=[reference_load(64, 192)],
                    est_s=150, note="candidate: bf16 KV cache"),

@@ -187,7 +187,7 @@ FIVE = {"output_tokens_per_s": ("output_throughput", 1), "median_ttft_ms": ("med
 def test_side_by_side_numbers_in_the_profiles_are_the_committed_gpu_results():
     """A profile's `measured.side_by_side` (issue #23: the five figures against vLLM's defaults of the same run)
     says what the summary's side_by_side rows of its run say, for an experiment that ran exactly the shipped
-    settings; every GPU profile without speculation carries one, except rtx4090-7b-prefix-heavy (not run)."""
+    settings; every GPU profile without speculation carries one (rtx4090-7b-prefix-heavy since run 9)."""
     import json
 
     shipped = profiles._shipped()
@@ -213,4 +213,4 @@ def test_side_by_side_numbers_in_the_profiles_are_the_committed_gpu_results():
         assert block["gives_up"] == row["gives_up"], name
         load = block["load"]
         assert row["load"] == f"guide-{load['users']}u-bench" and load["tool"] == row["tool"], name
-    assert sorted(carrying) == ["l40-14b-awq-prefill", "rtx4090-7b-awq", "rtx4090-7b-prefill"]
+    assert sorted(carrying) == ["l40-14b-awq-prefill", "rtx4090-7b-awq", "rtx4090-7b-prefill", "rtx4090-7b-prefix-heavy"]
