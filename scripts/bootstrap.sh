@@ -18,7 +18,10 @@ done_phase() { printf '=== bootstrap: done in %ss\n' "$((SECONDS - PHASE_START))
 # netavark + aardvark-dns: with --no-install-recommends podman brings the CNI backend, whose --internal
 # network bridge gets no IPv4 address, so this machine has no route to the lab network. netavark 1.4 runs
 # iptables for every network it sets up ("netavark: No such file or directory" without it).
-APT_PACKAGES=(podman netavark aardvark-dns iptables runc debootstrap uidmap prometheus apt-utils gnupg)
+# prometheus and prometheus-alertmanager: promtool and amtool check the monitoring configuration and rules;
+# chromium: the report page's test opens it in a real headless browser.
+APT_PACKAGES=(podman netavark aardvark-dns iptables runc debootstrap uidmap prometheus prometheus-alertmanager
+  chromium apt-utils gnupg)
 phase "apt packages: ${APT_PACKAGES[*]}"
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -27,9 +30,9 @@ done
 if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  # prometheus is only wanted for promtool: do not let its service start on the controller.
+  # prometheus and prometheus-alertmanager are only wanted for their checkers: their services stay off here.
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  systemctl disable --now prometheus >/dev/null 2>&1 || true
+  systemctl disable --now prometheus prometheus-alertmanager >/dev/null 2>&1 || true
 fi
 done_phase
 

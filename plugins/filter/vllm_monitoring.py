@@ -8,6 +8,7 @@ description:
   - C(vllm_monitoring_targets) turns plan.json (C(hostvars | vllm_plan_hosts(hosts)), every host's entry) into one
     Prometheus C(static_configs) entry per planned instance, with C(targets) and C(labels), the labels being
     C(instance) (host/instance), C(host), C(vllm_instance), C(profile), C(card) and C(vllm_release).
+  - C(vllm_monitoring_gateway_targets) turns the gateways' hostvars into their HAProxy exporters (address:port).
   - C(vllm_monitoring_rules) (pending) applies the site's pending periods (alert name to C(for)) to the shipped rule
     groups; an alert name the rules lack is an error that names them.
   - C(vllm_firewall_networks) (host, setting) turns a list of addresses or networks into the networks by family (keys
@@ -60,6 +61,12 @@ def vllm_monitoring_targets(plan):
     return monitoring.targets(plan["hosts"])
 
 
+def vllm_monitoring_gateway_targets(gateways):
+    if isinstance(gateways, (str, bytes, Mapping)) or not hasattr(gateways, "__iter__"):
+        raise AnsibleFilterError("vllm_monitoring_gateway_targets: expected the gateways' hostvars, a list")
+    return monitoring.gateway_targets(list(gateways))
+
+
 def vllm_monitoring_rules(shipped, pending=None):
     if not isinstance(shipped, Mapping) or not isinstance(pending or {}, Mapping):
         raise AnsibleFilterError("vllm_monitoring_rules: expected the rules file's groups and {alert: for}")
@@ -101,6 +108,7 @@ class FilterModule:
     def filters(self):
         return {
             "vllm_monitoring_targets": vllm_monitoring_targets,
+            "vllm_monitoring_gateway_targets": vllm_monitoring_gateway_targets,
             "vllm_monitoring_rules": vllm_monitoring_rules,
             "vllm_firewall_networks": vllm_firewall_networks,
             "vllm_monitoring_findings": vllm_monitoring_findings,

@@ -16,7 +16,8 @@ description:
     host's own probes reach vLLM on (a wildcard or empty address on 127.0.0.1, IPv6 in brackets); the role's
     C(vllm_verify_url) and playbooks/benchmark.yml use it.
   - C(vllm_report_fragment) (data, host, kind, instance), C(vllm_report_fragment_name), C(vllm_report_merge)
-    (fragments, run_id, meta) and C(vllm_report_markdown) build the run report (see C(vllm_fleet.report)).
+    (fragments, run_id, meta), C(vllm_report_markdown) and C(vllm_report_html) build the run report (see
+    C(vllm_fleet.report) and C(vllm_fleet.report_html): one page with plots).
   - Every filter raises AnsibleFilterError naming the value it could not use.
 options:
   _input:
@@ -190,6 +191,17 @@ def vllm_report_markdown(report):
     return _report.render_markdown(report)
 
 
+def vllm_report_html(report):
+    _need_lib("vllm_report_html")
+    if not isinstance(report, Mapping) or "hosts" not in report:
+        raise AnsibleFilterError(
+            "vllm_report_html expects the output of vllm_report_merge, got %s" % _metrics.short(report)
+        )
+    from vllm_fleet import report_html  # matplotlib: loaded only where a page is written
+
+    return report_html.render_html(report)
+
+
 def vllm_probe_url(address, port, scheme="http"):
     _need_lib("vllm_probe_url")
     if scheme not in ("http", "https"):
@@ -209,4 +221,5 @@ class FilterModule:
             "vllm_report_fragment_name": vllm_report_fragment_name,
             "vllm_report_merge": vllm_report_merge,
             "vllm_report_markdown": vllm_report_markdown,
+            "vllm_report_html": vllm_report_html,
         }

@@ -33,6 +33,24 @@ def targets(plans: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+# The vllm_gateway role's default exporter port (roles/vllm_gateway/defaults/main.yml), for a gateway whose inventory
+# sets none (role defaults are not in another host's hostvars).
+GATEWAY_METRICS_PORT = 8405
+
+
+def gateway_targets(gateways: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Each gateway's HAProxy exporter as ``address:port`` (its ansible_host, [v6] bracketed; its
+    vllm_gateway_metrics_port or the role's default)."""
+    out = []
+    for values in gateways:
+        address = str(values.get("ansible_host") or values.get("inventory_hostname") or "")
+        if not address:
+            continue
+        address = f"[{address}]" if ":" in address and not address.startswith("[") else address
+        out.append(f"{address}:{int(values.get('vllm_gateway_metrics_port') or GATEWAY_METRICS_PORT)}")
+    return out
+
+
 def rules(shipped: Mapping[str, Any], pending: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The shipped rule groups with each alert's ``for:`` replaced where `pending` names the alert (a site
     that wants a page sooner, the lab that cannot wait 15 minutes); every other field as shipped."""

@@ -19,7 +19,8 @@ Fragment kinds the merge understands (``data`` is the payload):
   ``total_requests``; others are shown as they are.
 - ``rollback``: one event, appended to ``rollback``. Known keys: ``action`` (``restored``,
   ``rollback_failed``...), ``from``, ``to``, ``reason``, ``ok``.
-- anything else is appended under ``events[<kind>]``.
+- anything else is appended under ``events[<kind>]`` (``benchmark``: playbooks/benchmark.yml's measurement;
+  ``diagnose``: playbooks/diagnose.yml's day-2 window, whose findings the summary counts).
 """
 
 from __future__ import annotations
@@ -137,7 +138,9 @@ def merge(
         "ok": sorted(h for h in verified if hosts[h]["ok"]),
         "failed": sorted(h for h in verified if not hosts[h]["ok"]),
         "rolled_back": sorted(h for h, e in hosts.items() if e.get("rollback")),
-        "findings": sum(len(e.get("findings") or []) for e in hosts.values()),
+        "findings": sum(len(e.get("findings") or [])
+                        + len((((e.get("events") or {}).get("diagnose") or [{}])[-1]).get("findings") or [])
+                        for e in hosts.values()),
     }
     return {
         "schema": REPORT_SCHEMA,
@@ -312,20 +315,24 @@ def render_markdown(report: Mapping[str, Any]) -> str:
 
 
 def write_report(report: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
-    """Write ``report.json`` and ``report.md`` into ``out_dir``; return their paths."""
+    """Write ``report.json``, ``report.md`` and ``report.html`` (:mod:`vllm_fleet.report_html`) into ``out_dir``;
+    return the first two's paths."""
+    from .report_html import render_html  # matplotlib: loaded only where a page is written
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / "report.json", out / "report.md"
     json_path.write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
     md_path.write_text(render_markdown(report), encoding="utf-8")
+    (out / "report.html").write_text(render_html(report), encoding="utf-8")
     return json_path, md_path
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m vllm_fleet.report",
-        description="Merge the per-host fragments of a run (reports/<run>/hosts/*.json) into report.json "
-        "and report.md.",
+        description="Merge the per-host fragments of a run (reports/<run>/hosts/*.json) into report.json, "
+        "report.md and report.html.",
     )
     parser.add_argument("--merge", metavar="RUN_DIR", required=True, help="the run folder holding hosts/*.json")
     parser.add_argument("--out", metavar="DIR", help="where to write the report (default: RUN_DIR)")
@@ -347,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     json_path, md_path = write_report(report, args.out or run_dir)
     if args.show:
         sys.stdout.write(render_markdown(report))
-    print("wrote %s and %s (%d hosts, failed: %s)" % (
+    print("wrote %s, %s and report.html (%d hosts, failed: %s)" % (
         json_path, md_path, report["summary"]["hosts"], ", ".join(report["summary"]["failed"]) or "none"),
         file=sys.stderr)
     return 0

@@ -36,6 +36,9 @@ LAB = {"name": "cpu", "memory_mib": 4096, "bandwidth_gb_s": 20, "count": 1}
 # This checkout's package, before any installed copy (a venv's editable install may point at another checkout).
 if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
+# tests/browser.py: the headless browser the report page's tests share with the fleet scenario.
+if str(ROOT / "tests") not in sys.path:
+    sys.path.append(str(ROOT / "tests"))
 
 
 # scripts/test.sh sets VLLM_FLEET_NO_SKIPS=1: where every test must run (CI, the README's test command), a test that

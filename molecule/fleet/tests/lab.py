@@ -2,17 +2,32 @@
 them, and reading an instance's state from inside its host."""
 import json
 import os
+import random
 import subprocess
 import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
+# tests/browser.py: the headless browser the report page's unit test uses too.
+sys.path.append(str(ROOT / "tests"))
+import browser  # noqa: E402,F401
 INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
 REPORTS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"
 HOSTS = {"fleet-1": "10.89.77.21", "fleet-2": "10.89.77.22"}
 # Each lab host's two CPU slots: the plan's instances and their ports (inventories/lab/group_vars/lab_nodes.yml).
 INSTANCES = {"cpu0": 8000, "cpu1": 8001}
 GATEWAY_HOST = "fleet-gw"
+MONITORING_HOST = "fleet-mon"
+PROMETHEUS = "http://10.89.77.23:9090"
+# Where the lab's Alertmanager sends (inventories/lab/group_vars/vllm_monitoring.yml): this machine's address on the
+# lab network, the network's gateway.
+RECEIVER = ("10.89.77.1", 9099)
 GATEWAY = "https://10.89.77.20"
 CACHE = Path(os.environ.get("CACHE_DIR", ROOT / ".cache"))
 CA = CACHE / "lab" / "pki" / "ca.crt"
@@ -97,3 +112,88 @@ def gateway_state(server):
         if fields[:2] == ["vllm", server]:
             return fields[17]
     raise AssertionError(f"{server} is not a server of the gateway: {out[:500]}")
+
+
+class AlertReceiver:
+    """The webhook Alertmanager sends to, on this machine for as long as a test waits for alerts: it records each
+    alert of each notification (status, labels, time received). Use as a context manager."""
+
+    def __init__(self):
+        self.alerts = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server's name)
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                for alert in body.get("alerts") or []:
+                    receiver.alerts.append({"status": alert.get("status"), "labels": alert.get("labels") or {},
+                                            "received": time.time()})
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(RECEIVER, Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def wait(self, status, alertname, instance, timeout):
+        """The first alert of that name and instance label received with that status (firing or resolved), waiting
+        at most `timeout` seconds; AssertionError with what was received otherwise."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for alert in self.alerts:
+                labels = alert["labels"]
+                if (alert["status"], labels.get("alertname"), labels.get("instance")) == (status, alertname, instance):
+                    return alert
+            time.sleep(1)
+        raise AssertionError(f"no {status} {alertname} for {instance} within {timeout} s; received: {self.alerts}")
+
+
+def prometheus(path, **params):
+    """One answer of the lab's Prometheus HTTP API (a GET), as JSON."""
+    url = PROMETHEUS + path + ("?" + urllib.parse.urlencode(params) if params else "")
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        return json.loads(answer.read())
+
+
+def load(url, model, seconds, max_requests, concurrency=8, max_tokens=200, stop=None):
+    """A bounded load on one instance (at most `seconds` and `max_requests`, or until stop() is true): completions
+    of varied prompts (no shared prefix), sampled at temperature 1, each generating max_tokens tokens. Returns
+    {"requests", "ok", "failed"}."""
+    words = ["alpha", "bravo", "delta", "echo", "golf", "hotel", "kilo", "lima", "oscar", "papa", "tango", "zulu"]
+    deadline = time.monotonic() + seconds
+    counts = {"requests": 0, "ok": 0, "failed": 0}
+    lock = threading.Lock()
+
+    def worker(seed):
+        rng = random.Random(seed)
+        while time.monotonic() < deadline and not (stop and stop()):
+            with lock:
+                if counts["requests"] >= max_requests:
+                    return
+                counts["requests"] += 1
+            prompt = " ".join(rng.choice(words) + str(rng.randrange(1000)) for _ in range(40))
+            body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 1.0,
+                               "ignore_eos": True}).encode()
+            request = urllib.request.Request(url + "/v1/completions", data=body,
+                                             headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=120) as answer:
+                    ok = bool(json.loads(answer.read()).get("choices"))
+            except OSError:
+                ok = False
+            with lock:
+                counts["ok" if ok else "failed"] += 1
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(worker, range(concurrency)))
+    return counts

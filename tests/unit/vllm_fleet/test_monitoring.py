@@ -74,3 +74,10 @@ def test_range_answers_become_series_by_instance():
         {"metric": {"instance": "h/gpu0"}, "values": [[1764640000, "0.5"], [1764640060, "0.97"]]}]}}
     assert monitoring.series_by_instance([answer], ["kv_cache_usage"]) == {
         "kv_cache_usage": {"h/gpu0": [[1764640000.0, 0.5], [1764640060.0, 0.97]]}}
+
+
+def test_each_gateway_is_scraped_at_its_exporter_port():
+    got = monitoring.gateway_targets([{"ansible_host": "10.0.10.5"},
+                                      {"ansible_host": "fd00::5", "vllm_gateway_metrics_port": 9101},
+                                      {"inventory_hostname": "gw-3.example"}])
+    assert got == ["10.0.10.5:8405", "[fd00::5]:9101", "gw-3.example:8405"]

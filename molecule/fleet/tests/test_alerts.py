@@ -1,0 +1,170 @@
+"""The fleet's monitoring host (roles/vllm_monitoring: Prometheus and Alertmanager from the lab's package mirror) after
+converge: it scrapes every planned instance with the plan's labels and the gateway's exporter, admits only the
+operators, and its alerts fire for real at a webhook receiver on this machine.
+
+One instance (fleet-2's cpu1) is given a tiny KV cache (20 blocks of 32 tokens) and n-gram speculation by a runtime
+drop-in, behind the rollout's back (what the lab cannot be otherwise: its tiny model never fills a 1 GiB cache), and
+a bounded load of varied prompts drives it: the KV-cache and preemption alerts fire, the KV one resolves once the load
+ends; every panel of the shipped dashboard returns series from this Prometheus; playbooks/diagnose.yml reads the
+window and reports its findings, and its report page renders in a real headless browser. The drop-in is removed and
+the instance restarted as planned at the end. Runs first (file order): test_fleet.py finds every instance as
+converge left it.
+"""
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from lab import (GATEWAY_HOST, HOSTS, INSTANCES, MONITORING_HOST, REPORTS, ROOT, AlertReceiver, browser, load, on,
+                 playbook, prometheus)
+
+DASHBOARD = ROOT / "roles" / "vllm_monitoring" / "files" / "grafana-vllm-fleet.json"
+TARGET = "fleet-2/cpu1"
+UNIT = "vllm@cpu1.service"
+DROPIN = "/run/systemd/system/vllm@cpu1.service.d/lab-tiny-kv.conf"
+URL = f"http://{HOSTS['fleet-2']}:{INSTANCES['cpu1']}"
+TINY_KV = ["--max-model-len", "512", "--num-gpu-blocks-override", "20", "--block-size", "32",
+           "--speculative-config", "'{\"method\":\"ngram\",\"num_speculative_tokens\":3,\"prompt_lookup_max\":3}'"]
+
+
+def wait_healthy(url, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run(["curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}", url + "/health"],
+                             capture_output=True, text=True).stdout
+        if out == "200":
+            return
+        time.sleep(2)
+    raise AssertionError(f"{url} not healthy within {timeout} s")
+
+
+def test_prometheus_scrapes_every_instance_and_the_gateway_with_the_plans_labels():
+    targets = prometheus("/api/v1/targets", state="active")["data"]["activeTargets"]
+    vllm = {t["labels"]["instance"]: t for t in targets if t["labels"]["job"] == "vllm"}
+    assert set(vllm) == {f"{host}/{instance}" for host in HOSTS for instance in INSTANCES}
+    for name, target in vllm.items():
+        host, instance = name.split("/")
+        assert target["scrapeUrl"] == f"http://{HOSTS[host]}:{INSTANCES[instance]}/metrics"
+        assert {k: target["labels"][k] for k in ("host", "vllm_instance", "profile", "card", "vllm_release")} == \
+            {"host": host, "vllm_instance": instance, "profile": "cpu-lab-tiny", "card": "cpu", "vllm_release": "0.32.0"}
+    deadline = time.monotonic() + 60
+    while any(t["health"] != "up" for t in targets) and time.monotonic() < deadline:
+        time.sleep(3)
+        targets = prometheus("/api/v1/targets", state="active")["data"]["activeTargets"]
+    assert {(t["labels"]["job"], t["health"]) for t in targets} == {("vllm", "up"), ("haproxy", "up"),
+                                                                     ("prometheus", "up")}, targets
+
+
+def test_the_rules_are_the_shipped_ones_with_the_sites_pending_periods():
+    groups = prometheus("/api/v1/rules")["data"]["groups"]
+    rules = {r["name"]: r for g in groups for r in g["rules"] if r["type"] == "alerting"}
+    assert set(rules) >= {"VllmInstanceDown", "VllmKvCacheNearFull", "VllmPreemptionsGrowing",
+                          "VllmSpeculativeAcceptanceLow", "VllmPrefixCacheHitRateLow"}
+    assert (rules["VllmInstanceDown"]["duration"], rules["VllmKvCacheNearFull"]["duration"]) == (10, 10)
+    assert rules["VllmPrefixCacheHitRateLow"]["duration"] == 30 * 60  # as shipped
+
+
+def test_prometheus_and_alertmanager_admit_only_the_operators():
+    """From this machine (vllm_monitoring_allow) both answer; from the gateway host, not an operator, the
+    connection is reset by the host's nftables rules."""
+    for port in (9090, 9093):
+        assert subprocess.run(["curl", "-s", "-m", "10", "-o", "/dev/null", "-w", "%{http_code}",
+                               f"http://10.89.77.23:{port}/-/ready"], capture_output=True, text=True).stdout == "200"
+        refused = subprocess.run(["podman", "exec", GATEWAY_HOST, "curl", "-s", "-m", "10", "-o", "/dev/null",
+                                  f"http://10.89.77.23:{port}/-/ready"], capture_output=True, text=True)
+        assert refused.returncode == 7, (port, refused.returncode)  # curl: could not connect (reset)
+    assert on(MONITORING_HOST, "systemctl", "is-active", "vllm-monitoring-firewall.service").strip() == "active"
+
+
+@pytest.fixture(scope="module")
+def window():
+    """fleet-2's cpu1 with a tiny KV cache and n-gram speculation under a bounded load, the alerts it raised, and
+    afterwards the instance back as planned."""
+    text = on("fleet-2", "cat", f"/etc/systemd/system/{UNIT}")
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("ExecStart="))
+    end = next(i for i in range(start, len(lines)) if not lines[i].rstrip().endswith("\\"))
+    exec_start = " ".join(line.rstrip().rstrip("\\").strip() for line in lines[start:end + 1])
+    dropin = "[Service]\nExecStart=\n" + exec_start + " " + " ".join(TINY_KV) + "\n"
+    on("fleet-2", "mkdir", "-p", str(Path(DROPIN).parent))
+    subprocess.run(["podman", "exec", "-i", "fleet-2", "sh", "-c", f"cat > {DROPIN}"], input=dropin, text=True,
+                   check=True)
+    try:
+        on("fleet-2", "systemctl", "daemon-reload")
+        on("fleet-2", "systemctl", "restart", UNIT)
+        wait_healthy(URL, 300)
+        started = time.time()
+        with AlertReceiver() as receiver:
+            fired = {}
+
+            def both_fired():
+                for name in ("VllmKvCacheNearFull", "VllmPreemptionsGrowing"):
+                    if name not in fired:
+                        fired.update({a["labels"]["alertname"]: a for a in receiver.alerts
+                                      if a["status"] == "firing" and a["labels"].get("instance") == TARGET})
+                return {"VllmKvCacheNearFull", "VllmPreemptionsGrowing"} <= set(fired)
+
+            counts = load(URL, "tiny-qwen2", seconds=150, max_requests=2000, stop=both_fired)
+            ended = time.time()
+            resolved = receiver.wait("resolved", "VllmKvCacheNearFull", TARGET, timeout=120)
+        yield {"counts": counts, "fired": fired, "resolved": resolved, "started": started, "ended": ended}
+    finally:
+        on("fleet-2", "rm", "-f", DROPIN)
+        on("fleet-2", "systemctl", "daemon-reload")
+        on("fleet-2", "systemctl", "restart", UNIT)
+        wait_healthy(URL, 300)
+
+
+def test_a_kv_cache_held_full_and_preemptions_raise_their_alerts(window):
+    print(json.dumps({k: v for k, v in window.items() if k != "fired"}, default=str))
+    assert window["counts"]["ok"] > 0, window["counts"]
+    kv, preempted = window["fired"].get("VllmKvCacheNearFull"), window["fired"].get("VllmPreemptionsGrowing")
+    assert kv and preempted, window["fired"]
+    assert (kv["labels"]["model_name"], kv["labels"]["severity"]) == ("tiny-qwen2", "warning")
+    assert preempted["labels"]["finding"] == "preemptions_growing"
+    # The KV alert resolved once the load had ended.
+    assert window["resolved"]["received"] > window["ended"]
+
+
+def test_every_dashboard_panel_returns_series(window):
+    """Each panel's query (Grafana's variables filled in: every instance, a 2 m rate window) over the load's window,
+    as Grafana would ask this Prometheus for it."""
+    board = json.loads(DASHBOARD.read_text())
+    empty = []
+    for panel in board["panels"]:
+        for target in panel.get("targets") or []:
+            query = target["expr"].replace("$__rate_interval", "2m").replace("$instance", ".*")
+            answer = prometheus("/api/v1/query_range", query=query, start=window["started"],
+                                end=time.time(), step=5)
+            if not answer["data"]["result"]:
+                empty.append((panel["title"], query))
+    assert empty == [], empty
+
+
+def test_diagnose_reports_the_windows_findings_and_its_page_renders(window, tmp_path):
+    """playbooks/diagnose.yml over the last 10 minutes: the loaded instance's preemptions and its prefix cache hit
+    rate (varied prompts) are findings, read from Prometheus; the report has the window's plots, and Debian's
+    Chromium renders its page without errors (screenshot: tests/artifacts/report-diagnose.png)."""
+    rc, output = playbook("playbooks/diagnose.yml", "-e", "vllm_diagnose_window=10m", "-e",
+                          "vllm_diagnose_run_id=diagnose-lab")
+    assert rc == 0, output[-4000:]
+    report = json.loads((REPORTS / "diagnose-lab" / "report.json").read_text())
+    day2 = report["hosts"][TARGET]["events"]["diagnose"][-1]
+    assert day2["scraped"] and day2["window"] == "10m"
+    ids = {f["id"] for f in day2["findings"]}
+    assert {"preemptions_growing", "prefix_hit_rate_low"} <= ids, day2
+    increases = day2["increases"]
+    accepted, drafted = increases["vllm:spec_decode_num_accepted_tokens"], increases["vllm:spec_decode_num_draft_tokens"]
+    assert drafted >= 100, increases
+    # Acceptance is judged as the rollout judges it: a finding exactly when under 0.6.
+    assert ("spec_acceptance_low" in ids) == (accepted / drafted < 0.6), (accepted / drafted, ids)
+    assert report["summary"]["findings"] >= 2
+    page = REPORTS / "diagnose-lab" / "report.html"
+    assert "over the window" in page.read_text()
+    opened = browser.open_page(page, tmp_path, "report-diagnose.png")
+    images = len(re.findall(r"<img ", page.read_text()))
+    assert images >= 2 and opened["images"] == (images, images), opened
+    assert opened["console_errors"] == [], opened["console_errors"]
