@@ -66,7 +66,7 @@ _value:
     args: {description: The C(vllm serve) arguments (model first, positional)., type: list, elements: str}
     dropped: {description: "Flags the release no longer has: C({flag, reason})", type: list, elements: dict}
     errors: {description: Problems that forbid deploying the host, each naming host, values and fix., type: list, elements: str}
-    warnings: {description: Problems that make the host run worse than the guide intends., type: list, elements: str}
+    warnings: {description: Problems that make the host run worse than the tuning reference intends., type: list, elements: str}
     capacity:
       description: >-
         gpu_memory_bytes, weights_bytes, draft_weights_bytes, kv_bytes_per_token, kv_cache_bytes, kv_cache_tokens,

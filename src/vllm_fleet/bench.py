@@ -301,7 +301,7 @@ def run(url: str, model: str, requests: int = 64, concurrency: int = 8, duration
 
 
 def guide_verdict(load: Dict[str, Any], target: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    """The tuning guide's service level for the host's card (the plan's service_levels.target) against this load:
+    """The tuning reference's service level for the host's card (the plan's service_levels.target) against this load:
     the median TTFT under the target's, and the decode rate per user (1000 / mean inter-token gap) at least the
     target's lower bound. Judged at this benchmark's load, which is named beside the target's own."""
     if not target:
@@ -351,7 +351,7 @@ def markdown_row(host: str, result: Dict[str, Any]) -> str:
 
 MARKDOWN_HEADER = (
     "| instance | completed | concurrency | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL mean ms | ITL p99 ms "
-    "| preemptions | single-stream tok/s | planner ceiling tok/s | efficiency | guide target |\n"
+    "| preemptions | single-stream tok/s | planner ceiling tok/s | efficiency | reference target |\n"
     "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
@@ -372,7 +372,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--insecure", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--host-name", default="", help="the table's first column (host/instance)")
-    parser.add_argument("--guide-target", default="", help="the plan's service_levels.target (JSON): the guide's "
+    parser.add_argument("--guide-target", default="", help="the plan's service_levels.target (JSON): the tuning reference's "
                         "TTFT and per-user decode targets for the card, judged on this load")
     args = parser.parse_args(argv)
     import os

@@ -2,7 +2,7 @@
 
 The capacity planner needs, for a checkpoint: its weight bytes (at the dtype vLLM loads it with, or
 packed for AWQ/GPTQ) and its KV cache bytes per token. Both follow from a handful of config.json
-fields for the dense decoder-only architectures the guide uses (Qwen2, Qwen3, Llama, Mistral).
+fields for the dense decoder-only architectures the tuning reference uses (Qwen2, Qwen3, Llama, Mistral).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ fact or a report).
 Family names are the parser's: a counter ``vllm:num_preemptions_total`` is the family
 ``vllm:num_preemptions``; a histogram keeps its full name (``vllm:iteration_tokens_total`` is a
 histogram whose name happens to end in ``_total``). The names below are those of vLLM 0.32 and 0.33
-(``../shared/reference/VLLM.md``); the article's older names (``gpu_cache_usage_perc``,
+(``../shared/reference/VLLM.md``); the tuning reference's older names (``gpu_cache_usage_perc``,
 ``gpu_prefix_cache_*``, ``time_per_output_token_seconds``, ``spec_decode_draft_acceptance_rate``) are
 gone and are not looked for.
 
@@ -46,7 +46,7 @@ __all__ = [
 
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
 
-# The families an operator relies on: the tuning guide's dashboard, in today's names. Both 0.32 and
+# The families an operator relies on: the tuning reference's dashboard, in today's names. Both 0.32 and
 # 0.33 export every one of them (tests check this list against both versions' metrics_defined.tsv).
 _REQUIRED: dict[str, str] = {
     # gauges
@@ -80,12 +80,12 @@ _REQUIRED_SPECULATIVE: dict[str, str] = {
 }
 
 DEFAULTS: dict[str, float] = {
-    # The guide: a drafter that gets fewer than 60 % of its tokens accepted does not pay for itself.
+    # The tuning reference: a drafter that gets fewer than 60 % of its tokens accepted does not pay for itself.
     "min_acceptance_rate": 0.6,
     # Below this many draft tokens the acceptance rate is noise (one 16-token smoke request with
     # 5 speculative tokens proposes at most ~80), so no finding is made.
     "min_draft_tokens": 100,
-    # The guide: a hit rate under 30 % with a fixed system prompt means the prompt varies.
+    # The tuning reference: a hit rate under 30 % with a fixed system prompt means the prompt varies.
     "min_prefix_hit_rate": 0.30,
     # "With traffic": prefix_cache_queries counts queried prompt *tokens*, not requests. 1000 tokens is
     # a handful of real chat requests with a system prompt; a verification smoke request (~20 tokens)
@@ -351,7 +351,7 @@ def check_families(facts: MetricsFacts | Mapping[str, Any], speculative: bool = 
 def is_speculative(profile: Mapping[str, Any] | None, args: Iterable[str] | None = None) -> bool:
     """Whether a profile (or the rendered arguments) turns speculative decoding on.
 
-    The profile's ``speculative`` dict (profiles.py), or ``speculative_config`` / the article's
+    The profile's ``speculative`` dict (profiles.py), or ``speculative_config`` / the tuning reference's
     ``speculative_model`` in a hand-made profile; in the arguments, ``--speculative-config`` (0.33 and
     recent releases), ``--speculative-model`` (older ones) or the ``--spec-*`` shorthands.
     """
@@ -575,7 +575,7 @@ def findings(
     min_prefix_queries: float = DEFAULTS["min_prefix_queries"],
     max_preemption_increase: float = DEFAULTS["max_preemption_increase"],
 ) -> list[dict[str, Any]]:
-    """The tuning guide's diagnosis, from two scrapes (``before`` may be ``None``: then growth is unknown).
+    """The tuning reference's diagnosis, from two scrapes (``before`` may be ``None``: then growth is unknown).
 
     Each finding: ``{"id", "severity", "value", "threshold", "basis", "message", "advice"}``. Findings
     are advice for day 2, not verification failures.

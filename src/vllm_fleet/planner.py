@@ -16,7 +16,7 @@ cache on its own, sized by VLLM_CPU_KVCACHE_SPACE (GiB, in vllm_environment) or 
 there `vllm_gpu.memory_mib` is the memory budget the host sets aside for the KV cache (the default KV
 size when neither is given) and `bandwidth_gb_s` the RAM bandwidth.
 
-Then the guide's rules become errors (the host must not be deployed) and warnings (it will run, not
+Then the tuning reference's rules become errors (the host must not be deployed) and warnings (it will run, not
 as well as it could); every message names the host, the numbers and a fix.
 """
 
@@ -469,7 +469,7 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
         entry["warnings"] += crash_warnings
     for rule in WARNING_RULES:
         entry["warnings"] += rule(size)
-    # Service levels: an estimate beside the plan, and the guide's targets it misses (kept apart from
+    # Service levels: an estimate beside the plan, and the tuning reference's targets it misses (kept apart from
     # `warnings`, which the deployment's checks read, until the estimate has been checked on an Ada card).
     levels = service_levels(size)
     if levels is not None:
@@ -605,11 +605,11 @@ def _size(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], extra: 
     return size
 
 
-# --- errors: vLLM would refuse to start, or the guide forbids it ------------------------------------------
+# --- errors: vLLM would refuse to start, or the tuning reference forbids it ------------------------------------------
 def _above_max_utilization(s: Sizing) -> list[str]:
     if s.util <= MAX_UTILIZATION:
         return []
-    return [f"{s.host}: gpu_memory_utilization={s.util} is above {MAX_UTILIZATION}: the guide's limit (the CUDA "
+    return [f"{s.host}: gpu_memory_utilization={s.util} is above {MAX_UTILIZATION}: the tuning reference's limit (the CUDA "
             f"context, fragmentation and other processes need the rest); fix: 0.90-0.95"]
 
 
@@ -664,7 +664,7 @@ def _long_prompts_never_scheduled(s: Sizing) -> list[str]:
             f"or max_num_batched_tokens >= {s.max_len:,}"]
 
 
-# --- warnings: it runs, but not as the guide intends --------------------------------------------------------
+# --- warnings: it runs, but not as the tuning reference intends --------------------------------------------------------
 def _speculation_in_large_batches(s: Sizing) -> list[str]:
     if not (s.spec and s.seqs > SPECULATION_MAX_SEQS):
         return []
@@ -800,11 +800,11 @@ def _misses_guide_target(s: Sizing) -> list[str]:
              + f", {target['prompt_tokens']}-token prompts")
     if est["ttft_ms"] > target["ttft_ms"]:
         out.append(f"{s.host}: estimated TTFT {est['ttft_ms']:,.0f} ms on {s.gpu['name']} at {where}, above the "
-                   f"guide's {target['ttft_ms']} ms (prefill steps of {est['prefill_step_ms']:,.0f} ms); fix: fewer "
+                   f"tuning reference's {target['ttft_ms']} ms (prefill steps of {est['prefill_step_ms']:,.0f} ms); fix: fewer "
                    f"users per card, a smaller max_num_batched_tokens, shorter prompts or a faster card")
     if est["decode_tokens_per_s_per_user"] < target["min_tokens_per_s"]:
         out.append(f"{s.host}: estimated decode {est['decode_tokens_per_s_per_user']:.1f} tokens/s per user on "
-                   f"{s.gpu['name']} at {where}, below the guide's {target['min_tokens_per_s']}-"
+                   f"{s.gpu['name']} at {where}, below the tuning reference's {target['min_tokens_per_s']}-"
                    f"{target['max_tokens_per_s']}; fix: fewer users per card, a quantized model or fp8 KV cache")
     return out
 
@@ -895,7 +895,7 @@ TABLE_MAX_ROWS = 40
 
 
 def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
-    """A readable table of plan.json, then the errors, the warnings and the tuning guide's service levels the
+    """A readable table of plan.json, then the errors, the warnings and the tuning reference's service levels the
     estimate misses (``slo``: estimates, which do not stop a rollout). Up to ``max_rows`` hosts: one row each and
     each host's messages. A larger fleet: a summary first, one row per group of hosts that plan alike, every
     error, and each warning once with the hosts it concerns."""
@@ -908,7 +908,7 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
     warnings: dict[str, list[str]] = {}
     dropped: dict[tuple[str, str], list[str]] = {}
     placed: dict[str, list[str]] = {}  # what the placement set for the cards, and why (once, with its hosts)
-    levels: dict[str, list[str]] = {}  # the guide's service levels the estimate misses (not deployment warnings)
+    levels: dict[str, list[str]] = {}  # the tuning reference's service levels the estimate misses (not deployment warnings)
     for host, e in hosts.items():
         c = e["capacity"]
         status = "ERROR" if e["errors"] else ("warn" if e["warnings"] else "ok")

@@ -209,7 +209,7 @@ def _validate_speculative(host: str, spec: Mapping[str, Any]) -> list[str]:
         )
     tokens = spec.get("num_speculative_tokens")
     if tokens is None:
-        errors.append(f"{host}: speculative.num_speculative_tokens is missing; fix: set it (the guide uses 5)")
+        errors.append(f"{host}: speculative.num_speculative_tokens is missing; fix: set it (the tuning reference uses 5)")
     elif not 1 <= tokens <= 16:
         errors.append(
             f"{host}: speculative.num_speculative_tokens={tokens} is outside 1-16; fix: use 3-6 for a draft model"

@@ -558,7 +558,7 @@ def test_summary_of_the_third_loan():
 
 def test_summary_of_the_fourth_loan():
     """docs/gpu/2026-11-29-run4-rtx4090-bf16: the 4090 with a bf16 KV cache (now the shipped rtx4090-7b-prefill) against
-    vLLM's defaults and against the guide's fp8 cache, in one run with one tool; the JIT cache kept between starts."""
+    vLLM's defaults and against the tuning reference's fp8 cache, in one run with one tool; the JIT cache kept between starts."""
     summarize = _load("summarize")
     folder = ROOT / "docs" / "gpu" / "2026-11-29-run4-rtx4090-bf16"
     plan = json.loads((folder / "experiments.json").read_text())
@@ -616,7 +616,7 @@ def test_the_carried_jit_cache_was_taken_by_the_driver():
 def test_summary_of_the_sixth_loan():
     """docs/gpu/2026-11-29-run6-whole-plan: the whole plan rerun in one run on a fresh machine with the carried JIT
     cache. Every shipped profile vLLM accepts sized its cache within 5% of the planner at its first start; both cards'
-    shipped profiles met the goal against vLLM's defaults; the guide's decode profile was refused by vLLM and by the
+    shipped profiles met the goal against vLLM's defaults; the tuning reference's decode profile was refused by vLLM and by the
     planner; the verification passed and the wrong expectation failed."""
     summarize = _load("summarize")
     folder = ROOT / "docs" / "gpu" / "2026-11-29-run6-whole-plan"

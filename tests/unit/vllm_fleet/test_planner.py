@@ -1,4 +1,4 @@
-"""planner: hand-computed capacity of the guide's models, the H200 calibration point, the checks and the rules.
+"""planner: hand-computed capacity of the tuning reference's models, the H200 calibration point, the checks and the rules.
 The filter plugin is tested in tests/unit/plugins/filter/test_vllm_plan.py, playbooks/plan.yml in
 tests/unit/playbooks/test_plan.py."""
 
@@ -56,7 +56,7 @@ def test_awq_weights_are_packed_int4_plus_scales_and_zeros():
     assert arch.weight_bytes(2) == expected == 5_570_747_392  # 5.19 GiB (bf16: 14.19 GiB)
 
 
-# --- hand-computed plans of the guide's configurations ----------------------------------------------
+# --- hand-computed plans of the tuning reference's configurations ----------------------------------------------
 def test_rtx4090_7b_decode_by_hand():
     entry = plan("rtx4090-7b-decode")
     c = entry["capacity"]
@@ -93,7 +93,7 @@ def test_l40_14b_decode_by_hand():
     assert (c["kv_cache_bytes"], c["kv_bytes_per_token"]) == (kv, per_token)
     assert c["kv_cache_tokens"] == kv // per_token // 16 * 16 == 67_216
     assert c["max_concurrency_at_max_len"] == 4                          # 67,216 // 16,384
-    assert c["decode_ceiling_tokens_per_s"] == 26                        # 864e9 / 32.6e9 B: below the guide's 25-40 per user at batch
+    assert c["decode_ceiling_tokens_per_s"] == 26                        # 864e9 / 32.6e9 B: below the tuning reference's 25-40 per user at batch
     assert entry["errors"] == []
     text = " ".join(entry["warnings"])
     assert "max_num_seqs=128 (> 32)" in text
@@ -273,7 +273,7 @@ def test_kv_cache_below_max_model_len():
 
 def test_utilization_above_095():
     entry = plan("rtx4090-7b-prefill", {"gpu_memory_utilization": 0.97})
-    assert entry["errors"] == ["h1: gpu_memory_utilization=0.97 is above 0.95: the guide's limit (the CUDA context, "
+    assert entry["errors"] == ["h1: gpu_memory_utilization=0.97 is above 0.95: the tuning reference's limit (the CUDA context, "
                                "fragmentation and other processes need the rest); fix: 0.90-0.95"]
 
 
@@ -369,9 +369,9 @@ def test_a_large_fleets_table_starts_with_a_summary_and_groups_alike_hosts():
         f"ERROR {m}" for m in planner.plan_host("h007", hosts["h007"])["errors"]]
     speculative = [line for line in lines if "speculative decoding with max_num_seqs=64" in line]
     assert len(speculative) == 1 and speculative[0].startswith("warn  (49 hosts: h001, h003, h005 and 46 more) ")
-    # The guide's service levels the estimate misses: once each, with the hosts, apart from the warnings.
+    # The tuning reference's service levels the estimate misses: once each, with the hosts, apart from the warnings.
     slo = [line for line in lines if line.startswith("slo")]
-    assert slo and all("above the guide's 500 ms" in line or "below the guide's 35-55" in line for line in slo), slo
+    assert slo and all("above the tuning reference's 500 ms" in line or "below the tuning reference's 35-55" in line for line in slo), slo
     assert any(line.startswith("slo   (50 hosts: h000, h002, h004 and 47 more) ") for line in slo), slo
     assert len(lines) < 15 + len(slo)
     small = planner.table(planner.plan_hosts(dict(list(hosts.items())[:planner.TABLE_MAX_ROWS])))
@@ -391,7 +391,7 @@ def test_kv_cache_that_cannot_hold_max_num_seqs_typical_requests():
 
 
 def test_fp8_kv_on_ada_that_buys_no_capacity_is_flagged():
-    """Fourth loan (docs/gpu-results.md): rtx4090-7b-prefill at the guide's load, 64 users x 1,536 tokens, gave
+    """Fourth loan (docs/gpu-results.md): rtx4090-7b-prefill at the tuning reference's load, 64 users x 1,536 tokens, gave
     7,005.9 output tok/s with a bf16 cache (FlashAttention 2) and 6,419.3 with fp8 (Triton attention on Ada):
     fp8 bought no capacity for 8.4 % of throughput. The planner says so where the bf16 cache holds the load."""
     fp8 = {"kv_cache_dtype": "fp8", "calculate_kv_scales": True}
@@ -434,7 +434,7 @@ def test_ada_is_told_by_the_detected_compute_capability_before_the_name():
 
 
 def test_draft_with_another_vocab_size_is_refused_as_vllm_refuses_it():
-    """vLLM 0.26.0 on the H200 (docs/gpu-results.md) refused the guide's decode profile: "Target and draft
+    """vLLM 0.26.0 on the H200 (docs/gpu-results.md) refused the tuning reference's decode profile: "Target and draft
     model should have the same vocabulary size. Target model vocab_size=152064. Draft model vocab_size=151936."
     The shipped profiles map the vocabularies (use_heterogeneous_vocab: true), which vLLM then accepted."""
     for name, gpu in (("rtx4090-7b-decode", RTX4090), ("l40-14b-decode", L40)):
@@ -518,7 +518,7 @@ def test_service_levels_reproduce_the_h200_run(overrides, ttft_ms, tolerance):
     levels = plan("rtx4090-7b-prefill", dict(RUN7, **overrides), gpu=H200, version="0.26.0",
                   vllm_typical_prompt_tokens=1024, vllm_typical_output_tokens=512)["service_levels"]
     assert abs(levels["ttft_ms"] - ttft_ms) <= tolerance * ttft_ms
-    assert levels["guide"] is None and levels["warnings"] == []  # the guide names no target for an H200
+    assert levels["guide"] is None and levels["warnings"] == []  # the tuning reference names no target for an H200
 
 
 def test_service_levels_decode_rate_is_the_measured_step_at_64_users():
@@ -533,8 +533,8 @@ def test_guide_targets_the_4090_profile_misses_are_warned():
     assert levels["guide"]["users"] == 64 and levels["guide"]["prompt_tokens"] == 1024
     assert levels["guide"]["ttft_ms"] > 500 and levels["guide"]["decode_tokens_per_s_per_user"] < 35
     ttft, decode = levels["warnings"]
-    assert "above the guide's 500 ms" in ttft and "64 users, 1024-token prompts" in ttft
-    assert "below the guide's 35-55" in decode
+    assert "above the tuning reference's 500 ms" in ttft and "64 users, 1024-token prompts" in ttft
+    assert "below the tuning reference's 35-55" in decode
     assert entry["warnings"] == []  # kept apart from the deployment's warnings
 
 
@@ -548,7 +548,7 @@ def test_the_plan_table_shows_the_guide_targets_missed_apart_from_the_warnings()
 
 
 def test_guide_target_met_gives_no_warning():
-    # a card with ten times the 4090's compute and bandwidth (named as the 4090, so the guide's target applies)
+    # a card with ten times the 4090's compute and bandwidth (named as the 4090, so the tuning reference's target applies)
     # and the derived scheduler settings of run 7 (one typical prompt per step)
     fast = dict(RTX4090, bandwidth_gb_s=10080, bf16_tflops=1652)
     levels = plan("rtx4090-7b-prefill", {"max_num_seqs": 77, "max_num_batched_tokens": 1152}, gpu=fast,
@@ -560,7 +560,7 @@ def test_guide_target_met_gives_no_warning():
 def test_l40_targets_and_unknown_cards():
     levels = plan("l40-14b-awq-prefill", gpu=L40)["service_levels"]
     assert levels["guide"]["users"] == 128 and levels["guide"]["prompt_tokens"] == 2048
-    assert any("above the guide's 800 ms" in w for w in levels["warnings"])
+    assert any("above the tuning reference's 800 ms" in w for w in levels["warnings"])
     unknown = dict(RTX4090, name="Some Future GPU")
     assert "service_levels" not in plan("rtx4090-7b-prefill", gpu=unknown)
 

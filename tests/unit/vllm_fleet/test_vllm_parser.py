@@ -147,7 +147,7 @@ def test_removed_spellings_are_rejected(vllm_serve, capsys, spelling):
 
 
 def test_old_release_rendering_is_what_this_release_rejects(vllm_serve, capsys):
-    """Rendered for the oldest release the table knows, the guide's decode profile uses the old
+    """Rendered for the oldest release the table knows, the tuning reference's decode profile uses the old
     spellings; this release rejects each flag the table marks as changed since."""
     profile = profiles.resolve("parser", "rtx4090-7b-decode", {"enable_chunked_prefill": False})
     old = render.render_args(profile, render.table()["min_version"]).args
