@@ -17,6 +17,7 @@ def open_page(page: Path, workdir: Path, screenshot: str) -> dict:
     """Open `page` in headless Chromium: {"images": (decoded, total), "console_errors": [...], "screenshot": path}.
     AssertionError when Chromium is missing (scripts/bootstrap.sh installs it)."""
     assert CHROMIUM, "chromium is not installed: scripts/bootstrap.sh installs Debian's chromium"
+    page, workdir = page.resolve(), workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     check = workdir / "check.html"
     # The page itself, then a script that reports how many images decoded (naturalWidth > 0) in the title.

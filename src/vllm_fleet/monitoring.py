@@ -87,7 +87,8 @@ def window_findings(increases: Mapping[str, float | None], window: str, prefix_c
     found = metrics.findings(before, after, **dict(thresholds or {}))
     for finding in found:
         finding["basis"] = f"the last {window}" if finding.get("basis") == "window" else finding.get("basis")
-        finding["message"] = finding["message"].replace("between the two scrapes", f"in the last {window}")
+        finding["message"] = (finding["message"].replace("between the two scrapes", f"in the last {window}")
+                              .replace(", window)", f", the last {window})"))
     return found
 
 

@@ -114,7 +114,7 @@ def _window_plots(hosts: Mapping[str, Mapping[str, Any]]) -> str:
         return ""
     out = []
     for key, title, ylabel in (("kv_cache_usage", "KV-cache usage", "share of the cache"),
-                               ("preemptions", "Preemptions", "preemptions per step")):
+                               ("preemptions", "Preemptions", "preemptions per minute")):
         fig, ax = plt.subplots(figsize=(8, 3.2))
         drawn = False
         for name, d in diagnosed:
@@ -142,22 +142,29 @@ def _cell(value: Any) -> str:
 
 
 def _instance_table(name: str, e: Mapping[str, Any]) -> str:
-    result = "-" if "ok" not in e else ("ok" if e["ok"] else "FAILED")
-    rows = [("result", f'<span class="{"ok" if e.get("ok") else "failed"}">{result}</span>')]
+    """The instance's rows that this run has something for (a day-2 run has no verification)."""
+    rows = []
+    if "ok" in e:
+        rows.append(("result", f'<span class="{"ok" if e["ok"] else "failed"}">{"ok" if e["ok"] else "FAILED"}</span>'))
     for label, value in (
         ("vLLM", (e.get("version") or {}).get("reported")), ("profile", (e.get("profile") or {}).get("name")),
         ("read-back", (e.get("profile") or {}).get("readback")), ("card", (e.get("gpu") or {}).get("name")),
         ("port", (e.get("placement") or {}).get("port")), ("KV tokens", (e.get("kv_cache") or {}).get("tokens")),
         ("planner error %", (e.get("kv_cache") or {}).get("prediction_error_pct")),
     ):
-        rows.append((label, _cell(value)))
+        if value not in (None, ""):
+            rows.append((label, _cell(value)))
     for error in e.get("errors") or []:
         rows.append(("error", _cell(error)))
     findings = list(e.get("findings") or [])
-    for event in (e.get("events") or {}).get("diagnose") or []:
+    for event in ((e.get("events") or {}).get("diagnose") or [])[-1:]:
+        rows.append(("day-2 window", _cell(f"the last {event.get('window')}"
+                                           + ("" if event.get("scraped") else " (Prometheus has no samples)"))))
         findings += event.get("findings") or []
     for finding in findings:
         rows.append(("finding", _cell(f"{finding.get('message')}: {finding.get('advice')}")))
+    if not findings and (e.get("events") or {}).get("diagnose"):
+        rows.append(("finding", "none"))
     for event in e.get("rollback") or []:
         rows.append(("rollback", _cell(f"{event.get('action')} {event.get('to')}: {event.get('reason')}")))
     body = "".join(f"<tr><th>{html.escape(k)}</th><td>{v}</td></tr>" for k, v in rows)

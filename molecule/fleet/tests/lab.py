@@ -10,6 +10,7 @@ import time
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -126,8 +127,9 @@ class AlertReceiver:
             def do_POST(self):  # noqa: N802 (http.server's name)
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
                 for alert in body.get("alerts") or []:
+                    starts = datetime.fromisoformat(alert["startsAt"]).timestamp()  # RFC 3339, Z or an offset
                     receiver.alerts.append({"status": alert.get("status"), "labels": alert.get("labels") or {},
-                                            "received": time.time()})
+                                            "starts_at": starts, "received": time.time()})
                 self.send_response(200)
                 self.end_headers()
 
@@ -145,14 +147,16 @@ class AlertReceiver:
         self.server.shutdown()
         self.server.server_close()
 
-    def wait(self, status, alertname, instance, timeout):
-        """The first alert of that name and instance label received with that status (firing or resolved), waiting
-        at most `timeout` seconds; AssertionError with what was received otherwise."""
+    def wait(self, status, alertname, instance, timeout, since=0.0):
+        """The first alert of that name and instance label received with that status (firing or resolved) that
+        started at `since` (unix time) or later (Alertmanager may still deliver an earlier one), waiting at most
+        `timeout` seconds; AssertionError with what was received otherwise."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for alert in self.alerts:
                 labels = alert["labels"]
-                if (alert["status"], labels.get("alertname"), labels.get("instance")) == (status, alertname, instance):
+                if (alert["status"], labels.get("alertname"), labels.get("instance")) == (status, alertname, instance) \
+                        and alert["starts_at"] >= since:
                     return alert
             time.sleep(1)
         raise AssertionError(f"no {status} {alertname} for {instance} within {timeout} s; received: {self.alerts}")
@@ -165,9 +169,11 @@ def prometheus(path, **params):
         return json.loads(answer.read())
 
 
-def load(url, model, seconds, max_requests, concurrency=8, max_tokens=200, stop=None):
+def load(url, model, seconds, max_requests, concurrency=8, max_tokens=300, stop=None):
     """A bounded load on one instance (at most `seconds` and `max_requests`, or until stop() is true): completions
-    of varied prompts (no shared prefix), sampled at temperature 1, each generating max_tokens tokens. Returns
+    of short varied prompts (no prefix shared between requests; within one, a few words said three times, so that
+    n-gram speculation finds something to propose), sampled at temperature 1, each generating max_tokens tokens
+    (short prompts are admitted together, then their answers outgrow a small KV cache). Returns
     {"requests", "ok", "failed"}."""
     words = ["alpha", "bravo", "delta", "echo", "golf", "hotel", "kilo", "lima", "oscar", "papa", "tango", "zulu"]
     deadline = time.monotonic() + seconds
@@ -181,7 +187,7 @@ def load(url, model, seconds, max_requests, concurrency=8, max_tokens=200, stop=
                 if counts["requests"] >= max_requests:
                     return
                 counts["requests"] += 1
-            prompt = " ".join(rng.choice(words) + str(rng.randrange(1000)) for _ in range(40))
+            prompt = " ".join([rng.choice(words) + str(rng.randrange(1000)) for _ in range(4)] * 3)
             body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 1.0,
                                "ignore_eos": True}).encode()
             request = urllib.request.Request(url + "/v1/completions", data=body,

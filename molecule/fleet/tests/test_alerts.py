@@ -27,7 +27,8 @@ UNIT = "vllm@cpu1.service"
 DROPIN = "/run/systemd/system/vllm@cpu1.service.d/lab-tiny-kv.conf"
 URL = f"http://{HOSTS['fleet-2']}:{INSTANCES['cpu1']}"
 TINY_KV = ["--max-model-len", "512", "--num-gpu-blocks-override", "20", "--block-size", "32",
-           "--speculative-config", "'{\"method\":\"ngram\",\"num_speculative_tokens\":3,\"prompt_lookup_max\":3}'"]
+           "--speculative-config",
+           "'{\"method\":\"ngram\",\"num_speculative_tokens\":3,\"prompt_lookup_min\":1,\"prompt_lookup_max\":3}'"]
 
 
 def wait_healthy(url, timeout):
@@ -101,16 +102,23 @@ def window():
             fired = {}
 
             def both_fired():
-                for name in ("VllmKvCacheNearFull", "VllmPreemptionsGrowing"):
-                    if name not in fired:
-                        fired.update({a["labels"]["alertname"]: a for a in receiver.alerts
-                                      if a["status"] == "firing" and a["labels"].get("instance") == TARGET})
+                fired.update({a["labels"]["alertname"]: a for a in receiver.alerts if a["status"] == "firing"
+                              and a["labels"].get("instance") == TARGET and a["starts_at"] >= started})
                 return {"VllmKvCacheNearFull", "VllmPreemptionsGrowing"} <= set(fired)
 
             counts = load(URL, "tiny-qwen2", seconds=150, max_requests=2000, stop=both_fired)
             ended = time.time()
-            resolved = receiver.wait("resolved", "VllmKvCacheNearFull", TARGET, timeout=120)
-        yield {"counts": counts, "fired": fired, "resolved": resolved, "started": started, "ended": ended}
+            # The condition ends with the load: Prometheus stops holding the KV alert, Alertmanager says so.
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and any(
+                    a["labels"].get("alertname") == "VllmKvCacheNearFull" and a["labels"].get("instance") == TARGET
+                    for a in prometheus("/api/v1/alerts")["data"]["alerts"]):
+                time.sleep(2)
+            resolved = receiver.wait("resolved", "VllmKvCacheNearFull", TARGET, timeout=60, since=started)
+            still = [a["labels"]["alertname"] for a in prometheus("/api/v1/alerts")["data"]["alerts"]
+                     if a["labels"].get("instance") == TARGET]
+        yield {"counts": counts, "fired": fired, "resolved": resolved, "started": started, "ended": ended,
+               "still_active": still}
     finally:
         on("fleet-2", "rm", "-f", DROPIN)
         on("fleet-2", "systemctl", "daemon-reload")
@@ -125,8 +133,9 @@ def test_a_kv_cache_held_full_and_preemptions_raise_their_alerts(window):
     assert kv and preempted, window["fired"]
     assert (kv["labels"]["model_name"], kv["labels"]["severity"]) == ("tiny-qwen2", "warning")
     assert preempted["labels"]["finding"] == "preemptions_growing"
-    # The KV alert resolved once the load had ended.
-    assert window["resolved"]["received"] > window["ended"]
+    # Once the load had ended the KV alert resolved (the preemption alert looks back 10 minutes and holds).
+    assert window["resolved"]["received"] > kv["received"]
+    assert "VllmKvCacheNearFull" not in window["still_active"], window["still_active"]
 
 
 def test_every_dashboard_panel_returns_series(window):
@@ -155,15 +164,19 @@ def test_diagnose_reports_the_windows_findings_and_its_page_renders(window, tmp_
     day2 = report["hosts"][TARGET]["events"]["diagnose"][-1]
     assert day2["scraped"] and day2["window"] == "10m"
     ids = {f["id"] for f in day2["findings"]}
-    assert {"preemptions_growing", "prefix_hit_rate_low"} <= ids, day2
+    # Measured on this lab: tens of preemptions, no prefix hit in thousands of queried tokens, and n-gram drafts
+    # of a random-weight model at temperature 1 almost never accepted (2 % of about 2,000).
+    assert ids == {"preemptions_growing", "prefix_hit_rate_low", "spec_acceptance_low"}, day2
     increases = day2["increases"]
-    accepted, drafted = increases["vllm:spec_decode_num_accepted_tokens"], increases["vllm:spec_decode_num_draft_tokens"]
-    assert drafted >= 100, increases
-    # Acceptance is judged as the rollout judges it: a finding exactly when under 0.6.
-    assert ("spec_acceptance_low" in ids) == (accepted / drafted < 0.6), (accepted / drafted, ids)
-    assert report["summary"]["findings"] >= 2
+    assert increases["vllm:num_preemptions"] > 0 and increases["vllm:prefix_cache_queries"] >= 1000, increases
+    assert increases["vllm:spec_decode_num_draft_tokens"] >= 100, increases
+    # The instances without the load have no finding: the judgement is per instance.
+    for name, entry in report["hosts"].items():
+        if name != TARGET:
+            assert entry["events"]["diagnose"][-1]["findings"] == [], (name, entry["events"]["diagnose"])
+    assert report["summary"]["findings"] == 3
     page = REPORTS / "diagnose-lab" / "report.html"
-    assert "over the window" in page.read_text()
+    assert "over the window" in page.read_text() and "in the last 10m" in page.read_text()
     opened = browser.open_page(page, tmp_path, "report-diagnose.png")
     images = len(re.findall(r"<img ", page.read_text()))
     assert images >= 2 and opened["images"] == (images, images), opened
