@@ -14,7 +14,9 @@ BEGIN, END = "<!-- role-variables:begin (scripts/role-docs.py) -->", "<!-- role-
 
 
 def cell(value) -> str:
-    text = value if isinstance(value, str) else yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+    # A scalar dumps as a document of its own, ending in "..."; the cell shows the value only.
+    text = value if isinstance(value, str) else \
+        yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
     text = " ".join(str(text).split()).replace("|", "\\|")
     return f"`{text}`" if text else ""
 
