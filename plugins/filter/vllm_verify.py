@@ -17,7 +17,7 @@ description:
     C(vllm_verify_url) and playbooks/benchmark.yml use it.
   - C(vllm_report_fragment) (data, host, kind, instance), C(vllm_report_fragment_name), C(vllm_report_merge)
     (fragments, run_id, meta), C(vllm_report_markdown) and C(vllm_report_html) build the run report (see
-    C(vllm_fleet.report) and C(vllm_fleet.report_html): one page with plots).
+    C(vllm_fleet.report), and C(vllm_fleet.report_html) for the page with plots).
   - Every filter raises AnsibleFilterError naming the value it could not use.
 options:
   _input:

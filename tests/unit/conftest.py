@@ -11,14 +11,12 @@ Standard library only: the parser tests run it in the .venv-vllm test venv too.
 
 from __future__ import annotations
 
-import http.server
 import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -101,19 +99,4 @@ def fixture_json(*parts: str) -> Any:
     return json.loads(fixture_text(*parts))
 
 
-class LocalServer:
-    """Serves `handler` on 127.0.0.1 (a free port) in a daemon thread, for the length of a `with`."""
-
-    def __init__(self, handler: type[http.server.BaseHTTPRequestHandler]):
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.port = self.server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+from serving import LocalServer  # noqa: E402,F401  (tests/serving.py: shared with the fleet scenario)

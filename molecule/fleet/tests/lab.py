@@ -11,13 +11,14 @@ import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 # tests/browser.py: the headless browser the report page's unit test uses too.
 sys.path.append(str(ROOT / "tests"))
 import browser  # noqa: E402,F401
+import serving  # noqa: E402
 INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
 REPORTS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"
 HOSTS = {"fleet-1": "10.89.77.21", "fleet-2": "10.89.77.22"}
@@ -115,9 +116,9 @@ def gateway_state(server):
     raise AssertionError(f"{server} is not a server of the gateway: {out[:500]}")
 
 
-class AlertReceiver:
+class AlertReceiver(serving.LocalServer):
     """The webhook Alertmanager sends to, on this machine for as long as a test waits for alerts: it records each
-    alert of each notification (status, labels, time received). Use as a context manager."""
+    alert of each notification (status, labels, start, time received). Use as a context manager."""
 
     def __init__(self):
         self.alerts = []
@@ -136,16 +137,7 @@ class AlertReceiver:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(RECEIVER, Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler, RECEIVER)
 
     def wait(self, status, alertname, instance, timeout, since=0.0):
         """The first alert of that name and instance label received with that status (firing or resolved) that

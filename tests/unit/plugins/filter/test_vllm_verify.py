@@ -35,7 +35,8 @@ def preempted(text: str, value: float) -> str:
 
 
 def test_only_what_the_role_uses_is_registered():
-    assert sorted(F) == ["vllm_probe_url", "vllm_report_fragment", "vllm_report_fragment_name", "vllm_report_markdown",
+    assert sorted(F) == ["vllm_probe_url", "vllm_report_fragment", "vllm_report_fragment_name", "vllm_report_html",
+                         "vllm_report_markdown",
                          "vllm_report_merge", "vllm_verify_result", "vllm_verify_unit_verdict"]
     used = " ".join(p.read_text() for p in (ROOT / "roles" / "vllm_verify").rglob("*.yml"))
     assert all(name in used for name in F)
