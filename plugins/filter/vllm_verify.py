@@ -182,21 +182,20 @@ def vllm_report_merge(fragments, run_id=None, meta=None):
     return _report.merge(frags, run_id=run_id, meta=dict(meta or {}))
 
 
-def vllm_report_markdown(report):
-    _need_lib("vllm_report_markdown")
+def _merged_report(name, report):
+    """`report` when it is vllm_report_merge's output, else an error naming the filter."""
+    _need_lib(name)
     if not isinstance(report, Mapping) or "hosts" not in report:
-        raise AnsibleFilterError(
-            "vllm_report_markdown expects the output of vllm_report_merge, got %s" % _metrics.short(report)
-        )
-    return _report.render_markdown(report)
+        raise AnsibleFilterError("%s expects the output of vllm_report_merge, got %s" % (name, _metrics.short(report)))
+    return report
+
+
+def vllm_report_markdown(report):
+    return _report.render_markdown(_merged_report("vllm_report_markdown", report))
 
 
 def vllm_report_html(report):
-    _need_lib("vllm_report_html")
-    if not isinstance(report, Mapping) or "hosts" not in report:
-        raise AnsibleFilterError(
-            "vllm_report_html expects the output of vllm_report_merge, got %s" % _metrics.short(report)
-        )
+    report = _merged_report("vllm_report_html", report)
     from vllm_fleet import report_html  # matplotlib: loaded only where a page is written
 
     return report_html.render_html(report)
