@@ -176,7 +176,7 @@ def test_diagnose_reports_the_windows_findings_and_its_page_renders(window, tmp_
             assert entry["events"]["diagnose"][-1]["findings"] == [], (name, entry["events"]["diagnose"])
     assert report["summary"]["findings"] == 3
     page = REPORTS / "diagnose-lab" / "report.html"
-    assert "over the window" in page.read_text() and "in the last 10m" in page.read_text()
+    assert "over the day-2 window" in page.read_text() and "in the last 10m" in page.read_text()
     opened = browser.open_page(page, tmp_path, "report-diagnose.png")
     images = len(re.findall(r"<img ", page.read_text()))
     assert images >= 2 and opened["images"] == (images, images), opened
