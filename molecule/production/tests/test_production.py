@@ -129,7 +129,8 @@ def test_each_unit_runs_its_instances_arguments_and_sees_its_own_card():
             assert argv[argv.index("serve") + 1:] == args
     for position, instance in enumerate(INSTANCES["prod-l40"]):
         environ = service_process("prod-l40", instance, "environ")
-        assert environ["CUDA_VISIBLE_DEVICES"] == f"GPU-00000000-0000-0000-0000-00000000000{position}"
+        # The two-card capture's UUIDs (tests/unit/fixtures/gpu/l40x2, made by hand, unmasked).
+        assert environ["CUDA_VISIBLE_DEVICES"] == f"GPU-7d1e4a40-0c2b-4f6e-9a51-3b8c4000000{position}"
         assert environ["HOME"] == f"/var/lib/vllm/instances/{instance}"
 
 

@@ -172,6 +172,20 @@ def test_masked_uuids_fall_back_to_the_pci_order():
     assert entry["instances"][1]["environment"] == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1"}
 
 
+def test_one_masked_or_repeated_uuid_makes_the_whole_host_count_by_pci_order():
+    """A capture masked card by card (GPU-0...0, GPU-0...1) or two cards with one UUID: no instance of the host
+    names its card by UUID, so that the host's instances never count cards two ways."""
+    for uuids in (["GPU-00000000-0000-0000-0000-000000000000", "GPU-00000000-0000-0000-0000-000000000001"],
+                  ["GPU-5f1c9e2a-7b3d-4e8f-9a0b-000000000000"] * 2):
+        gpu = detected(2)
+        for card, uuid in zip(gpu["cards"], uuids):
+            card["uuid"] = uuid
+        entry = plan("l40x4-14b-per-gpu", gpu)
+        assert [i["environment"] for i in entry["instances"]] == [
+            {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0"},
+            {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1"}], uuids
+
+
 def test_a_group_across_numa_nodes_gets_no_cpu_affinity():
     entry = plan("l40-14b-awq-prefill", detected(4, numa=(0, 1)), profile={"tensor_parallel_size": 2})
     assert [(i["name"], i["numa_node"], i["cpus"]) for i in entry["instances"]] == [("tp0-1", None, ""),
