@@ -279,13 +279,13 @@ def build(host: dict = H200) -> dict:
     # those defaults. In priority order; optional: they run only when named (`--only`, RUN8).
     # est_s: run 6's starts (L40 defaults 116 s, the L40 profile 132 s, 4090 bf16 80-126 s, fp8 88-98 s, the
     # 4090 AWQ profile 108 s) plus run 7's loads by `vllm bench serve` (its import ~25 s, then the load).
-    # Since run 8 the L40 profile ships the derived setting; r8-l40-14b-awq-prefill keeps the guide's 16,384 tokens
+    # Since run 8 the L40 profile ships the derived setting; r8-l40-14b-awq-prefill keeps the tuning reference's 16,384 tokens
     # and 128 sequences, shipped until then, and the candidate is derived from that setting's KV capacity as in the
     # run, so the three run as they did.
     l40_guide = experiment("r8-l40-14b-awq-prefill", "L40", "l40-14b-awq-prefill",
                            {"max_num_seqs": 128, "max_num_batched_tokens": 16384},
                            actions=[bench_load(128, 256, est_s=80)], est_s=215,
-                           note="the guide's settings, shipped until run 8")
+                           note="the tuning reference's settings, shipped until run 8")
     l40_derived = planner.derived_batching(l40_guide["planner"]["kv_cache_tokens"], 1024, 512)
     run8 = (
         experiment("r8-default-l40-14b-awq", "L40", None,

@@ -209,7 +209,7 @@ def test_plan_renders_0_26_arguments_and_predictions():
     assert [e["name"] for e in plan["experiments"] if e.get("optional")] == [
         "r7-default-rtx4090-7b", "r7-rtx4090-7b-prefill", "cand-rtx4090-7b-prefill-derived", *plan_mod.RUN8,
         *plan_mod.RUN9, "cand-rtx4090-7b-prefix-heavy-kv-auto", "cand-l40-14b-awq-prefill-8k"]
-    # the JIT cache the fourth loan saved is in the repo as the plan names it
+    # the JIT cache run 4 saved is in the repo as the plan names it
     (part,) = plan["jit_cache"]["parts"]
     assert bundle.sha256(ROOT / part) == plan["jit_cache"]["sha256"][Path(part).name]
     assert len(names) == 9 and {e["profile"] for e in plan["experiments"]} >= {
@@ -383,7 +383,7 @@ def test_whole_run_against_a_stand_in(fake_site, tmp_path):
 
 
 def test_jit_cache_saved_in_returnable_parts_and_restored(tmp_path):
-    """The driver's JIT cache leaves a loan in files a device call returns (<= 16 MiB each) and comes back
+    """The driver's JIT cache leaves the GPU host in parts of at most 16 MiB each and comes back
     byte for byte where the driver looks (CUDA_CACHE_PATH)."""
     source = tmp_path / "cache"
     (source / "sm90" / "ab").mkdir(parents=True)
@@ -396,7 +396,7 @@ def test_jit_cache_saved_in_returnable_parts_and_restored(tmp_path):
     assert [p.name for p in parts] == [f"jit-cache.part-{i:02d}" for i in range(len(parts))] and len(parts) == 4
     assert all(p.stat().st_size <= 1 << 20 for p in parts) and not (out / "jit-cache.tar.xz").exists()
     for env, target in (({"HOME": str(tmp_path / "home")}, tmp_path / "home" / ".nv" / "ComputeCache"),
-                        # the fourth loan restored into a folder of another name, and the driver found nothing
+                        # run 4 restored it into a folder of another name, and the driver found nothing
                         ({"CUDA_CACHE_PATH": str(tmp_path / "jit-restored")}, tmp_path / "jit-restored")):
         root = harness.restore_jit_cache(env, list(reversed(parts)))
         assert root == target
@@ -441,7 +441,7 @@ def _slow_start(fake_site: Path, tmp_path: Path, name: str, budget_s: int, **upd
 
 
 def test_a_slow_start_is_a_start_timeout_not_a_refusal(fake_site, tmp_path):
-    """The third loan's bf16 4090 profile was still capturing CUDA graphs when the 300 s bound ran out; the
+    """Run 3's bf16 4090 profile was still capturing CUDA graphs when the 300 s bound ran out; the
     harness stopped it and, since vLLM exits cleanly on SIGTERM, called it refused. Now it is a start-timeout."""
     rec = _slow_start(fake_site, tmp_path, "fid-rtx4090-7b-prefill", 300, start_timeout_s=4)
     assert rec["status"] == "start-timeout" and not rec["expected"], rec
@@ -454,7 +454,7 @@ def test_a_slow_start_is_a_start_timeout_not_a_refusal(fake_site, tmp_path):
 
 
 def test_a_start_cut_short_by_the_call_is_tried_again(fake_site, tmp_path):
-    """The sixth loan's prefix-heavy profile started with 117 s left in its call, got a 98 s bound and was still
+    """Run 6's prefix-heavy profile started with 117 s left in its round, got a 98 s bound and was still
     warming up when it ran out; the harness marked it done, so the next call skipped it. A start whose bound
     the call's remaining time cut below the experiment's own is now left for the next call."""
     # 40 s of budget: the bound is max(40 - 20, 30) = 30 s, under the experiment's own 60 s
@@ -529,7 +529,7 @@ def test_summary_of_the_committed_gpu_results():
     assert "| fid-rtx4090-7b-prefill | guide-64u | 192 |" in summarize.tables(summary)
 
 
-def test_summary_of_the_third_loan():
+def test_summary_of_run_3():
     """docs/gpu/2026-11-29-run3-l40-comparison: the L40 pair in one run (goal met), the same KV sizes as the second
     run, and the bf16 4090 start that the old 300 s bound cut off, its KV size read from the start-up log."""
     summarize = _load("summarize")
@@ -556,7 +556,7 @@ def test_summary_of_the_third_loan():
     assert [v["as_expected"] for v in summary["verification"]] == [True, True]
 
 
-def test_summary_of_the_fourth_loan():
+def test_summary_of_run_4():
     """docs/gpu/2026-11-29-run4-rtx4090-bf16: the 4090 with a bf16 KV cache (now the shipped rtx4090-7b-prefill) against
     vLLM's defaults and against the tuning reference's fp8 cache, in one run with one tool; the JIT cache kept between starts."""
     summarize = _load("summarize")
@@ -568,7 +568,7 @@ def test_summary_of_the_fourth_loan():
     assert verdicts == {"cand-rtx4090-7b-prefill-kv-auto": "goal met", "fid-rtx4090-7b-prefill": "goal not met"}
     rows = {r["experiment"]: r for r in summary["fidelity"]}
     bf16 = rows["cand-rtx4090-7b-prefill-kv-auto"]
-    assert (bf16["engine_kv_tokens"], bf16["planner_card_tokens"]) == (118_624, 119_744)  # the third loan's, again
+    assert (bf16["engine_kv_tokens"], bf16["planner_card_tokens"]) == (118_624, 119_744)  # run 3's, again
     assert rows["fid-rtx4090-7b-prefill"]["engine_kv_tokens"] == 236_080
     # the defaults ran twice: the second start found vLLM's compile cache and sized a larger KV cache; the
     # planner predicts a first start, so fidelity is the first one's and the warm restart is shown beside it
@@ -613,7 +613,7 @@ def test_the_carried_jit_cache_was_taken_by_the_driver():
     assert (row["engine_kv_tokens"], row["engine_source"]) == (120_160, "start-up log")
 
 
-def test_summary_of_the_sixth_loan():
+def test_summary_of_run_6():
     """docs/gpu/2026-11-29-run6-whole-plan: the whole plan rerun in one run on a fresh machine with the carried JIT
     cache. Every shipped profile vLLM accepts sized its cache within 5% of the planner at its first start; both cards'
     shipped profiles met the goal against vLLM's defaults; the tuning reference's decode profile was refused by vLLM and by the
@@ -629,8 +629,8 @@ def test_summary_of_the_sixth_loan():
     rows = {r["experiment"]: r for r in summary["fidelity"]}
     assert shipped <= set(rows) and not summary["not_run"]
     assert all(abs(rows[n]["error_card_pct"]) < 5 and rows[n]["compile_cache"] == "cold" for n in shipped)
-    # prefix-heavy: its first start (call 2) sized its cache and ran past the start bound its call left it;
-    # it was run again by hand in call 5, found vLLM's compile cache and sized 8.2% more (as in the fourth loan)
+    # prefix-heavy: its first start (round 2) sized its cache and ran past the start bound its round left it;
+    # it was run again by hand in round 5, found vLLM's compile cache and sized 8.2% more (as in run 4)
     heavy = rows["fid-rtx4090-7b-prefix-heavy"]
     assert (heavy["call"], heavy["status"], heavy["engine_kv_tokens"], heavy["engine_source"]) == (
         2, "start-timeout", 238_128, "start-up log")
@@ -651,8 +651,8 @@ def test_summary_of_the_sixth_loan():
     assert first["jit_cache"]["restored"] and "seconds" in first["jit_cache"]
 
 
-def test_summary_of_the_first_loan_is_kept():
-    """The first loan (FlashAttention 3, before the planner's rework) stays readable with its own plan."""
+def test_summary_of_run_1_is_kept():
+    """Run 1 (FlashAttention 3, before the planner's rework) stays readable with its own plan."""
     summarize = _load("summarize")
     folder = ROOT / "docs" / "gpu" / "2026-11-29-run1-hopper-kernels"
     plan = json.loads((folder / "experiments.json").read_text())
@@ -673,7 +673,7 @@ def test_schedule_packs_the_plan_as_the_harness_runs_it():
     with pytest.raises(ValueError, match="does not fit"):
         plan_mod.schedule([{"name": "big", "est_s": 900}])
     shipped = plan_mod.schedule(plan_mod.build()["experiments"])
-    assert shipped["device_s"] < 1800  # the whole plan in one 30-minute loan, by the measured estimates
+    assert shipped["device_s"] < 1800  # the whole plan in 30 minutes of GPU time, by the measured estimates
 
 
 def test_bench_detail_splits_the_first_wave_and_counts_stalled_gaps():

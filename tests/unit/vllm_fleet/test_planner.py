@@ -145,7 +145,7 @@ H200_026_RUNS = [
     ("7B AWQ, 8192 tokens, fp8", "rtx4090-7b-awq", {}, 0.16060374, 590_944),
     ("7B, 8192 tokens, fp8", "rtx4090-7b-prefill", {"kv_cache_dtype": "fp8", "calculate_kv_scales": True},
      0.15718664, 236_080),
-    ("7B, 8192 tokens, bf16 (the shipped profile since the fourth loan)", "rtx4090-7b-prefill", {}, 0.15718664,
+    ("7B, 8192 tokens, bf16 (the shipped profile since run 4)", "rtx4090-7b-prefill", {}, 0.15718664,
      118_624),
     ("7B, 4096 tokens, fp8", "rtx4090-7b-prefix-heavy", {}, 0.15718664, 238_128),
     ("14B AWQ, 16384 tokens, fp8", "l40-14b-awq-prefill", {"max_num_batched_tokens": 16384, "max_num_seqs": 128},
@@ -391,7 +391,7 @@ def test_kv_cache_that_cannot_hold_max_num_seqs_typical_requests():
 
 
 def test_fp8_kv_on_ada_that_buys_no_capacity_is_flagged():
-    """Fourth loan (docs/gpu-results.md): rtx4090-7b-prefill at the tuning reference's load, 64 users x 1,536 tokens, gave
+    """Run 4 (docs/gpu-results.md): rtx4090-7b-prefill at the tuning reference's load, 64 users x 1,536 tokens, gave
     7,005.9 output tok/s with a bf16 cache (FlashAttention 2) and 6,419.3 with fp8 (Triton attention on Ada):
     fp8 bought no capacity for 8.4 % of throughput. The planner says so where the bf16 cache holds the load."""
     fp8 = {"kv_cache_dtype": "fp8", "calculate_kv_scales": True}

@@ -139,7 +139,7 @@ def test_measured_numbers_in_the_profiles_are_the_committed_gpu_results():
     """Each shipped GPU profile's `measured` block says what the summary of its run says
     (docs/gpu/2026-11-29-run2-ada-emulation/summary.json, or the folder its `results` names), the tuned and
     default loads from the same run; the experiment it names
-    (fid-<profile>, or the candidate that ran these settings) ran exactly the shipped settings where the loan's
+    (fid-<profile>, or the candidate that ran these settings) ran exactly the shipped settings where the run's
     plan recorded them."""
     import json
 
