@@ -161,6 +161,18 @@ def prometheus(path, **params):
         return json.loads(answer.read())
 
 
+def wait_instance_not_down(instance, timeout=120):
+    """Wait until Prometheus holds no VllmInstanceDown (pending or firing) for `instance` (host/instance), at most
+    `timeout` seconds: a restart leaves the alert standing until the next scrape and evaluation, and a test that
+    then stops the instance would see that alert go on, not a new one start."""
+    deadline = time.monotonic() + timeout
+    while any(a["labels"].get("alertname") == "VllmInstanceDown" and a["labels"].get("instance") == instance
+              for a in prometheus("/api/v1/alerts")["data"]["alerts"]):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"Prometheus still holds VllmInstanceDown for {instance} after {timeout} s")
+        time.sleep(2)
+
+
 def load(url, model, seconds, max_requests, concurrency=8, max_tokens=300, stop=None):
     """A bounded load on one instance (at most `seconds` and `max_requests`, or until stop() is true): completions
     of short varied prompts (no prefix shared between requests; within one, a few words said three times, so that

@@ -37,7 +37,8 @@ import time
 import pytest
 
 from lab import (CA, GATEWAY, GATEWAY_HOST, HOSTS, INSTANCES, KEYS, OUTPUTS, REPORTS, ROOT, ENV, AlertReceiver, args_of,
-                 gateway_state, history, on, playbook, recap, serves, site, state, unit_mtime, value_after)
+                 gateway_state, history, on, playbook, recap, serves, site, state, unit_mtime, value_after,
+                 wait_instance_not_down)
 
 
 def stream_loop(run_id, seconds=1200):
@@ -149,6 +150,7 @@ def test_a_rerun_leaves_unchanged_hosts_alone_and_repairs_a_stopped_instance():
     (and only it), which starts the instance again, verified and back in the gateway; the alert resolves."""
     for host in HOSTS:
         assert on(host, "cat", "/etc/vllm/fingerprint").strip(), host
+    wait_instance_not_down("fleet-2/cpu1")  # test_alerts.py ends by restarting it
     with AlertReceiver() as receiver:
         stopped = time.time()
         on("fleet-2", "systemctl", "stop", "vllm@cpu1.service")
