@@ -26,6 +26,14 @@ def test_no_built_folder_or_link_out_of_the_tree_is_tracked():
             assert not target.startswith("/"), f"{path} links out of the tree to {target}"
 
 
+def test_nothing_the_tests_write_is_tracked():
+    """The tests' screenshots and the runs' reports are outputs: tests/artifacts/ and reports/ stay untracked."""
+    tracked = _git("ls-files", "tests/artifacts", "reports").split()
+    assert tracked == []
+    for path in ("tests/artifacts/report.png", "reports/plan.json"):
+        assert _git("check-ignore", "--no-index", path).strip() == path
+
+
 @pytest.mark.parametrize("name", BUILT)
 def test_the_built_folders_are_ignored_as_folders_and_as_links(name):
     assert _git("check-ignore", "--no-index", name).strip() == name
