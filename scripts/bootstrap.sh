@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up everything the controller needs, idempotently, on a fresh Debian 12 machine:
-#   1. apt packages (podman with the netavark network backend, runc, debootstrap, promtool, apt-utils and
+#   1. apt packages (podman with the netavark network backend, runc, mmdebstrap, promtool, apt-utils and
 #      gnupg for the lab's package mirror)
 #   2. .venv: pinned ansible-core and tools (requirements/controller.txt) + this repo's vllm_fleet package
 #   3. collections from requirements.yml (Galaxy, else the copies bundled in PyPI's `ansible` wheel)
@@ -20,7 +20,7 @@ done_phase() { printf '=== bootstrap: done in %ss\n' "$((SECONDS - PHASE_START))
 # iptables for every network it sets up ("netavark: No such file or directory" without it).
 # prometheus and prometheus-alertmanager: promtool and amtool check the monitoring configuration and rules;
 # chromium: the report page's test opens it in a real headless browser.
-APT_PACKAGES=(podman netavark aardvark-dns iptables runc debootstrap uidmap prometheus prometheus-alertmanager
+APT_PACKAGES=(podman netavark aardvark-dns iptables runc mmdebstrap uidmap prometheus prometheus-alertmanager
   chromium apt-utils gnupg)
 phase "apt packages: ${APT_PACKAGES[*]}"
 missing=()
