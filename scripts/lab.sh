@@ -13,16 +13,16 @@ cmd=${1:-up}; shift || true
 case $cmd in
   up)
     scripts/bootstrap.sh --no-image
-    # The base image needs only Podman and the Debian mirror: build it while the wheelhouse, the model and the
-    # package mirror are made (on a fresh machine they overlap by about 40 s).
+    # The base image needs only Podman and the Debian mirror: build it while the wheelhouse and the model are
+    # made. The package mirror holds what the image lacks, so it waits for the image.
     mkdir -p "$CACHE_DIR/image"
     scripts/build-image.sh >"$CACHE_DIR/image/build.log" 2>&1 &
     image=$!
     scripts/wheelhouse.sh
     "$VENV/bin/python" scripts/build-tiny-model.py "$CACHE_DIR/mirror/models/lab/tiny-qwen2" >/dev/null
-    "$VENV/bin/python" scripts/apt-mirror.py
     wait "$image" || { cat "$CACHE_DIR/image/build.log" >&2; exit 1; }
     cat "$CACHE_DIR/image/build.log"
+    "$VENV/bin/python" scripts/apt-mirror.py
     ansible-playbook -i inventories/lab playbooks/lab.yml
     ansible-playbook -i inventories/lab site.yml "$@"
     gateway=$(awk '/lab-gw:/ {getline; print $2; exit}' inventories/lab/hosts.yml)
