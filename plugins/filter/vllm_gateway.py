@@ -48,12 +48,11 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-# As plugins/filter/vllm_plan.py: the installed package, else this checkout's src/.
-try:
-    from vllm_fleet import gateway, metrics
-except ImportError:
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
-    from vllm_fleet import gateway, metrics
+# The library of this checkout, beside the plugin (never another installed copy): every filter plugin loads it so.
+_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
+if _SRC not in sys.path:
+    sys.path.insert(0, _SRC)
+from vllm_fleet import gateway, metrics  # noqa: E402
 
 
 def vllm_gateway_servers(instances_by_host, deployed_by_host=None):

@@ -11,11 +11,11 @@ from jinja2 import Undefined
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-try:
-    from vllm_fleet import compat, endpoints, fingerprint, inputs, planner
-except ImportError:  # run from a checkout whose package is not installed in Ansible's Python
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
-    from vllm_fleet import compat, endpoints, fingerprint, inputs, planner
+# The library of this checkout, beside the plugin (never another installed copy): every filter plugin loads it so.
+_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
+if _SRC not in sys.path:
+    sys.path.insert(0, _SRC)
+from vllm_fleet import compat, endpoints, fingerprint, inputs, planner  # noqa: E402
 
 DOCUMENTATION = r"""
 name: vllm_plan_host

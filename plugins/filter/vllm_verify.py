@@ -70,17 +70,14 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-# As plugins/filter/vllm_plan.py: the installed package, else this checkout's src/.
+# The library of this checkout, beside the plugin (never another installed copy): every filter plugin loads it so.
+_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
+if _SRC not in sys.path:
+    sys.path.insert(0, _SRC)
 try:
-    try:
-        from vllm_fleet import metrics as _metrics
-        from vllm_fleet import report as _report
-        from vllm_fleet import verdict as _verdict
-    except ImportError:
-        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
-        from vllm_fleet import metrics as _metrics
-        from vllm_fleet import report as _report
-        from vllm_fleet import verdict as _verdict
+    from vllm_fleet import metrics as _metrics
+    from vllm_fleet import report as _report
+    from vllm_fleet import verdict as _verdict
 except ImportError as _exc:  # a dependency is missing (prometheus_client)
     _metrics = _report = _verdict = None
     _IMPORT_ERROR = _exc

@@ -37,3 +37,23 @@ def test_nothing_the_tests_write_is_tracked():
 @pytest.mark.parametrize("name", BUILT)
 def test_the_built_folders_are_ignored_as_folders_and_as_links(name):
     assert _git("check-ignore", "--no-index", name).strip() == name
+
+
+def test_the_roles_reach_the_templates_folder_through_one_variable():
+    """Every template a role renders from the project's templates/ is `{{ vllm_templates_dir }}/<file>`, the file is
+    there, and vllm_templates_dir is the only setting that climbs out of a role to reach the folder."""
+    import yaml
+
+    templates = {p.name for p in (ROOT / "templates").iterdir()}
+    seen = set()
+    for defaults in sorted(ROOT.glob("roles/*/defaults/main.yml")):
+        for name, value in (yaml.safe_load(defaults.read_text()) or {}).items():
+            if not isinstance(value, str) or "/../" not in value and not name.endswith("_template"):
+                continue
+            if name == "vllm_templates_dir":
+                assert value == "{{ role_path }}/../../templates", defaults
+                continue
+            assert value.startswith("{{ vllm_templates_dir }}/"), f"{defaults}: {name}: {value}"
+            assert value.removeprefix("{{ vllm_templates_dir }}/") in templates, f"{defaults}: {name}: {value}"
+            seen.add(value.rsplit("/", 1)[1])
+    assert seen == templates, "a file in templates/ that no role renders"
