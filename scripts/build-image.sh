@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the lab/Molecule base image: Debian 12 (bookworm) with real systemd as PID 1, built with
 # mmdebstrap from the machine's Debian mirror (no container registry is needed or reachable). mmdebstrap
-# resolves and unpacks with apt in one pass: 27 s here where debootstrap took 65 to 130 s (docs/benchmarks.md).
+# resolves and unpacks with apt in one pass: the image in 32 s, where debootstrap took 65 to 130 s
+# (docs/benchmarks.md).
 # Rebuilt only when the package list or the builder below changes (the image carries their hash as a label).
 set -euo pipefail
 cd "$(dirname "$0")/.."

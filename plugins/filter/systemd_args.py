@@ -83,5 +83,5 @@ def systemd_exec_lines(args):
 
 class FilterModule:
     def filters(self):
-        return {"systemd_quote": systemd_quote, "systemd_exec_lines": systemd_exec_lines,
-                "systemd_env_quote": systemd_env_quote}
+        # What the templates use; systemd_quote is the helper behind systemd_exec_lines.
+        return {"systemd_exec_lines": systemd_exec_lines, "systemd_env_quote": systemd_env_quote}

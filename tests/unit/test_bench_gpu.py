@@ -464,6 +464,7 @@ def test_a_start_cut_short_by_the_call_is_tried_again(fake_site, tmp_path):
     assert not done.exists() or "fid-rtx4090-7b-prefix-heavy" not in json.loads(done.read_text())
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not (Path(sys.executable).parent / "ansible-playbook").exists(),
                     reason="ansible-playbook is not installed next to this Python")
 def test_ansible_actions_run_the_repo_playbooks(fake_site, tmp_path):

@@ -58,3 +58,11 @@ def test_the_roles_metadata_agrees():
         assert (meta["namespace"], meta["author"], meta["license"]) == ("vllm_fleet", "vllm-fleet maintainers",
                                                                          "Apache-2.0"), role
         assert pinned.startswith(meta["min_ansible_version"] + "."), (role, meta["min_ansible_version"], pinned)
+
+    def platforms(role):
+        return {(p["name"], str(v)) for p in metas[role]["platforms"] for v in p["versions"]}
+    # The vllm role includes the firewall role on its hosts: the firewall goes wherever vllm goes.
+    assert platforms("vllm") <= platforms("vllm_firewall")
+    # Every role runs on Debian 12 and Ubuntu 22.04/24.04; EL 9 is named only by the GPU host's own roles.
+    for role in metas:
+        assert {("Debian", "bookworm"), ("Ubuntu", "jammy"), ("Ubuntu", "noble")} <= platforms(role), role

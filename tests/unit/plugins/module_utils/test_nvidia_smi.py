@@ -321,6 +321,7 @@ def _standin(tmp_path, body):
     return str(script)
 
 
+@pytest.mark.integration
 def test_module_end_to_end_ok(tmp_path):
     csv = FIXTURES / "rtx4090" / "query-gpu-nounits.csv"
     header = FIXTURES / "rtx4090" / "nvidia-smi-q-compute.txt"
@@ -333,6 +334,7 @@ def test_module_end_to_end_ok(tmp_path):
     assert set(result["uuids"]) == {"GPU-00000000-0000-0000-0000-000000000000"}
 
 
+@pytest.mark.integration
 def test_module_end_to_end_mismatch_fails_clearly(tmp_path):
     path = _standin(tmp_path, "cat %s >&2; exit 18\n" % (FIXTURES / "errors" / "nvml-mismatch.txt"))
     result = run_module(tmp_path, "nvidia_gpu_facts", {"nvidia_smi": path})
