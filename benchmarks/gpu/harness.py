@@ -390,8 +390,7 @@ class Runner:
         self.only = set(only or [])
         self.work = WORK / f"round{round_}"
         self.work.mkdir(parents=True, exist_ok=True)
-        # "call": the round's number, under the key that the committed results and summaries use
-        self.results: dict = {"call": round_, "plan_date": plan.get("date"), "started": time.time(),
+        self.results: dict = {"round": round_, "plan_date": plan.get("date"), "started": time.time(),
                               "install": None, "environment": None, "experiments": []}
         self.paths: dict[str, str] = {}
         self.port = int(plan.get("port", 8000))
@@ -691,7 +690,7 @@ class Runner:
                 f"kv_tokens {rec.get('cache_config', {}).get('kv_cache_size_tokens')}")
             self.results["experiments"].append(rec)
             if rec["status"] != "skipped" and not rec.get("budget_cut"):  # a later round takes up what did not fit
-                done[exp["name"]] = {"call": self.round, "status": rec["status"]}
+                done[exp["name"]] = {"round": self.round, "status": rec["status"]}
                 done_file.write_text(json.dumps(done, indent=1))
             self.save()
         self.results["finished"] = time.time()
@@ -709,7 +708,6 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run")
     r.add_argument("--plan", type=Path, default=HERE / "experiments.json")
     r.add_argument("--round", type=int, default=None, help="default: the next round on this host")
-    r.add_argument("--call", dest="round", type=int, help=argparse.SUPPRESS)  # the name of earlier runs
     r.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/gpu-out")))
     r.add_argument("--budget-s", type=float, default=None,
                    help="stop starting work after this many seconds (default: run the whole plan)")

@@ -73,7 +73,7 @@ def schedule(experiments: list[dict], budgets: tuple[float, ...] = (550.0, 560.0
              only: set[str] | None = None) -> dict:
     """How the harness packs the plan into rounds of `run --budget-s`: in order, an experiment runs in a
     round while its est_s fits what is left of the round (the first also installs), else it waits for the
-    next; optional candidates only when named. Returns the rounds ("calls") and the expected GPU time."""
+    next; optional candidates only when named. Returns the rounds and the expected GPU time."""
     todo = [e for e in experiments if (e["name"] in only if only else not e.get("optional"))]
     rounds: list[list[str]] = []
     while todo:
@@ -90,5 +90,5 @@ def schedule(experiments: list[dict], budgets: tuple[float, ...] = (550.0, 560.0
         rounds.append(this)
     by_name = {e["name"]: e["est_s"] for e in experiments}
     experiment_s = sum(by_name[n] for r in rounds for n in r)
-    return {"calls": rounds, "experiment_s": experiment_s,
+    return {"rounds": rounds, "experiment_s": experiment_s,
             "device_s": STAGING_S + INSTALL_S + PER_CALL_S * len(rounds) + experiment_s}

@@ -4,7 +4,7 @@
     benchmarks/gpu/summarize.py --results docs/gpu/DATE-NAME [--plan RESULTS/experiments.json]
 
 Reads every results-roundN.json (and the server logs inside raw-roundN.tar.gz) that the harness wrote
-(a row's "call" is the round that measured it), and compares them with the plan (experiments.json: the
+(a row's "round" is the round that measured it), and compares them with the plan (experiments.json: the
 planner's predictions made when the experiments were written) and with the planner run again now on the
 budget vLLM really had:
 vLLM takes gpu_memory_utilization of CUDA's total memory, which on the H200 is 143,156 MiB
@@ -47,7 +47,7 @@ def load_results(folder: Path) -> list[dict]:
                     if member.name.endswith("/server.log"):
                         logs[member.name.split("/")[1]] = tar.extractfile(member).read().decode("utf-8", "replace")
         for exp in data["experiments"]:
-            exp["_call"] = data["call"]
+            exp["_round"] = data["round"]
             exp["_log"] = logs.get(exp["name"], "")
             exp["_environment"] = data.get("environment") or {}
         out.extend(data["experiments"])
@@ -130,7 +130,7 @@ def summarise(plan: dict, results: list[dict]) -> dict:
             continue
         if rec["status"] == "refused" and actual is None:
             refusals.append({
-                "experiment": name, "profile": exp["profile"], "card": exp["card"], "call": rec["_call"],
+                "experiment": name, "profile": exp["profile"], "card": exp["card"], "round": rec["_round"],
                 "vllm_said": rec.get("reason"), "expected": rec.get("expected"),
                 "planner_errors_now": replan(exp, vllm_total_mib(rec, exp))["errors"],
             })
@@ -153,7 +153,7 @@ def summarise(plan: dict, results: list[dict]) -> dict:
         card_plan = exp["planner"]["kv_cache_tokens"]
         row = {
             "experiment": name, "profile": exp["profile"] or "vLLM defaults", "card": exp["card"],
-            "call": basis["_call"], "status": basis["status"], "start_s": basis.get("start_s"),
+            "round": basis["_round"], "status": basis["status"], "start_s": basis.get("start_s"),
             "engine_kv_tokens": actual, "engine_source": source,
             "num_gpu_blocks": int(cache["num_gpu_blocks"]) if cache.get("num_gpu_blocks") else None,
             "compile_cache": compile_cache(basis.get("_log", "")),
@@ -173,7 +173,7 @@ def summarise(plan: dict, results: list[dict]) -> dict:
         }
         if warm:
             warm_kv = engine_kv(warm)[0]
-            row["warm_restart"] = {"call": warm["_call"], "start_s": warm.get("start_s"), "engine_kv_tokens": warm_kv,
+            row["warm_restart"] = {"round": warm["_round"], "start_s": warm.get("start_s"), "engine_kv_tokens": warm_kv,
                                    "error_card_pct": pct(card_plan, warm_kv)}
         fidelity.append(row)
         for action in rec.get("actions") or []:
@@ -271,7 +271,7 @@ def _repeat(rec: dict) -> dict:
     loads = [dict(load=a["name"], **{k: (a.get("result") or {}).get(k) for k in (
         "completed", "output_throughput", "p99_ttft_ms", "p99_itl_ms")}, preemptions=a.get("preemptions"))
         for a in rec.get("actions") or [] if a.get("kind") in ("bench", "fleet") and a.get("result")]
-    return {"experiment": rec["name"], "call": rec["_call"], "status": rec["status"], "start_s": rec.get("start_s"),
+    return {"experiment": rec["name"], "round": rec["_round"], "status": rec["status"], "start_s": rec.get("start_s"),
             "engine_kv_tokens": engine_kv(rec)[0], "compile_cache": compile_cache(rec.get("_log", "")),
             "jit_cache_mib": rec.get("jit_cache_mib"), "loads": loads}
 
@@ -350,7 +350,7 @@ def _fidelity_row(r: dict) -> list:
 def _compile_cell(r: dict) -> str:
     warm = r.get("warm_restart")
     cell = r.get("compile_cache") or "-"
-    return cell + (f"; warm restart (round {warm['call']}): {_n(warm['engine_kv_tokens'])}, "
+    return cell + (f"; warm restart (round {warm['round']}): {_n(warm['engine_kv_tokens'])}, "
                    f"{warm['error_card_pct']:+.1f}%" if warm else "")
 
 
@@ -401,7 +401,7 @@ def tables(summary: dict) -> str:
                        "fidelity: the first start that compiled)", [
             "experiment", "round", "status", "start s", "engine KV tokens", "torch.compile cache",
             "reference load: output tok/s, p99 TTFT / ITL ms, preemptions"], [
-            [r["experiment"], r["call"], r["status"], _n(r["start_s"], 0), _n(r["engine_kv_tokens"]),
+            [r["experiment"], r["round"], r["status"], _n(r["start_s"], 0), _n(r["engine_kv_tokens"]),
              r["compile_cache"] or "-",
              "; ".join(f"{_n(x['output_throughput'], 1)}, {_n(x['p99_ttft_ms'], 1)} / {_n(x['p99_itl_ms'], 2)}, "
                        f"{_n(x['preemptions'])}" for x in r["loads"]) or "-"] for r in summary["repeats"]])

@@ -348,7 +348,7 @@ def test_whole_run_against_a_stand_in(fake_site, tmp_path):
     (jit / "a").mkdir(parents=True)
     (jit / "a" / "kernel").write_bytes(b"x" * (3 << 20))  # 3 MiB already compiled
     env = dict(os.environ, GPU_HARNESS_TMP=str(fake_site), OUT=str(out), CUDA_CACHE_PATH=str(jit))
-    proc = subprocess.run([sys.executable, str(GPU / "harness.py"), "run", "--plan", str(plan_file), "--call", "1",
+    proc = subprocess.run([sys.executable, str(GPU / "harness.py"), "run", "--plan", str(plan_file), "--round", "1",
                            "--budget-s", "900"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = json.loads((out / "results-round1.json").read_text())
@@ -433,7 +433,7 @@ def _slow_start(fake_site: Path, tmp_path: Path, name: str, budget_s: int, **upd
     plan_file.write_text(json.dumps(plan))
     out = tmp_path / "out"
     env = dict(os.environ, GPU_HARNESS_TMP=str(fake_site), OUT=str(out), FAKE_SLOW_START="1")
-    proc = subprocess.run([sys.executable, str(GPU / "harness.py"), "run", "--plan", str(plan_file), "--call", "1",
+    proc = subprocess.run([sys.executable, str(GPU / "harness.py"), "run", "--plan", str(plan_file), "--round", "1",
                            "--budget-s", str(budget_s)], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (rec,) = json.loads((out / "results-round1.json").read_text())["experiments"]
@@ -447,16 +447,16 @@ def test_a_slow_start_is_a_start_timeout_not_a_refusal(fake_site, tmp_path):
     assert rec["status"] == "start-timeout" and not rec["expected"], rec
     assert rec["reason"].startswith("not healthy after") and "ulimit" not in rec["reason"]
     assert 4 <= rec["start_s"] < 30
-    # it ran out of its own bound, so a later call on this machine does not start it again
+    # it ran out of its own bound, so a later round on this machine does not start it again
     assert not rec["budget_cut"]
     assert json.loads((fake_site / "gpu-work" / "done.json").read_text()) == {
-        "fid-rtx4090-7b-prefill": {"call": 1, "status": "start-timeout"}}
+        "fid-rtx4090-7b-prefill": {"round": 1, "status": "start-timeout"}}
 
 
 def test_a_start_cut_short_by_the_call_is_tried_again(fake_site, tmp_path):
     """Run 6's prefix-heavy profile started with 117 s left in its round, got a 98 s bound and was still
-    warming up when it ran out; the harness marked it done, so the next call skipped it. A start whose bound
-    the call's remaining time cut below the experiment's own is now left for the next call."""
+    warming up when it ran out; the harness marked it done, so the next round skipped it. A start whose bound
+    the round's remaining time cut below the experiment's own is now left for the next round."""
     # 40 s of budget: the bound is max(40 - 20, 30) = 30 s, under the experiment's own 60 s
     rec = _slow_start(fake_site, tmp_path, "fid-rtx4090-7b-prefix-heavy", 40, start_timeout_s=60, est_s=1)
     assert rec["status"] == "start-timeout" and rec["budget_cut"] and 30 <= rec["start_s"] < 45, rec
@@ -487,7 +487,7 @@ def test_ansible_actions_run_the_repo_playbooks(fake_site, tmp_path):
     out = tmp_path / "out"
     env = dict(os.environ, GPU_HARNESS_TMP=str(fake_site), OUT=str(out),
                GPU_HARNESS_ANSIBLE_PLAYBOOK=str(Path(sys.executable).parent / "ansible-playbook"))
-    proc = subprocess.run([sys.executable, str(GPU / "harness.py"), "run", "--plan", str(plan_file), "--call", "1",
+    proc = subprocess.run([sys.executable, str(GPU / "harness.py"), "run", "--plan", str(plan_file), "--round", "1",
                            "--budget-s", "900"], env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     served = json.loads((out / "results-round1.json").read_text())["experiments"][0]
@@ -574,18 +574,18 @@ def test_summary_of_run_4():
     # the defaults ran twice: the second start found vLLM's compile cache and sized a larger KV cache; the
     # planner predicts a first start, so fidelity is the first one's and the warm restart is shown beside it
     (repeat,) = summary["repeats"]
-    assert (repeat["experiment"], repeat["call"], repeat["engine_kv_tokens"], repeat["compile_cache"]) == (
+    assert (repeat["experiment"], repeat["round"], repeat["engine_kv_tokens"], repeat["compile_cache"]) == (
         "default-rtx4090-7b", 2, 120_160, "cold")
     default = rows["default-rtx4090-7b"]
-    assert (default["call"], default["engine_kv_tokens"], default["compile_cache"]) == (2, 120_160, "cold")
+    assert (default["round"], default["engine_kv_tokens"], default["compile_cache"]) == (2, 120_160, "cold")
     assert default["memory"]["usage_activation_gib"] == 1.04 and abs(default["error_card_pct"]) < 5
-    assert default["warm_restart"] == {"call": 4, "start_s": 252.1, "engine_kv_tokens": 134_256, "error_card_pct": -9.52}
+    assert default["warm_restart"] == {"round": 4, "start_s": 252.1, "engine_kv_tokens": 134_256, "error_card_pct": -9.52}
     assert "Directly load the compiled graph" in next(
-        r["_log"] for r in summarize.load_results(folder) if (r["_call"], r["name"]) == (4, "default-rtx4090-7b"))
+        r["_log"] for r in summarize.load_results(folder) if (r["_round"], r["name"]) == (4, "default-rtx4090-7b"))
     # the loads compared are the restart's, the run that served them
     assert [c["p99_itl_ms"][1] for c in summary["comparisons"] if c["card"] == "RTX 4090"] == [56.031] * 2
     # the driver's JIT cache: filled by the first bf16 start, kept for the next ones (start 102 s, not ~300 s)
-    results = {(r["_call"], r["name"]): r for r in summarize.load_results(folder)}
+    results = {(r["_round"], r["name"]): r for r in summarize.load_results(folder)}
     assert results[(1, "cand-rtx4090-7b-prefill-kv-auto")]["jit_cache_mib"] == {"before": 0.0, "after_start": 54.8}
     warm = results[(2, "default-rtx4090-7b")]
     assert warm["jit_cache_mib"] == {"before": 54.8, "after_start": 54.8} and warm["start_s"] < 110
@@ -607,7 +607,7 @@ def test_the_carried_jit_cache_was_taken_by_the_driver():
     captures = re.findall(r"Graph capturing finished in (\d+) secs", rec["_log"])
     assert captures == ["4"]
     cold = next(r for r in summarize.load_results(ROOT / "docs" / "gpu" / "2026-11-29-run4-rtx4090-bf16")
-                if r["_call"] == 4 and r["name"] == "default-rtx4090-7b")
+                if r["_round"] == 4 and r["name"] == "default-rtx4090-7b")
     assert re.findall(r"Graph capturing finished in (\d+) secs", cold["_log"]) == ["139"]
     plan = json.loads((folder / "experiments.json").read_text())
     (row,) = summarize.summarise(plan, [rec])["fidelity"]
@@ -633,9 +633,9 @@ def test_summary_of_run_6():
     # prefix-heavy: its first start (round 2) sized its cache and ran past the start bound its round left it;
     # it was run again by hand in round 5, found vLLM's compile cache and sized 8.2% more (as in run 4)
     heavy = rows["fid-rtx4090-7b-prefix-heavy"]
-    assert (heavy["call"], heavy["status"], heavy["engine_kv_tokens"], heavy["engine_source"]) == (
+    assert (heavy["round"], heavy["status"], heavy["engine_kv_tokens"], heavy["engine_source"]) == (
         2, "start-timeout", 238_128, "start-up log")
-    assert heavy["warm_restart"]["engine_kv_tokens"] == 257_696 and heavy["warm_restart"]["call"] == 5
+    assert heavy["warm_restart"]["engine_kv_tokens"] == 257_696 and heavy["warm_restart"]["round"] == 5
     (refusal,) = summary["refusals"]
     assert refusal["experiment"] == "refuse-rtx4090-7b-decode" and "vocab" in refusal["vllm_said"]
     assert refusal["planner_errors_now"]
@@ -663,14 +663,14 @@ def test_summary_of_run_1_is_kept():
 
 
 def test_schedule_packs_the_plan_as_the_harness_runs_it():
-    """plan.schedule: in order, while est_s fits the call (the first also installs); candidates only when named."""
+    """plan.schedule: in order, while est_s fits the round (the first also installs); candidates only when named."""
     exps = [{"name": n, "est_s": s, **({"optional": True} if n.startswith("cand") else {})}
             for n, s in (("a", 300), ("b", 200), ("c", 100), ("d", 400), ("cand", 50))]
     packed = plan_mod.schedule(exps, budgets=(550, 560))
-    assert packed["calls"] == [["a", "b"], ["c", "d"]]          # 25 s install: 300 + 200 = 500 <= 525; c waits
+    assert packed["rounds"] == [["a", "b"], ["c", "d"]]          # 25 s install: 300 + 200 = 500 <= 525; c waits
     assert packed["experiment_s"] == 1000
     assert packed["device_s"] == plan_mod.STAGING_S + plan_mod.INSTALL_S + 2 * plan_mod.PER_CALL_S + 1000
-    assert plan_mod.schedule(exps, only={"cand", "c"})["calls"] == [["c", "cand"]]
+    assert plan_mod.schedule(exps, only={"cand", "c"})["rounds"] == [["c", "cand"]]
     with pytest.raises(ValueError, match="does not fit"):
         plan_mod.schedule([{"name": "big", "est_s": 900}])
     shipped = plan_mod.schedule(plan_mod.build()["experiments"])
@@ -714,7 +714,7 @@ def test_run8_plan_derives_its_candidates_in_the_planner():
     assert exps["r8-default-l40-14b-awq"]["args"][-4:] == ["--max-num-seqs", "256", "--max-num-batched-tokens", "2048"]
     # the L40 side by side comes first and fits, with the install, in the first round
     packed = plan_mod.schedule(plan["experiments"], only=set(plan_mod.RUN8))
-    assert packed["calls"][0] == ["r8-default-l40-14b-awq", "r8-l40-14b-awq-prefill"]
+    assert packed["rounds"][0] == ["r8-default-l40-14b-awq", "r8-l40-14b-awq-prefill"]
 
 
 def test_side_by_side_of_run7():
