@@ -70,7 +70,6 @@ LOG_PATTERNS = (
     r"init engine .* took", r"memory profiling", r"VocabMapping", r"Using .* backend", r"attention backend",
     r"[Ee]rror", r"Traceback", r"Exception",
 )
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 def log(msg: str) -> None:
@@ -158,10 +157,7 @@ def substitute(args: list[str], paths: dict[str, str]) -> list[str]:
 
 def cache_config(metrics_text: str) -> dict[str, str]:
     """The labels of vllm:cache_config_info (raw strings), {} when absent."""
-    for line in metrics_text.splitlines():
-        if line.startswith("vllm:cache_config_info{"):
-            return {k: v for k, v in _LABEL.findall(line[: line.rindex("}") + 1])}
-    return {}
+    return bench.info_labels(metrics_text, "vllm:cache_config_info")
 
 
 def counter(metrics_text: str, name: str) -> float | None:

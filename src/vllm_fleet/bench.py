@@ -40,7 +40,11 @@ MAX_REQUESTS = 10000
 MAX_CONCURRENCY = 1024
 MAX_DURATION_S = 3600
 _COUNTERS = ("vllm:num_preemptions", "vllm:generation_tokens", "vllm:prompt_tokens", "vllm:request_success")
+# The host-side reader of /metrics: a few counters and an info metric's labels, with the standard library,
+# because this file runs on hosts with nothing installed. The controller reads /metrics with prometheus_client's
+# parser (vllm_fleet.metrics), and tests/unit/vllm_fleet/test_bench.py holds both readers to the same answers.
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 class BenchError(ValueError):
@@ -105,6 +109,15 @@ def counters(text: str) -> Dict[str, float]:
             except ValueError:
                 continue
     return out
+
+
+def info_labels(text: str, family: str) -> Dict[str, str]:
+    """The labels of an info metric's first series (vllm:cache_config_info), as raw strings; {} when absent."""
+    prefix = family + "{"
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return dict(_LABEL.findall(line[: line.rindex("}") + 1]))
+    return {}
 
 
 def check_bounds(requests: int, concurrency: int, duration_s: float, prompt_tokens: int, max_tokens: int,

@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from conftest import LocalServer
+from conftest import LocalServer, fixture_text
 
 from vllm_fleet import bench
 
@@ -221,3 +221,22 @@ def test_main_reports_the_guide_target_beside_the_numbers(capsys):
         bench.main(["--url", server.url, "--model", "m", "--requests", "1", "--single-requests", "0",
                     "--guide-target", "{\"card\": \"x\"}"])
     assert "is not the plan's service_levels.target" in json.loads(capsys.readouterr().out)["guide"]["error"]
+
+
+@pytest.mark.parametrize("capture", [
+    "0.26.0-cuda-h200/metrics_after_bench.txt", "0.26.0-cuda-h200/metrics_fp8_kv_after_bench.txt",
+    "0.32.0-cpu/metrics_after_20_requests.txt", "0.32.0-cpu/metrics_idle.txt",
+])
+def test_the_host_side_reader_agrees_with_prometheus_clients_parser(capture):
+    """bench reads /metrics with the standard library (it runs on hosts with nothing installed); on every real
+    capture its counters and vllm:cache_config_info's labels are what vllm_fleet.metrics (prometheus_client's
+    parser) reads."""
+    from vllm_fleet import metrics
+
+    text = fixture_text("vllm", *capture.split("/"))
+    facts = metrics.parse(text)
+    wanted = {name: facts.counters[name] for name in bench._COUNTERS if name in facts.counters}
+    assert "vllm:generation_tokens" in wanted and bench.counters(text) == wanted
+    labels = bench.info_labels(text, metrics.CACHE_CONFIG_INFO)
+    assert labels and {k: metrics._typed(v) for k, v in labels.items()} == facts.cache_config
+    assert bench.info_labels("# nothing\n", metrics.CACHE_CONFIG_INFO) == {}
