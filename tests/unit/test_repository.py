@@ -40,8 +40,9 @@ def test_the_built_folders_are_ignored_as_folders_and_as_links(name):
 
 
 def test_the_roles_reach_the_templates_folder_through_one_variable():
-    """Every template a role renders from the project's templates/ is `{{ vllm_templates_dir }}/<file>`, the file is
-    there, and vllm_templates_dir is the only setting that climbs out of a role to reach the folder."""
+    """Every template a role renders from the project's templates/ is `{{ vllm_templates_dir }}/<file>` (or the
+    role's copy of that one variable), the file is there, and that folder is the only setting that climbs out of a
+    role to reach it."""
     import yaml
 
     templates = {p.name for p in (ROOT / "templates").iterdir()}
@@ -50,10 +51,13 @@ def test_the_roles_reach_the_templates_folder_through_one_variable():
         for name, value in (yaml.safe_load(defaults.read_text()) or {}).items():
             if not isinstance(value, str) or "/../" not in value and not name.endswith("_template"):
                 continue
-            if name == "vllm_templates_dir":
-                assert value == "{{ role_path }}/../../templates", defaults
+            if name.endswith("templates_dir"):  # vllm_templates_dir, or a role's copy of it
+                assert value in ("{{ role_path }}/../../templates",
+                                 "{{ vllm_templates_dir | default(role_path ~ '/../../templates') }}"), defaults
                 continue
-            assert value.startswith("{{ vllm_templates_dir }}/"), f"{defaults}: {name}: {value}"
-            assert value.removeprefix("{{ vllm_templates_dir }}/") in templates, f"{defaults}: {name}: {value}"
+            folder = "{{ vllm_templates_dir }}/" if defaults.parts[-3] == "vllm" else \
+                "{{ %s_templates_dir }}/" % defaults.parts[-3]
+            assert value.startswith(folder), f"{defaults}: {name}: {value}"
+            assert value.removeprefix(folder) in templates, f"{defaults}: {name}: {value}"
             seen.add(value.rsplit("/", 1)[1])
     assert seen == templates, "a file in templates/ that no role renders"
