@@ -1,4 +1,4 @@
-# Thin Ansible filters over vllm_fleet.verdict and vllm_fleet.report: what the vllm_verify role uses.
+# Thin Ansible filters over vllm_fleet.verdict, vllm_fleet.fragments and vllm_fleet.report: what the vllm_verify role uses.
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -75,11 +75,12 @@ _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src
 if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
 try:
+    from vllm_fleet import fragments as _fragments
     from vllm_fleet import metrics as _metrics
     from vllm_fleet import report as _report
     from vllm_fleet import verdict as _verdict
 except ImportError as _exc:  # a dependency is missing (prometheus_client)
-    _metrics = _report = _verdict = None
+    _fragments = _metrics = _report = _verdict = None
     _IMPORT_ERROR = _exc
 else:
     _IMPORT_ERROR = None
@@ -153,7 +154,7 @@ def vllm_verify_unit_verdict(show_output, unit, max_restarts=0):
 def vllm_report_fragment(data, host, kind, instance=None):
     _need_lib("vllm_report_fragment")
     try:
-        return _report.fragment(str(host) if isinstance(host, str) else host, kind, data,
+        return _fragments.fragment(str(host) if isinstance(host, str) else host, kind, data,
                                 instance=str(instance) if isinstance(instance, str) else instance)
     except ValueError as exc:
         raise AnsibleFilterError("vllm_report_fragment: %s" % exc)
@@ -165,7 +166,7 @@ def vllm_report_fragment_name(frag):
         raise AnsibleFilterError(
             "vllm_report_fragment_name expects the output of vllm_report_fragment, got %s" % _metrics.short(frag)
         )
-    return _report.fragment_name(frag)
+    return _fragments.fragment_name(frag)
 
 
 def vllm_report_merge(fragments, run_id=None, meta=None):
@@ -176,7 +177,7 @@ def vllm_report_merge(fragments, run_id=None, meta=None):
     for item in frags:
         if not isinstance(item, Mapping) or not {"host", "kind", "data"} <= set(item):
             raise AnsibleFilterError("vllm_report_merge: not a report fragment: %s" % _metrics.short(item))
-    return _report.merge(frags, run_id=run_id, meta=dict(meta or {}))
+    return _fragments.merge(frags, run_id=run_id, meta=dict(meta or {}))
 
 
 def _merged_report(name, report):

