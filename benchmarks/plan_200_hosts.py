@@ -20,7 +20,7 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
-from vllm_fleet import catalogue, planner, profiles, render  # noqa: E402
+from vllm_fleet import catalogue, planner, profiles, render, sizing  # noqa: E402
 
 GPUS = {
     "rtx4090": {"name": "NVIDIA GeForce RTX 4090", "memory_mib": 24564, "bandwidth_gb_s": 1008, "count": 1},
@@ -49,7 +49,7 @@ def fleet(count):
 
 def clear_caches():
     for cached in (catalogue.catalogue, catalogue._catalogue_architecture, profiles._shipped, render.table,
-                   render.parse_version, render._era_cached, planner.memory_model):
+                   render.parse_version, render._era_cached, sizing.memory_model):
         cached.cache_clear()
 
 

@@ -66,7 +66,7 @@ def stage(carried: Path, sums: dict[str, str], dest: Path) -> tuple[list[str], l
 # Time around the experiments, measured on the H200 host: the machine start and the commands that stage
 # the parts (45-52 s), the install in the first round (20-25 s, and 1.7 s to unpack the JIT cache), and a
 # few seconds per round.
-STAGING_S, INSTALL_S, PER_CALL_S = 60, 30, 8
+STAGING_S, INSTALL_S, PER_ROUND_S = 60, 30, 8
 
 
 def schedule(experiments: list[dict], budgets: tuple[float, ...] = (550.0, 560.0),
@@ -91,4 +91,4 @@ def schedule(experiments: list[dict], budgets: tuple[float, ...] = (550.0, 560.0
     by_name = {e["name"]: e["est_s"] for e in experiments}
     experiment_s = sum(by_name[n] for r in rounds for n in r)
     return {"rounds": rounds, "experiment_s": experiment_s,
-            "device_s": STAGING_S + INSTALL_S + PER_CALL_S * len(rounds) + experiment_s}
+            "device_s": STAGING_S + INSTALL_S + PER_ROUND_S * len(rounds) + experiment_s}

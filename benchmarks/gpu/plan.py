@@ -40,8 +40,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent / "src"))
 
 sys.path.insert(0, str(HERE))
-from parts import INSTALL_S, PER_CALL_S, STAGING_S, schedule  # noqa: E402,F401  (benchmarks/gpu/parts.py)
-from vllm_fleet import catalogue, planner, profiles, render  # noqa: E402
+from parts import INSTALL_S, PER_ROUND_S, STAGING_S, schedule  # noqa: E402,F401  (benchmarks/gpu/parts.py)
+from vllm_fleet import catalogue, planner, profiles, render, service_levels  # noqa: E402
 
 VLLM_VERSION = "0.26.0"
 DATE = "2026-11-29"
@@ -113,7 +113,7 @@ RUN8 = ("r8-default-l40-14b-awq", "r8-l40-14b-awq-prefill", "cand-l40-14b-awq-pr
         "r8-default-rtx4090-7b", "cand-rtx4090-7b-prefill-seqs", "r8-rtx4090-7b-prefix-heavy",
         "r8-default-rtx4090-7b-awq", "r8-rtx4090-7b-awq")
 # Run 9's: the one profile without speculation run 8 left out, beside vLLM's defaults in the same run, then (only
-# when the round has time for it) the setting planner.derived_batching makes of that profile's KV capacity.
+# when the round has time for it) the setting service_levels.derived_batching makes of that profile's KV capacity.
 RUN9 = ("r9-default-rtx4090-7b", "r9-rtx4090-7b-prefix-heavy", "cand-rtx4090-7b-prefix-heavy-derived")
 
 
@@ -260,7 +260,7 @@ def build(host: dict = H200) -> dict:
     # Run 7 (2026-12-01): the 4090's prefill profile, vLLM's defaults and the planner-derived settings side by
     # side in one round, all with `vllm bench serve` (issue #23: the shipped profile's median TTFT was 2.5x the
     # defaults'). Optional: they run only when named (`--only`, the names of RUN7).
-    derived = planner.derived_batching(pre["planner"]["kv_cache_tokens"], 1024, 512)
+    derived = service_levels.derived_batching(pre["planner"]["kv_cache_tokens"], 1024, 512)
     run7 = (
         experiment("r7-default-rtx4090-7b", "RTX 4090", None, {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
                    actions=[bench_load(64, 192)], est_s=140, note="vLLM 0.26 defaults for a GPU under 70 GiB"),
@@ -286,7 +286,7 @@ def build(host: dict = H200) -> dict:
                            {"max_num_seqs": 128, "max_num_batched_tokens": 16384},
                            actions=[bench_load(128, 256, est_s=80)], est_s=215,
                            note="the tuning reference's settings, shipped until run 8")
-    l40_derived = planner.derived_batching(l40_guide["planner"]["kv_cache_tokens"], 1024, 512)
+    l40_derived = service_levels.derived_batching(l40_guide["planner"]["kv_cache_tokens"], 1024, 512)
     run8 = (
         experiment("r8-default-l40-14b-awq", "L40", None,
                    {"model": "Qwen/Qwen2.5-14B-Instruct-AWQ", "quantization": "awq", **VLLM_DEFAULTS},
@@ -311,7 +311,7 @@ def build(host: dict = H200) -> dict:
     # (r8-rtx4090-7b-prefix-heavy did not fit there), then the planner-derived setting for it. Optional (`--only`, RUN9).
     heavy = experiment("r9-rtx4090-7b-prefix-heavy", "RTX 4090", "rtx4090-7b-prefix-heavy",
                        actions=[bench_load(64, 192)], est_s=140, note="shipped")
-    heavy_derived = planner.derived_batching(heavy["planner"]["kv_cache_tokens"], 1024, 512)
+    heavy_derived = service_levels.derived_batching(heavy["planner"]["kv_cache_tokens"], 1024, 512)
     run9 = (
         experiment("r9-default-rtx4090-7b", "RTX 4090", None, {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
                    actions=[bench_load(64, 192)], est_s=160, note="vLLM 0.26 defaults for a GPU under 70 GiB"),

@@ -42,7 +42,7 @@ def _load(name: str):
 bundle = _load("bundle")
 harness = _load("harness")
 plan_mod = _load("plan")
-planner, profiles = plan_mod.planner, plan_mod.profiles
+planner, profiles, service_levels = plan_mod.planner, plan_mod.profiles, plan_mod.service_levels
 
 
 # --- bundle ---------------------------------------------------------------------------------------
@@ -669,7 +669,7 @@ def test_schedule_packs_the_plan_as_the_harness_runs_it():
     packed = plan_mod.schedule(exps, budgets=(550, 560))
     assert packed["rounds"] == [["a", "b"], ["c", "d"]]          # 25 s install: 300 + 200 = 500 <= 525; c waits
     assert packed["experiment_s"] == 1000
-    assert packed["device_s"] == plan_mod.STAGING_S + plan_mod.INSTALL_S + 2 * plan_mod.PER_CALL_S + 1000
+    assert packed["device_s"] == plan_mod.STAGING_S + plan_mod.INSTALL_S + 2 * plan_mod.PER_ROUND_S + 1000
     assert plan_mod.schedule(exps, only={"cand", "c"})["rounds"] == [["c", "cand"]]
     with pytest.raises(ValueError, match="does not fit"):
         plan_mod.schedule([{"name": "big", "est_s": 900}])
@@ -691,14 +691,14 @@ def test_bench_detail_splits_the_first_wave_and_counts_stalled_gaps():
 
 def test_run8_plan_derives_its_candidates_in_the_planner():
     """Run 8's experiments: the L40 side by side (vLLM's defaults for the card, the shipped profile, the setting
-    planner.derived_batching makes of the shipped profile's KV capacity), then the 4090's, each loaded by
+    service_levels.derived_batching makes of the shipped profile's KV capacity), then the 4090's, each loaded by
     `vllm bench serve` with the reference's load for the card."""
     plan = plan_mod.build()
     exps = {e["name"]: e for e in plan["experiments"]}
     assert all(exps[n].get("optional") for n in plan_mod.RUN8)
     guide, derived = exps["r8-l40-14b-awq-prefill"], exps["cand-l40-14b-awq-prefill-derived"]
     assert (guide["settings"]["max_num_batched_tokens"], guide["settings"]["max_num_seqs"]) == (16384, 128)
-    assert derived["overrides"] == planner.derived_batching(guide["planner"]["kv_cache_tokens"], 1024, 512) == {
+    assert derived["overrides"] == service_levels.derived_batching(guide["planner"]["kv_cache_tokens"], 1024, 512) == {
         "max_num_seqs": 206, "max_num_batched_tokens": 1280}
     # the derived setting is what the L40 profile ships since run 8
     assert derived["settings"] == profiles.resolve("h", "l40-14b-awq-prefill")
@@ -764,14 +764,14 @@ def test_summary_of_run8():
 
 def test_run9_plan_derives_its_candidate_in_the_planner():
     """Run 9's experiments: vLLM's defaults for the 4090, the shipped rtx4090-7b-prefix-heavy and the setting
-    planner.derived_batching makes of its KV capacity, each loaded by `vllm bench serve` with the 4090's load; the
+    service_levels.derived_batching makes of its KV capacity, each loaded by `vllm bench serve` with the 4090's load; the
     committed run ran the arguments the plan has today."""
     plan = plan_mod.build()
     exps = {e["name"]: e for e in plan["experiments"]}
     assert all(exps[n].get("optional") for n in plan_mod.RUN9)
     heavy, derived = exps["r9-rtx4090-7b-prefix-heavy"], exps["cand-rtx4090-7b-prefix-heavy-derived"]
     assert heavy["settings"] == profiles.resolve("h", "rtx4090-7b-prefix-heavy")
-    assert derived["overrides"] == planner.derived_batching(heavy["planner"]["kv_cache_tokens"], 1024, 512) == {
+    assert derived["overrides"] == service_levels.derived_batching(heavy["planner"]["kv_cache_tokens"], 1024, 512) == {
         "max_num_seqs": 157, "max_num_batched_tokens": 1280}
     assert exps["r9-default-rtx4090-7b"]["args"] == exps["r8-default-rtx4090-7b"]["args"]
     assert heavy["args"] == exps["r8-rtx4090-7b-prefix-heavy"]["args"]

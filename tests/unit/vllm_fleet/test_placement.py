@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_fleet import placement, planner
+from vllm_fleet import placement, planner, service_levels
 
 from conftest import L40, RTX4090
 
@@ -77,7 +77,7 @@ def test_two_rtx4090s_run_one_32b_awq_instance_over_both():
 ])
 def test_the_multi_gpu_profiles_carry_the_planners_numbers_and_derived_batching(name, gpu, instances):
     """Not run on real GPUs: what the profile says it expects is the plan's, and its scheduler settings are
-    planner.derived_batching of the plan's KV cache at the reference's load (a fixed point)."""
+    service_levels.derived_batching of the plan's KV cache at the reference's load (a fixed point)."""
     shipped = planner.profiles.shipped()[name]
     entry = plan(name, gpu)
     assert entry["errors"] == [] and entry["warnings"] == [] and len(entry["instances"]) == instances
@@ -86,7 +86,7 @@ def test_the_multi_gpu_profiles_carry_the_planners_numbers_and_derived_batching(
     assert entry["capacity"]["kv_cache_tokens"] == planned["kv_cache_tokens"]
     assert entry["service_levels"]["ttft_ms"] == planned["estimated_ttft_ms"]
     assert entry["service_levels"]["decode_tokens_per_s_per_user"] == planned["estimated_decode_tokens_per_s_per_user"]
-    derived = planner.derived_batching(entry["capacity"]["kv_cache_tokens"], 1024, 512)
+    derived = service_levels.derived_batching(entry["capacity"]["kv_cache_tokens"], 1024, 512)
     settings = shipped["settings"]
     assert (settings["max_num_seqs"], settings["max_num_batched_tokens"]) == (
         derived["max_num_seqs"], derived["max_num_batched_tokens"])

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from conftest import H200, L40, LAB, RTX4090
-from vllm_fleet import catalogue, planner
+from vllm_fleet import catalogue, planner, service_levels, sizing
 
 GIB, MIB = 1 << 30, 1 << 20
 NON_TORCH, GRAPHS_PER_LAYER = 375809638, 12_700_000  # data/memory_model.yml, gpu
@@ -241,7 +241,7 @@ def test_cpu_lab_as_the_lab_inventory_gives_it():
 @pytest.mark.parametrize("text,value", [("1k", 1000), ("1K", 1024), ("25.6k", 25600), ("2M", 2 * MIB), ("1g", 10**9),
                                         (1073741824, 1073741824)])
 def test_human_readable_bytes_as_vllm_reads_them(text, value):
-    assert planner.parse_bytes(text) == value
+    assert sizing.parse_bytes(text) == value
 
 
 # --- the checks ------------------------------------------------------------------------------------
@@ -424,7 +424,7 @@ def test_ada_is_told_by_the_detected_compute_capability_before_the_name():
         return any("buys no capacity" in w for w in plan("rtx4090-7b-prefill", fp8, gpu=gpu, **load)["warnings"])
 
     unnamed_ada = dict(RTX4090, name="NVIDIA RTX 5880 Ada Generation", compute_cap="8.9")  # not in ADA_GPUS
-    assert not planner.ADA_GPUS.search(unnamed_ada["name"]) and flagged(unnamed_ada)
+    assert not sizing.ADA_GPUS.search(unnamed_ada["name"]) and flagged(unnamed_ada)
     assert flagged(dict(RTX4090, compute_cap=8.9))  # an unquoted YAML number reads the same
     assert not flagged(dict(RTX4090, compute_cap="9.0"))  # the detected capability wins over the name
     assert flagged(RTX4090) and flagged(dict(RTX4090, compute_cap=""))  # none known: by name
@@ -569,6 +569,6 @@ def test_derived_batching_from_the_kv_capacity_and_the_typical_request():
     kv = plan("rtx4090-7b-prefill", version="0.26.0", vllm_typical_prompt_tokens=1024,
               vllm_typical_output_tokens=512)["capacity"]
     assert kv["kv_cache_tokens"] == 119_744  # the 4090's bf16 cache, as the plan of run 7 predicted
-    assert planner.derived_batching(kv["kv_cache_tokens"], 1024, 512) == {"max_num_seqs": 77,
+    assert service_levels.derived_batching(kv["kv_cache_tokens"], 1024, 512) == {"max_num_seqs": 77,
                                                                           "max_num_batched_tokens": 1152}
-    assert planner.derived_batching(1536 * 10, 1024, 512, align=1) == {"max_num_seqs": 10, "max_num_batched_tokens": 1034}
+    assert service_levels.derived_batching(1536 * 10, 1024, 512, align=1) == {"max_num_seqs": 10, "max_num_batched_tokens": 1034}
