@@ -3,7 +3,7 @@
 A profile is a dict of vLLM engine-argument names in snake_case (PROFILE_KEYS). A host names a
 shipped profile (`vllm_profile_name`) and overrides single keys (`vllm_profile`); `resolve` merges
 them, `validate` returns every problem as a message that names the host, the key, the value and
-the fix. Cross-checks against the GPU and the model are the planner's (planner.py).
+the fix. Cross-checks against the GPU and the model are the planner's (planner.py, sizing.py, rules.py).
 """
 
 from __future__ import annotations
