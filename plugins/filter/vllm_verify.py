@@ -1,9 +1,9 @@
-# Thin Ansible filters over vllm_fleet.verdict, vllm_fleet.fragments and vllm_fleet.report: what the vllm_verify role uses.
+# Thin Ansible filters over vllm_fleet.verdict: what the vllm_verify role uses to judge an instance.
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: vllm_verify_result
-short_description: Judge a host's verification probes, and the other vllm_verify_* / vllm_report_* filters
+short_description: Judge a host's verification probes, and the other vllm_verify_* filters
 description:
   - C(vllm_verify_result) applied to the probe results, with host, expect and thresholds, builds the
     per-host verification result (see C(vllm_fleet.verdict.host_entry)). The raw /metrics scrapes are parsed
@@ -15,9 +15,7 @@ description:
   - C(vllm_probe_url) applied to a bind address, with the port and the scheme (C(http)), returns the base URL the
     host's own probes reach vLLM on (a wildcard or empty address on 127.0.0.1, IPv6 in brackets); the role's
     C(vllm_verify_url) and playbooks/benchmark.yml use it.
-  - C(vllm_report_fragment) (data, host, kind, instance), C(vllm_report_fragment_name), C(vllm_report_merge)
-    (fragments, run_id, meta), C(vllm_report_markdown) and C(vllm_report_html) build the run report (see
-    C(vllm_fleet.report), and C(vllm_fleet.report_html) for the page with plots).
+  - The run report's filters are in vllm_report.py.
   - Every filter raises AnsibleFilterError naming the value it could not use.
 options:
   _input:
@@ -75,12 +73,11 @@ _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src
 if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
 try:
-    from vllm_fleet import fragments as _fragments
     from vllm_fleet import metrics as _metrics
-    from vllm_fleet import report as _report
     from vllm_fleet import verdict as _verdict
+    from vllm_fleet.inputs import short as _short
 except ImportError as _exc:  # a dependency is missing (prometheus_client)
-    _fragments = _metrics = _report = _verdict = None
+    _metrics = _verdict = None
     _IMPORT_ERROR = _exc
 else:
     _IMPORT_ERROR = None
@@ -113,7 +110,7 @@ def _thresholds(values, name):
         try:
             out[key] = float(value)
         except (TypeError, ValueError):
-            raise AnsibleFilterError("%s: threshold %s must be a number, got %s" % (name, key, _metrics.short(value)))
+            raise AnsibleFilterError("%s: threshold %s must be a number, got %s" % (name, key, _short(value)))
     return out
 
 
@@ -128,11 +125,11 @@ def _is_number(value):
 def vllm_verify_result(probes, host, expect, thresholds=None):
     _need_lib("vllm_verify_result")
     if not isinstance(probes, Mapping):
-        raise AnsibleFilterError("vllm_verify_result: probes must be a dict, got %s" % _metrics.short(probes))
+        raise AnsibleFilterError("vllm_verify_result: probes must be a dict, got %s" % _short(probes))
     if not isinstance(expect, Mapping):
-        raise AnsibleFilterError("vllm_verify_result: expect must be a dict, got %s" % _metrics.short(expect))
+        raise AnsibleFilterError("vllm_verify_result: expect must be a dict, got %s" % _short(expect))
     if not host or not isinstance(host, str):
-        raise AnsibleFilterError("vllm_verify_result: host must be a name, got %s" % _metrics.short(host))
+        raise AnsibleFilterError("vllm_verify_result: host must be a name, got %s" % _short(host))
     return _verdict.host_entry(
         str(host), dict(probes), dict(expect), _thresholds(dict(thresholds or {}), "vllm_verify_result")
     )
@@ -142,81 +139,28 @@ def vllm_verify_unit_verdict(show_output, unit, max_restarts=0):
     _need_lib("vllm_verify_unit_verdict")
     if not isinstance(show_output, str):
         raise AnsibleFilterError(
-            "vllm_verify_unit_verdict expects the stdout of systemctl show, got %s" % _metrics.short(show_output)
+            "vllm_verify_unit_verdict expects the stdout of systemctl show, got %s" % _short(show_output)
         )
     if isinstance(max_restarts, bool) or not _is_number(max_restarts) or int(max_restarts) < 0:
         raise AnsibleFilterError(
-            "vllm_verify_unit_verdict: max_restarts must be 0 or more, got %s" % _metrics.short(max_restarts)
+            "vllm_verify_unit_verdict: max_restarts must be 0 or more, got %s" % _short(max_restarts)
         )
     return _unit_verdict(str(show_output), str(unit), int(max_restarts))
-
-
-def vllm_report_fragment(data, host, kind, instance=None):
-    _need_lib("vllm_report_fragment")
-    try:
-        return _fragments.fragment(str(host) if isinstance(host, str) else host, kind, data,
-                                instance=str(instance) if isinstance(instance, str) else instance)
-    except ValueError as exc:
-        raise AnsibleFilterError("vllm_report_fragment: %s" % exc)
-
-
-def vllm_report_fragment_name(frag):
-    _need_lib("vllm_report_fragment_name")
-    if not isinstance(frag, Mapping) or not {"host", "kind", "recorded_at"} <= set(frag):
-        raise AnsibleFilterError(
-            "vllm_report_fragment_name expects the output of vllm_report_fragment, got %s" % _metrics.short(frag)
-        )
-    return _fragments.fragment_name(frag)
-
-
-def vllm_report_merge(fragments, run_id=None, meta=None):
-    _need_lib("vllm_report_merge")
-    if isinstance(fragments, (str, Mapping)) or not hasattr(fragments, "__iter__"):
-        raise AnsibleFilterError("vllm_report_merge expects a list of fragments, got %s" % _metrics.short(fragments))
-    frags = list(fragments)
-    for item in frags:
-        if not isinstance(item, Mapping) or not {"host", "kind", "data"} <= set(item):
-            raise AnsibleFilterError("vllm_report_merge: not a report fragment: %s" % _metrics.short(item))
-    return _fragments.merge(frags, run_id=run_id, meta=dict(meta or {}))
-
-
-def _merged_report(name, report):
-    """`report` when it is vllm_report_merge's output, else an error naming the filter."""
-    _need_lib(name)
-    if not isinstance(report, Mapping) or "hosts" not in report:
-        raise AnsibleFilterError("%s expects the output of vllm_report_merge, got %s" % (name, _metrics.short(report)))
-    return report
-
-
-def vllm_report_markdown(report):
-    return _report.render_markdown(_merged_report("vllm_report_markdown", report))
-
-
-def vllm_report_html(report):
-    report = _merged_report("vllm_report_html", report)
-    from vllm_fleet import report_html  # matplotlib: loaded only where a page is written
-
-    return report_html.render_html(report)
 
 
 def vllm_probe_url(address, port, scheme="http"):
     _need_lib("vllm_probe_url")
     if scheme not in ("http", "https"):
-        raise AnsibleFilterError("vllm_probe_url: scheme must be http or https, got %s" % _metrics.short(scheme))
+        raise AnsibleFilterError("vllm_probe_url: scheme must be http or https, got %s" % _short(scheme))
     return _verdict.probe_url(address, port, scheme)
 
 
 class FilterModule:
-    """vLLM verification and rollout report filters."""
+    """vLLM verification filters."""
 
     def filters(self):
         return {
             "vllm_verify_result": vllm_verify_result,
             "vllm_verify_unit_verdict": vllm_verify_unit_verdict,
             "vllm_probe_url": vllm_probe_url,
-            "vllm_report_fragment": vllm_report_fragment,
-            "vllm_report_fragment_name": vllm_report_fragment_name,
-            "vllm_report_merge": vllm_report_merge,
-            "vllm_report_markdown": vllm_report_markdown,
-            "vllm_report_html": vllm_report_html,
         }

@@ -25,7 +25,15 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
+
+
+def short(value: Any, limit: int = 120, render: Callable[[Any], str] = repr) -> str:
+    """A value for an error message: rendered (its repr by default) and cut to `limit` characters. The one such
+    helper of the package and its filter plugins (here, in the standard-library module every other one may import)."""
+    text = render(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 # Every variable these checks read; the filter plugin fills the vllm role's defaults where the inventory is silent.
 UNIT_VARS = ("vllm_user", "vllm_group", "vllm_state_dir", "vllm_cache_dir", "vllm_home", "vllm_config_dir",

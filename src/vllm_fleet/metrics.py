@@ -22,9 +22,11 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from .inputs import short
 
 __all__ = [
     "CACHE_CONFIG_INFO",
@@ -172,13 +174,6 @@ class MetricsFacts:
 
     def counter(self, name: str) -> float | None:
         return self.counters.get(name)
-
-
-def short(value: Any, limit: int = 120, render: Callable[[Any], str] = repr) -> str:
-    """A value for an error message: rendered (its repr by default) and cut to `limit` characters. The one
-    such helper of the package and its filter plugins (it lives here, the module every other one imports)."""
-    text = render(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _facts(value: MetricsFacts | Mapping[str, Any]) -> MetricsFacts:

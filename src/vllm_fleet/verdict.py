@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from vllm_fleet import metrics as _metrics
 from vllm_fleet.endpoints import WILDCARD_ADDRESSES, probe_url  # noqa: F401 (the filter plugin's API)
+from vllm_fleet.inputs import short
 
 __all__ = ["crashed_after_start", "host_entry", "version_matches"]
 
@@ -293,7 +294,7 @@ def _judge_smoke(probes: _Probes, expect: Mapping[str, Any], served: str, before
     elif "smoke" in probes.not_probed:
         pass
     elif not choices or not usage.get("completion_tokens"):
-        out.errors.append("smoke chat completion: the answer has no generated tokens (%s)" % _metrics.short(body, 160, _as_json))
+        out.errors.append("smoke chat completion: the answer has no generated tokens (%s)" % short(body, 160, _as_json))
     elif budget is not None and latency is not None and latency > budget:
         out.errors.append(
             "smoke chat completion took %.3f s, over the latency budget of %.3f s" % (latency, budget)

@@ -24,6 +24,7 @@ MODELS = fixture_json("vllm", "0.32.0-cpu", "responses", "models.json")
 
 plugin = load_source("vllm_verify_filter", ROOT / "plugins" / "filter" / "vllm_verify.py")
 F = plugin.FilterModule().filters()
+R = load_source("vllm_report_filter", ROOT / "plugins" / "filter" / "vllm_report.py").FilterModule().filters()
 PROBES = {"health": {"ok": True, "already_up": True}, "version": {"status": 200, "json": {"version": "0.32.0"}},
           "models": {"status": 200, "json": MODELS}, "smoke": {"status": 200, "json": CHAT, "elapsed": 0},
           "metrics_before": {"status": 200, "content": IDLE}, "metrics_after": {"status": 200, "content": AFTER}}
@@ -35,9 +36,7 @@ def preempted(text: str, value: float) -> str:
 
 
 def test_only_what_the_role_uses_is_registered():
-    assert sorted(F) == ["vllm_probe_url", "vllm_report_fragment", "vllm_report_fragment_name", "vllm_report_html",
-                         "vllm_report_markdown",
-                         "vllm_report_merge", "vllm_verify_result", "vllm_verify_unit_verdict"]
+    assert sorted(F) == ["vllm_probe_url", "vllm_verify_result", "vllm_verify_unit_verdict"]
     used = " ".join(p.read_text() for p in (ROOT / "roles" / "vllm_verify").rglob("*.yml"))
     assert all(name in used for name in F)
 
@@ -57,13 +56,14 @@ def test_ansible_doc_reads_the_documentation():
 
 
 def test_verify_result_and_report_filters():
+    """A verification, as the role judges it, through the report filters (plugins/filter/vllm_report.py)."""
     entry = F["vllm_verify_result"](PROBES, "lab-1", EXPECT, {"min_prefix_queries": 100})
     assert entry["ok"] and entry["host"] == "lab-1"
-    frag = F["vllm_report_fragment"](entry, "lab-1", "verify")
-    assert F["vllm_report_fragment_name"](frag).endswith("--lab-1--verify.json")
-    merged = F["vllm_report_merge"]([frag], "run-1")
+    frag = R["vllm_report_fragment"](entry, "lab-1", "verify")
+    assert R["vllm_report_fragment_name"](frag).endswith("--lab-1--verify.json")
+    merged = R["vllm_report_merge"]([frag], "run-1")
     assert merged["summary"]["ok"] == ["lab-1"]
-    assert F["vllm_report_markdown"](merged).startswith("# vLLM rollout report: run-1")
+    assert R["vllm_report_markdown"](merged).startswith("# vLLM rollout report: run-1")
     verdict = F["vllm_verify_unit_verdict"]("ActiveState=active\nSubState=running\nNRestarts=0\n", "vllm@main.service")
     assert verdict["error"] == "" and verdict["restarts"] == 0
 
@@ -105,11 +105,6 @@ def test_thresholds_reach_the_findings():
          "threshold max_preemption_increase must be a number, got True"),
         (lambda: F["vllm_verify_unit_verdict"](None, "u"), "expects the stdout of systemctl show, got None"),
         (lambda: F["vllm_verify_unit_verdict"]("", "u", -1), "max_restarts must be 0 or more, got -1"),
-        (lambda: F["vllm_report_fragment"]({}, "h", "../x"), "kind must be a word"),
-        (lambda: F["vllm_report_fragment_name"]({"host": "h"}), "expects the output of vllm_report_fragment"),
-        (lambda: F["vllm_report_merge"]("hosts/"), "expects a list of fragments, got 'hosts/'"),
-        (lambda: F["vllm_report_merge"]([{"host": "h"}]), "not a report fragment: {'host': 'h'}"),
-        (lambda: F["vllm_report_markdown"]([]), "expects the output of vllm_report_merge, got []"),
     ],
 )
 def test_bad_values_are_named(call, message):
