@@ -508,14 +508,21 @@ def test_ansible_actions_run_the_repo_playbooks(fake_site, tmp_path):
     assert "\n| gpu-host/main | 6/6 | 2 |" in table and "\\n" not in table
 
 
-def test_summary_of_the_committed_gpu_results():
-    """docs/gpu/2026-11-29-run2-ada-emulation/summary.json is what summarize.py makes of the committed raw
-    results and the plan they ran with (experiments.json beside them)."""
+def committed_run(name):
+    """A committed run (docs/gpu/<name>): summarize.py, its folder, the plan it ran with, and the summary that
+    summarize.py makes of its results, asserted equal to the committed summary.json."""
     summarize = _load("summarize")
-    folder = ROOT / "docs" / "gpu" / "2026-11-29-run2-ada-emulation"
+    folder = ROOT / "docs" / "gpu" / name
     plan = json.loads((folder / "experiments.json").read_text())
     summary = summarize.summarise(plan, summarize.load_results(folder))
     assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
+    return summarize, folder, plan, summary
+
+
+def test_summary_of_the_committed_gpu_results():
+    """docs/gpu/2026-11-29-run2-ada-emulation/summary.json is what summarize.py makes of the committed raw
+    results and the plan they ran with (experiments.json beside them)."""
+    summarize, folder, plan, summary = committed_run("2026-11-29-run2-ada-emulation")
     rows = {r["experiment"]: r for r in summary["fidelity"]}
     assert len(rows) == 8 and all(abs(r["error_budget_pct"]) < 5 for r in rows.values())
     assert rows["fid-rtx4090-7b-decode"]["engine_kv_tokens"] == 148_736
@@ -533,11 +540,7 @@ def test_summary_of_the_committed_gpu_results():
 def test_summary_of_run_3():
     """docs/gpu/2026-11-29-run3-l40-comparison: the L40 pair in one run (goal met), the same KV sizes as the second
     run, and the bf16 4090 start that the old 300 s bound cut off, its KV size read from the start-up log."""
-    summarize = _load("summarize")
-    folder = ROOT / "docs" / "gpu" / "2026-11-29-run3-l40-comparison"
-    plan = json.loads((folder / "experiments.json").read_text())
-    summary = summarize.summarise(plan, summarize.load_results(folder))
-    assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
+    summarize, folder, plan, summary = committed_run("2026-11-29-run3-l40-comparison")
     rows = {r["experiment"]: r for r in summary["fidelity"]}
     assert all(abs(r["error_budget_pct"]) < 5 and abs(r["error_card_pct"]) < 5 for r in rows.values())
     second = {r["experiment"]: r["engine_kv_tokens"]
@@ -560,11 +563,7 @@ def test_summary_of_run_3():
 def test_summary_of_run_4():
     """docs/gpu/2026-11-29-run4-rtx4090-bf16: the 4090 with a bf16 KV cache (now the shipped rtx4090-7b-prefill) against
     vLLM's defaults and against the tuning reference's fp8 cache, in one run with one tool; the JIT cache kept between starts."""
-    summarize = _load("summarize")
-    folder = ROOT / "docs" / "gpu" / "2026-11-29-run4-rtx4090-bf16"
-    plan = json.loads((folder / "experiments.json").read_text())
-    summary = summarize.summarise(plan, summarize.load_results(folder))
-    assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
+    summarize, folder, plan, summary = committed_run("2026-11-29-run4-rtx4090-bf16")
     verdicts = {c["tuned"]: c["verdict"] for c in summary["comparisons"] if c["card"] == "RTX 4090"}
     assert verdicts == {"cand-rtx4090-7b-prefill-kv-auto": "goal met", "fid-rtx4090-7b-prefill": "goal not met"}
     rows = {r["experiment"]: r for r in summary["fidelity"]}
@@ -619,12 +618,8 @@ def test_summary_of_run_6():
     cache. Every shipped profile vLLM accepts sized its cache within 5% of the planner at its first start; both cards'
     shipped profiles met the goal against vLLM's defaults; the tuning reference's decode profile was refused by vLLM and by the
     planner; the verification passed and the wrong expectation failed."""
-    summarize = _load("summarize")
-    folder = ROOT / "docs" / "gpu" / "2026-11-29-run6-whole-plan"
-    plan = json.loads((folder / "experiments.json").read_text())
+    summarize, folder, plan, summary = committed_run("2026-11-29-run6-whole-plan")
     results = summarize.load_results(folder)
-    summary = summarize.summarise(plan, results)
-    assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
     assert summary["vllm_version"] == "0.26.0"
     shipped = {e["name"] for e in plan["experiments"] if e["name"].startswith("fid-")}
     rows = {r["experiment"]: r for r in summary["fidelity"]}
@@ -654,11 +649,7 @@ def test_summary_of_run_6():
 
 def test_summary_of_run_1_is_kept():
     """Run 1 (FlashAttention 3, before the planner's rework) stays readable with its own plan."""
-    summarize = _load("summarize")
-    folder = ROOT / "docs" / "gpu" / "2026-11-29-run1-hopper-kernels"
-    plan = json.loads((folder / "experiments.json").read_text())
-    summary = summarize.summarise(plan, summarize.load_results(folder))
-    assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
+    summarize, folder, plan, summary = committed_run("2026-11-29-run1-hopper-kernels")
     assert {r["experiment"]: r["engine_kv_tokens"] for r in summary["fidelity"]}["fid-rtx4090-7b-decode"] == 145_776
 
 
@@ -720,11 +711,7 @@ def test_run8_plan_derives_its_candidates_in_the_planner():
 def test_side_by_side_of_run7():
     """docs/gpu/2026-12-01-run7-rtx4090-side-by-side: each configuration against the defaults of the same run on
     issue #23's five figures; none is no worse on all five."""
-    summarize = _load("summarize")
-    folder = ROOT / "docs" / "gpu" / "2026-12-01-run7-rtx4090-side-by-side"
-    plan = json.loads((folder / "experiments.json").read_text())
-    summary = summarize.summarise(plan, summarize.load_results(folder))
-    assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
+    summarize, folder, plan, summary = committed_run("2026-12-01-run7-rtx4090-side-by-side")
     rows = {r["experiment"]: r for r in summary["side_by_side"]}
     assert rows["r7-default-rtx4090-7b"]["is_defaults"] and rows["r7-default-rtx4090-7b"]["kv_cache_tokens"] == 120_160
     assert rows["r7-rtx4090-7b-prefill"]["gives_up"] == ["median TTFT"]
@@ -739,11 +726,7 @@ def test_summary_of_run8():
     """docs/gpu/2026-12-02-run8-side-by-side: the L40's three settings, the 4090's fourth candidate and the AWQ profile,
     each beside vLLM's defaults of the same card and model in the same run; no setting is no worse on all five
     figures, the derived L40 setting gives up one (p99 TTFT, the burst at t=0)."""
-    summarize = _load("summarize")
-    folder = ROOT / "docs" / "gpu" / "2026-12-02-run8-side-by-side"
-    plan = json.loads((folder / "experiments.json").read_text())
-    summary = summarize.summarise(plan, summarize.load_results(folder))
-    assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
+    summarize, folder, plan, summary = committed_run("2026-12-02-run8-side-by-side")
     rows = {r["experiment"]: r for r in summary["side_by_side"]}
     assert set(rows) == set(plan_mod.RUN8) - {"r8-rtx4090-7b-prefix-heavy"}
     assert [n["experiment"] for n in summary["not_run"]] == ["r8-rtx4090-7b-prefix-heavy"]
@@ -788,11 +771,7 @@ def test_summary_of_run9():
     """docs/gpu/2026-12-02-run9-rtx4090-prefix-heavy: rtx4090-7b-prefix-heavy beside vLLM's defaults in one round; on
     the reference's random prompts it gives up four of the five figures (it keeps the mean ITL); the derived
     candidate did not fit in the round."""
-    summarize = _load("summarize")
-    folder = ROOT / "docs" / "gpu" / "2026-12-02-run9-rtx4090-prefix-heavy"
-    plan = json.loads((folder / "experiments.json").read_text())
-    summary = summarize.summarise(plan, summarize.load_results(folder))
-    assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
+    summarize, folder, plan, summary = committed_run("2026-12-02-run9-rtx4090-prefix-heavy")
     rows = {r["experiment"]: r for r in summary["side_by_side"]}
     assert set(rows) == {"r9-default-rtx4090-7b", "r9-rtx4090-7b-prefix-heavy"}
     assert [n["experiment"] for n in summary["not_run"]] == ["cand-rtx4090-7b-prefix-heavy-derived"]
