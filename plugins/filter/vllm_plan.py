@@ -252,7 +252,7 @@ ROLE_CODE = [os.path.join(ROOTDIR, part) for part in ("roles/vllm", "roles/vllm_
 
 
 # The role's variables that say how a run goes, not what the host runs.
-_NOT_STATE = {"vllm_fast_path"}
+_NOT_STATE = {"vllm_fast_path", "vllm_driver_ready"}
 
 
 def vllm_fingerprint(variables, host, plan_entry, extra=None):
