@@ -21,11 +21,15 @@ description:
     C(vllm_gateway_requests_running) reads C(vllm:num_requests_running) from an instance's /metrics text.
 options:
   _input:
-    description: See each filter.
+    description:
+      - The planned instances by host (C(vllm_plan_instances)'s output) for C(vllm_gateway_servers); hostvars for
+        C(vllm_gateway_deployed) and C(vllm_gateway_clients); a host's name for C(vllm_gateway_server_name).
+      - The API keys for C(vllm_gateway_tenants); a gateway's settings for C(vllm_gateway_errors); the runtime API's
+        C(show stat) CSV for C(vllm_gateway_sessions); an instance's /metrics text for C(vllm_gateway_requests_running).
     type: raw
     required: true
 requirements:
-  - The C(vllm_fleet) package (this repository's C(src/); the checkout's is used when it is not installed).
+  - The C(vllm_fleet) package (this checkout's C(src/), loaded beside the plugin).
 author:
   - vllm-fleet maintainers
 """
@@ -38,7 +42,12 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: See each filter.
+  description:
+    - C(vllm_gateway_servers), HAProxy's backend servers (name, address, port); C(vllm_gateway_deployed), what each
+      host runs now; C(vllm_gateway_server_name), a server's name (host_instance).
+    - C(vllm_gateway_tenants), the tenants with their keys' SHA-256; C(vllm_gateway_errors), messages;
+      C(vllm_gateway_clients), networks by family (ipv4, ipv6).
+    - C(vllm_gateway_sessions) and C(vllm_gateway_requests_running), numbers.
   type: raw
 """
 

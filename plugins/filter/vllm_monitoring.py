@@ -20,11 +20,15 @@ description:
     range-query answers, one per name, by instance (playbooks/diagnose.yml).
 options:
   _input:
-    description: See each filter.
+    description:
+      - plan.json for C(vllm_monitoring_targets); the gateways' hostvars for C(vllm_monitoring_gateway_targets); the
+        shipped rules file for C(vllm_monitoring_rules); a list of addresses or networks for C(vllm_firewall_networks).
+      - Prometheus' answers for C(vllm_monitoring_increases) and C(vllm_monitoring_series); the counters' increases
+        for C(vllm_monitoring_findings).
     type: raw
     required: true
 requirements:
-  - The C(vllm_fleet) package (this repository's C(src/); the checkout's is used when it is not installed).
+  - The C(vllm_fleet) package (this checkout's C(src/), loaded beside the plugin).
 author:
   - vllm-fleet maintainers
 """
@@ -37,7 +41,12 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: See each filter.
+  description:
+    - C(vllm_monitoring_targets) and C(vllm_monitoring_gateway_targets), Prometheus C(static_configs) entries;
+      C(vllm_monitoring_rules), the rule groups with the site's pending periods.
+    - C(vllm_firewall_networks), networks by family (ipv4, ipv6).
+    - C(vllm_monitoring_increases) and C(vllm_monitoring_series), the answers by instance;
+      C(vllm_monitoring_findings), the window's findings.
   type: raw
 """
 

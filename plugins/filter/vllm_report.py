@@ -15,7 +15,10 @@ description:
   - Every filter raises AnsibleFilterError naming the value it could not use.
 options:
   _input:
-    description: See each filter.
+    description:
+      - For C(vllm_report_fragment), the event's data (a verification result, load-loop numbers, a rollback...).
+      - For C(vllm_report_fragment_name), a fragment; for C(vllm_report_merge), a run's fragments.
+      - For C(vllm_report_markdown) and C(vllm_report_html), the merged report.
     type: raw
     required: true
 requirements:

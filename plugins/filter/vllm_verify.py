@@ -34,7 +34,7 @@ options:
     description: Day-2 thresholds (min_acceptance_rate, min_prefix_hit_rate, max_preemption_increase...).
     type: dict
 requirements:
-  - The C(vllm_fleet) package (this repository's C(src/); the checkout's is used when it is not installed) and
+  - The C(vllm_fleet) package (this checkout's C(src/), loaded beside the plugin) and
     C(prometheus_client).
 author:
   - vllm-fleet maintainers
