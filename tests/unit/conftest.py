@@ -4,8 +4,9 @@ threaded local HTTP server behind the stand-ins of a vLLM server.
 The layout mirrors the source: tests/unit/vllm_fleet/test_planner.py for src/vllm_fleet/planner.py,
 tests/unit/plugins/filter/test_vllm_verify.py for plugins/filter/vllm_verify.py, tests/unit/roles/ for the
 roles, tests/unit/playbooks/ for playbooks/. Tests that run ansible-playbook are marked ``integration``.
-Test modules import the names below (``from conftest import ROOT, fixture_text, LocalServer``): their
-stand-ins subclass LocalServer, and their module-level constants read fixtures at import time.
+Test modules import the names below (``from conftest import ROOT, fixture_text, LocalServer``): StandInVllm is
+the stand-in vLLM (tests/serving.py), the other stand-ins subclass LocalServer for the endpoint they test, and
+their module-level constants read fixtures at import time.
 Standard library only: the parser tests run it in the .venv-vllm test venv too.
 """
 
@@ -99,4 +100,4 @@ def fixture_json(*parts: str) -> Any:
     return json.loads(fixture_text(*parts))
 
 
-from serving import LocalServer  # noqa: E402,F401  (tests/serving.py: shared with the fleet scenario)
+from serving import LocalServer, StandInVllm  # noqa: E402,F401  (tests/serving.py: shared with the fleet scenario)

