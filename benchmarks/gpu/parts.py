@@ -91,4 +91,4 @@ def schedule(experiments: list[dict], budgets: tuple[float, ...] = (550.0, 560.0
     by_name = {e["name"]: e["est_s"] for e in experiments}
     experiment_s = sum(by_name[n] for r in rounds for n in r)
     return {"rounds": rounds, "experiment_s": experiment_s,
-            "device_s": STAGING_S + INSTALL_S + PER_ROUND_S * len(rounds) + experiment_s}
+            "gpu_s": STAGING_S + INSTALL_S + PER_ROUND_S * len(rounds) + experiment_s}

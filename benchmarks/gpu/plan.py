@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
               f"errors {len(p['errors'])}  actions {[a['name'] for a in e['actions']]}")
     packed = schedule(plan["experiments"])
     print(f"expected: {packed['experiment_s']} s of experiments; in rounds of --budget-s 550/560 (parts.py): "
-          f"{len(packed['rounds'])} rounds, about {packed['device_s']} s of GPU time with staging")
+          f"{len(packed['rounds'])} rounds, about {packed['gpu_s']} s of GPU time with staging")
     return 0
 
 
