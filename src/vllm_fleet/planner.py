@@ -111,6 +111,7 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
         # The one resolution of the profile: verify.yml and benchmark.yml take it from here even when the rest of
         # the host's plan has errors (what runs is verified all the same).
         entry["profile_effective"] = profile
+        entry["served_model_name"] = render.served_model_name(profile)
     gpu = hostvars.get("vllm_gpu")
     errors += _validate_gpu(host, gpu)
     spec = profile.get("speculative") or {}

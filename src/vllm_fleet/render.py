@@ -227,6 +227,12 @@ def _extra(extra_args: Mapping[str, Any], profile: Mapping[str, Any], version: V
             result.args += [_flag(name), _number(value)]
 
 
+def served_model_name(profile: Mapping[str, Any]) -> str:
+    """The name the instance serves its model under: the profile's served_model_name, else its model id (the one
+    rule; the plan entry carries it for the verification and the benchmark)."""
+    return str(profile.get("served_model_name") or profile["model"])
+
+
 def render_args(profile: Mapping[str, Any], version: str, model_path: str | None = None,
                 draft_model_path: str | None = None, extra_args: Mapping[str, Any] | None = None) -> RenderResult:
     """The `vllm serve` arguments of a resolved, valid profile for vLLM `version`.
@@ -240,7 +246,7 @@ def render_args(profile: Mapping[str, Any], version: str, model_path: str | None
         raise ValueError("the profile has no model; fix: set model")
     result = RenderResult()
     result.args.append(str(model_path or profile["model"]))  # era('model'): positional throughout
-    result.args += ["--served-model-name", str(profile.get("served_model_name") or profile["model"])]
+    result.args += ["--served-model-name", served_model_name(profile)]
 
     for key in _VALUE_KEYS:
         if key in profile:
