@@ -1,6 +1,4 @@
 """Filters over vllm_fleet: resolve a host's profile, render its vLLM arguments, plan its capacity."""
-import base64
-import json
 import os
 import sys
 from collections.abc import Mapping
@@ -15,7 +13,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
 if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
-from vllm_fleet import compat, endpoints, fingerprint, inputs, planner  # noqa: E402
+from vllm_fleet import compat, datafiles, inputs, planner  # noqa: E402
 
 DOCUMENTATION = r"""
 name: vllm_plan_host
@@ -30,10 +28,9 @@ description:
   - "C(hostvars | vllm_plan_hosts(ansible_play_hosts, typical_prompt_tokens, typical_output_tokens)) plans many hosts
     in one pass and returns the whole C(plan.json), a dict with one key C(hosts): host name to plan."
   - The same file holds C(vllm_min_driver) (vllm_version | vllm_min_driver, the C({vllm, cuda, driver}) line of data/cuda_compat.yml),
-    C(vllm_plan_table) (plan | vllm_plan_table), C(vllm_plan_instances) (hostvars | vllm_plan_instances(hosts), each host's
-    planned instances) and C(vllm_deployed_instances) (slurped args files | vllm_deployed_instances(address), the instances
-    a host runs now) and C(vllm_fingerprint) (hostvars[host] | vllm_fingerprint(host, plan_entry, extra), the digest of
-    what a host should run, for site.yml's fast path of a re-run); those raise AnsibleFilterError naming the bad value.
+    C(vllm_plan_table) (plan | vllm_plan_table) and C(vllm_plan_instances) (hostvars | vllm_plan_instances(hosts), each
+    host's planned instances); those raise AnsibleFilterError naming the bad value. The fast path's filters are in
+    vllm_fast_path.py.
 options:
   _input:
     description:
@@ -94,20 +91,20 @@ _PLAN_VARS = tuple(dict.fromkeys(("vllm_profile_name", "vllm_profile", "vllm_gpu
 def plan_inputs(variables, skip=()):
     """The planning variables of one host (a dict, or Ansible's lazy hostvars), with the role's defaults (also
     in place of the names in `skip`, which its argument spec refused)."""
-    inputs = {}
+    values = {}
     defaults = deploy_defaults()
     for name in _PLAN_VARS:
         value = None if name in skip else variables.get(name)
         if isinstance(value, Undefined):
             continue  # built from what the plan publishes (vllm_profile_effective): the role checks it
-        inputs[name] = defaults.get(name) if value is None and name in defaults else _plain(value)
+        values[name] = defaults.get(name) if value is None and name in defaults else inputs.plain(value)
     for name in ("vllm_typical_prompt_tokens", "vllm_typical_output_tokens", "ansible_host"):
         if variables.get(name) is not None:
-            inputs[name] = variables.get(name)
+            values[name] = variables.get(name)
     detected = variables.get("nvidia_driver_gpus")  # the nvidia_driver role's fact, once it has verified the cards
     if isinstance(detected, Mapping):
-        inputs["vllm_gpu"] = planner.detected_gpu(inputs.get("vllm_gpu"), _plain(detected))
-    return inputs
+        values["vllm_gpu"] = planner.detected_gpu(values.get("vllm_gpu"), inputs.plain(detected))
+    return values
 
 
 # The roles site.yml runs on a host, by the group that brings them: the plan checks every setting a host gives
@@ -115,36 +112,16 @@ def plan_inputs(variables, skip=()):
 SITE_ROLES = (("vllm_nodes", ("vllm", "vllm_verify")), ("gpu_nodes", ("nvidia_driver",)))
 ROOTDIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ROLES = os.path.join(ROOTDIR, "roles")
-_SECRET_WORDS = ("key", "token", "password", "secret")
-
-
-@lru_cache(maxsize=None)
-def role_options(role):
-    """The options of a role's main entry point (roles/ROLE/meta/argument_specs.yml)."""
-    with open(os.path.join(ROLES, role, "meta", "argument_specs.yml")) as handle:
-        return yaml.safe_load(handle)["argument_specs"]["main"]["options"]
 
 
 @lru_cache(maxsize=None)
 def _validator(role, name):
-    spec = {key: value for key, value in role_options(role)[name].items() if key not in ("default", "required")}
+    spec = {key: value for key, value in datafiles.role_options(ROLES, role)[name].items() if key not in ("default", "required")}
     return ArgumentSpecValidator({name: spec})
 
 
-def _plain(value):
-    """Ansible's lazy containers and tagged strings as plain Python, so that messages show plain values."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    for kind in (bool, str, int, float):  # bool before int: True is an int too
-        if isinstance(value, kind):
-            return kind(value)
-    return value
-
-
 def _spec_message(host, role, name, option, value, error):
-    secret = option.get("no_log") or any(word in name.lower() for word in _SECRET_WORDS)
+    secret = inputs.is_secret(name, option)
     shown = f"{name} (value not shown)" if secret else f"{name}={value!r}"
     where = f"(the {role} role's argument spec, README)"
     kind = type(error).__name__
@@ -167,13 +144,13 @@ def spec_errors(host, variables):
         if group not in groups:
             continue
         for role in roles:
-            for name, option in role_options(role).items():
+            for name, option in datafiles.role_options(ROLES, role).items():
                 if name in failed or name not in variables:
                     continue
                 value = variables.get(name)
                 if value is None or isinstance(value, Undefined):
                     continue  # Undefined: built from what the plan publishes (vllm_profile_effective)
-                value = _plain(value)
+                value = inputs.plain(value)
                 result = _validator(role, name).validate({name: value})
                 if result.error_messages:
                     errors.append(_spec_message(host, role, name, option, value, result.errors.errors[0]))
@@ -223,59 +200,6 @@ def vllm_plan_instances(hostvars, hosts):
             for host, variables in _each_host("vllm_plan_instances", hostvars, hosts)}
 
 
-def vllm_deployed_instances(slurped, inventory_address):
-    """The instances a host runs now (vllm_fleet.endpoints.deployed), from the results of slurping each one's
-    <instance>.args.json (looped over the instance names); an instance without a readable file counts with the
-    default port."""
-    if isinstance(slurped, Mapping):
-        slurped = slurped.get("results")
-    if not isinstance(slurped, (list, tuple)):
-        raise AnsibleFilterError(f"vllm_deployed_instances: expected the slurp results, got {slurped!r:.200}")
-    out = []
-    for result in slurped:
-        args = []
-        if isinstance(result, Mapping) and result.get("content"):
-            try:
-                args = json.loads(base64.b64decode(result["content"]))
-            except ValueError:
-                args = []
-        try:
-            out.append(endpoints.deployed(str(result["item"]), args, str(inventory_address)))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise AnsibleFilterError(f"vllm_deployed_instances: {result!r:.200}: {exc}") from exc
-    return out
-
-
-# What the vllm role's work on a host derives from besides its variables: its tasks, files and templates, the
-# modules it runs, and the project's templates (vllm_fleet.fingerprint: a new version of the project is a change).
-ROLE_CODE = [os.path.join(ROOTDIR, part) for part in ("roles/vllm", "roles/vllm_firewall", "templates", "plugins/modules", "plugins/module_utils")]
-
-
-# The role's variables that say how a run goes, not what the host runs.
-_NOT_STATE = {"vllm_fast_path", "vllm_driver_ready"}
-
-
-def vllm_fingerprint(variables, host, plan_entry, extra=None):
-    """The digest of what `host` should run: every variable of the vllm role's argument spec as the host has it
-    (secrets by their digest only), its plan entry, `extra` (what the role derives from other hosts: the gateways
-    its firewall admits) and the role's code."""
-    if not hasattr(variables, "get") or not isinstance(plan_entry, Mapping):
-        raise AnsibleFilterError(f"vllm_fingerprint: {host}: expected the host's variables and its plan entry")
-    values = {}
-    for name, option in role_options("vllm").items():
-        if name in _NOT_STATE:
-            continue
-        value = variables.get(name)
-        if isinstance(value, Undefined):
-            continue
-        value = _plain(value)
-        if option.get("no_log") or any(word in name for word in _SECRET_WORDS):
-            value = fingerprint.digest(value)
-        values[name] = value
-    return fingerprint.digest({"variables": values, "plan": _plain(plan_entry), "extra": _plain(extra),
-                               "code": fingerprint.tree_digest(ROLE_CODE)})
-
-
 def vllm_min_driver(vllm_version):
     """The {vllm, cuda, driver} line of data/cuda_compat.yml that applies to a vLLM release."""
     try:
@@ -299,7 +223,5 @@ class FilterModule:
             "vllm_plan_hosts": vllm_plan_hosts,
             "vllm_plan_table": vllm_plan_table,
             "vllm_plan_instances": vllm_plan_instances,
-            "vllm_deployed_instances": vllm_deployed_instances,
-            "vllm_fingerprint": vllm_fingerprint,
             "vllm_min_driver": vllm_min_driver,
         }

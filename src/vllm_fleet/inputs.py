@@ -35,6 +35,27 @@ def short(value: Any, limit: int = 120, render: Callable[[Any], str] = repr) -> 
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+SECRET_WORDS = ("key", "token", "password", "secret")
+
+
+def is_secret(name: str, option: Mapping[str, Any]) -> bool:
+    """A setting whose value is never shown, nor recorded but by its digest: no_log in its spec, or a name that says
+    key, token, password or secret."""
+    return bool(option.get("no_log")) or any(word in name.lower() for word in SECRET_WORDS)
+
+
+def plain(value: Any) -> Any:
+    """Ansible's lazy containers and tagged strings as plain Python, so that messages and digests see plain values."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    for kind in (bool, str, int, float):  # bool before int: True is an int too
+        if isinstance(value, kind):
+            return kind(value)
+    return value
+
+
 # Every variable these checks read; the filter plugin fills the vllm role's defaults where the inventory is silent.
 UNIT_VARS = ("vllm_user", "vllm_group", "vllm_state_dir", "vllm_cache_dir", "vllm_home", "vllm_config_dir",
              "vllm_instance", "vllm_bind_address", "vllm_port", "vllm_device_allow", "vllm_environment",

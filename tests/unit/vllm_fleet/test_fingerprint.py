@@ -6,7 +6,7 @@ from __future__ import annotations
 from conftest import ROOT, load_source
 from vllm_fleet import fingerprint, planner
 
-plugin = load_source("vllm_plan_filter", ROOT / "plugins" / "filter" / "vllm_plan.py")
+plugin = load_source("vllm_fast_path_filter", ROOT / "plugins" / "filter" / "vllm_fast_path.py")
 HOST = {"vllm_profile_name": "cpu-lab-tiny", "vllm_version": "0.32.0", "vllm_api_key": "sk-lab-1",
         "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 2},
         "vllm_environment": {"VLLM_CPU_KVCACHE_SPACE": "1"}}

@@ -26,7 +26,7 @@ def test_filter_plugin_filters():
 
     filters = vllm_plan.FilterModule().filters()
     assert set(filters) == {"vllm_plan_host", "vllm_plan_hosts", "vllm_plan_table", "vllm_min_driver",
-                            "vllm_plan_instances", "vllm_deployed_instances", "vllm_fingerprint"}
+                            "vllm_plan_instances"}
     assert filters["vllm_min_driver"]("0.33.0")["driver"] == "580.65.06"
     with pytest.raises(AnsibleFilterError, match="vllm_min_driver: vllm_version='latest'"):
         filters["vllm_min_driver"]("latest")
@@ -99,26 +99,3 @@ def test_detected_gpus_replace_the_groups_assumption_with_its_bandwidth_for_the_
     assert detected["gpu"] == {"name": "NVIDIA L40", "count": 1, "memory_mib": 46068, "compute_cap": "8.9"}
     assert detected["capacity"] == filters["vllm_plan_host"](dict(host, vllm_gpu=dict(L40, compute_cap="8.9")),
                                                              "a")["capacity"]
-
-
-def test_deployed_instances_are_read_from_the_arguments_each_unit_runs():
-    """What deployed.yml's slurp of each <instance>.args.json gives: where each instance answers now."""
-    import base64
-    import json
-
-    filters = load_filters().FilterModule().filters()
-
-    def slurped(name, args):
-        return {"item": name, "content": base64.b64encode(json.dumps(args).encode()).decode()}
-
-    found = filters["vllm_deployed_instances"]({"results": [
-        slurped("main", ["/m", "--host", "10.0.0.5", "--port", "8000"]),
-        slurped("gpu1", ["/m", "--port", "8001"]),  # binds every interface: reached at the inventory's address
-        {"item": "broken", "failed": True, "msg": "file not found"},
-    ]}, "10.0.0.9")
-    assert [(i["name"], i["address"], i["port"], i["local_url"], i["unit"]) for i in found] == [
-        ("main", "10.0.0.5", 8000, "http://10.0.0.5:8000", "vllm@main.service"),
-        ("gpu1", "10.0.0.9", 8001, "http://127.0.0.1:8001", "vllm@gpu1.service"),
-        ("broken", "10.0.0.9", 8000, "http://127.0.0.1:8000", "vllm@broken.service")]
-    with pytest.raises(Exception, match="expected the slurp results"):
-        filters["vllm_deployed_instances"]("not a list", "h")
