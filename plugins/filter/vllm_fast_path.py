@@ -19,8 +19,6 @@ options:
       - For C(vllm_deployed_instances), the results of slurping each instance's arguments file.
     type: raw
     required: true
-requirements:
-  - The C(vllm_fleet) package (this checkout's C(src/), loaded beside the plugin).
 author:
   - vllm-fleet maintainers
 """

@@ -28,8 +28,6 @@ options:
         C(show stat) CSV for C(vllm_gateway_sessions); an instance's /metrics text for C(vllm_gateway_requests_running).
     type: raw
     required: true
-requirements:
-  - The C(vllm_fleet) package (this checkout's C(src/), loaded beside the plugin).
 author:
   - vllm-fleet maintainers
 """

@@ -27,8 +27,6 @@ options:
         for C(vllm_monitoring_findings).
     type: raw
     required: true
-requirements:
-  - The C(vllm_fleet) package (this checkout's C(src/), loaded beside the plugin).
 author:
   - vllm-fleet maintainers
 """

@@ -137,6 +137,25 @@ def check_bounds(requests: int, concurrency: int, duration_s: float, prompt_toke
         raise BenchError("; ".join(problems))
 
 
+class Events:
+    """The events of a streamed OpenAI-style answer (server-sent events): each ``data:`` line's JSON, in order, until
+    ``data: [DONE]``; ``done`` says whether the stream reached it (a stream cut before it did not)."""
+
+    def __init__(self, lines: Iterable[bytes]):
+        self.lines, self.done = lines, False
+
+    def __iter__(self):
+        for raw in self.lines:
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                self.done = True
+                return
+            yield json.loads(data)
+
+
 class Client:
     """One HTTP(S) connection per call; the server is the host's own vLLM."""
 
@@ -185,14 +204,7 @@ class Client:
                 return out
             last = None
             chunks = 0
-            for raw in resp:
-                line = raw.decode("utf-8", "replace").strip()
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                event = json.loads(data)
+            for event in Events(resp):
                 now = clock()
                 if event.get("usage"):
                     out["output_tokens"] = int(event["usage"].get("completion_tokens") or 0)

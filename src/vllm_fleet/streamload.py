@@ -25,8 +25,8 @@ import time
 import urllib.parse
 from typing import Any
 
-# The same percentile as the benchmark's (nearest rank).
-from vllm_fleet.bench import percentile
+# The benchmark's percentile (nearest rank) and its reader of a streamed answer's events.
+from vllm_fleet.bench import Events, percentile
 
 
 class Stream:
@@ -62,16 +62,9 @@ class Stream:
                 result["error"] = f"HTTP {response.status}"
                 response.read()
                 return result
-            finished = done = False
-            for raw in response:
-                line = raw.decode("utf-8", "replace").strip()
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    done = True
-                    break
-                event = json.loads(data)
+            finished = False
+            events = Events(response)
+            for event in events:
                 for choice in event.get("choices") or []:
                     if (choice.get("delta") or {}).get("content") is not None or choice.get("finish_reason"):
                         if result["ttft"] is None:
@@ -81,7 +74,7 @@ class Stream:
                         finished = True
             if result["ttft"] is None:
                 result["error"] = "the stream carried no token"
-            elif finished and done:
+            elif finished and events.done:
                 result["outcome"] = "ok"
             else:
                 result["outcome"], result["error"] = "cut", "the stream ended before its finish reason and [DONE]"
