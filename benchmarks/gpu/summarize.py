@@ -50,6 +50,7 @@ def load_results(folder: Path) -> list[dict]:
             exp["_round"] = data["round"]
             exp["_log"] = logs.get(exp["name"], "")
             exp["_environment"] = data.get("environment") or {}
+            exp["_jit_cache"] = data.get("jit_cache")
         out.extend(data["experiments"])
     return out
 
@@ -93,6 +94,18 @@ def compile_cache(log: str) -> str | None:
     if "Directly load the compiled graph" in log:
         return "warm"
     return "cold" if "Compiling a graph for compile range" in log else None
+
+
+def graph_captures(log: str) -> list[int]:
+    """The seconds each CUDA graph capture of a start took (vLLM's start-up log): a few seconds when the
+    driver's JIT cache held the kernels, minutes when the driver compiled them."""
+    return [int(s) for s in re.findall(r"Graph capturing finished in (\d+) secs", log)]
+
+
+def jit_cache(results: list[dict]) -> list[dict]:
+    """Per round, the driver's JIT cache the harness unpacked before the round's first start (runs from 5 on)."""
+    rounds = {rec["_round"]: rec["_jit_cache"] for rec in results if rec.get("_jit_cache")}
+    return [dict(round=n, **rounds[n]) for n in sorted(rounds)]
 
 
 def engine_kv(rec: dict) -> tuple[int | None, str | None]:
@@ -157,6 +170,7 @@ def summarise(plan: dict, results: list[dict]) -> dict:
             "engine_kv_tokens": actual, "engine_source": source,
             "num_gpu_blocks": int(cache["num_gpu_blocks"]) if cache.get("num_gpu_blocks") else None,
             "compile_cache": compile_cache(basis.get("_log", "")),
+            "graph_capture_s": graph_captures(basis.get("_log", "")), "jit_cache_mib": basis.get("jit_cache_mib"),
             "planner_card_tokens": card_plan, "error_card_pct": pct(card_plan, actual),
             "planner_budget_tokens": now["capacity"]["kv_cache_tokens"],
             "error_budget_pct": pct(now["capacity"]["kv_cache_tokens"], actual),
@@ -174,7 +188,9 @@ def summarise(plan: dict, results: list[dict]) -> dict:
         if warm:
             warm_kv = engine_kv(warm)[0]
             row["warm_restart"] = {"round": warm["_round"], "start_s": warm.get("start_s"), "engine_kv_tokens": warm_kv,
-                                   "error_card_pct": pct(card_plan, warm_kv)}
+                                   "error_card_pct": pct(card_plan, warm_kv),
+                                   "graph_capture_s": graph_captures(warm.get("_log", "")),
+                                   "jit_cache_mib": warm.get("jit_cache_mib")}
         fidelity.append(row)
         for action in rec.get("actions") or []:
             if action.get("status") == "skipped":  # did not fit in the round (older records lack "kind")
@@ -211,7 +227,8 @@ def summarise(plan: dict, results: list[dict]) -> dict:
                     loads.append(entry)
     out = {"date": plan["date"], "vllm_version": plan["vllm_version"], "fidelity": fidelity, "refusals": refusals,
            "verification": verification, "loads": loads, "single_stream": single, "not_run": not_run,
-           "comparisons": compare(plan, loads, not_run), "repeats": [_repeat(rec) for rec in superseded]}
+           "comparisons": compare(plan, loads, not_run), "repeats": [_repeat(rec) for rec in superseded],
+           "jit_cache": jit_cache(results)}
     beside = side_by_side(plan, loads, latest)
     if beside:  # runs from 7 on, whose defaults ran as rN-default-*: summaries of earlier runs stay as they were
         out["side_by_side"] = beside
@@ -273,7 +290,8 @@ def _repeat(rec: dict) -> dict:
         for a in rec.get("actions") or [] if a.get("kind") in ("bench", "fleet") and a.get("result")]
     return {"experiment": rec["name"], "round": rec["_round"], "status": rec["status"], "start_s": rec.get("start_s"),
             "engine_kv_tokens": engine_kv(rec)[0], "compile_cache": compile_cache(rec.get("_log", "")),
-            "jit_cache_mib": rec.get("jit_cache_mib"), "loads": loads}
+            "graph_capture_s": graph_captures(rec.get("_log", "")), "jit_cache_mib": rec.get("jit_cache_mib"),
+            "loads": loads}
 
 
 def _single(entry: dict, exp: dict, rate: float | None) -> dict:

@@ -134,7 +134,7 @@ def test_h200_calibration_point():
 
 
 # Measured on the H200 with vLLM 0.26.0, second run (docs/gpu-results.md;
-# docs/gpu/2026-11-29-run2-ada-emulation/results-round1..4.json):
+# docs/gpu/2026-11-29-run2-ada-emulation/summary.json):
 # the engine's kv_cache_size_tokens, on the budget vLLM had (CUDA's 143,156 MiB x the emulated
 # utilization), with the harness's Ada emulation (attention_config flash_attn_version 2).
 # (name, profile, overrides, emulated gpu_memory_utilization, engine KV tokens)
