@@ -6,7 +6,6 @@
                                   not yet done on this host, in order; results into $OUT
     harness.py next-round         the number the next `run` takes on this host
     harness.py jit-cache-save     pack the driver's JIT cache into $OUT (`run` unpacks the plan's)
-    harness.py stage              copy the bundle parts found in .gpu/ to /tmp (parts.py)
 
 What `run` does, in order, writing $OUT/results-roundN.json and $OUT/raw-roundN.tar.gz after every
 experiment (so a round stopped at its time limit still leaves what it measured):
@@ -697,7 +696,6 @@ class Runner:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("stage", help="copy the bundle parts found in .gpu/ to /tmp (parts.py)")
     sub.add_parser("next-round", help="print the number the next run on this host takes")
     j = sub.add_parser("jit-cache-save", help="pack the driver's JIT cache into --out")
     j.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/gpu-out")))
@@ -720,14 +718,6 @@ def main(argv: list[str] | None = None) -> int:
         pieces = save_jit_cache(env, args.out)
         log(f"JIT cache {jit_cache_mib(env)} MiB packed into {len(pieces)} part(s): "
             + ", ".join(f"{q.name} {q.stat().st_size / 2**20:.1f} MiB" for q in pieces))
-        return 0
-    if args.cmd == "stage":
-        sums = REPO / ".gpu" / bundle.SUMS
-        if not sums.exists():
-            log(f"no {sums.relative_to(REPO)}: copy it with the part (build-bundle.sh writes both)")
-            return 1
-        staged, missing = parts.stage(REPO / ".gpu", bundle.read_sums(sums), BUNDLE_DIR / "parts")
-        log(f"staged {', '.join(staged) or 'nothing'}; missing: {missing or 'none'}")
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     plan = json.loads(args.plan.read_text())

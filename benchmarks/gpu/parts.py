@@ -7,7 +7,7 @@ where they live:
 
 - it takes at most 64 MiB of files per command, so the wheel bundle travels as parts of 48 MiB
   (PART_BYTES: a part, the checkout and the carried JIT cache fit beside each other), which
-  `stage` collects into /tmp one command at a time while the machine stays up;
+  `parts.py stage` (run.sh stage) collects into /tmp one command at a time while the machine stays up;
 - it returns files of at most 16 MiB, so the driver's JIT cache comes back as parts of 15 MiB
   (JIT_PART_BYTES);
 - a command runs for at most about ten minutes, so the harness runs the plan in rounds
@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 from pathlib import Path
 
 PART_BYTES = 48 * 1024 * 1024  # bundle parts: 64 MiB per command in all, with the checkout and the JIT cache
@@ -92,3 +93,25 @@ def schedule(experiments: list[dict], budgets: tuple[float, ...] = (550.0, 560.0
     experiment_s = sum(by_name[n] for r in rounds for n in r)
     return {"rounds": rounds, "experiment_s": experiment_s,
             "gpu_s": STAGING_S + INSTALL_S + PER_ROUND_S * len(rounds) + experiment_s}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`parts.py stage`: copy the bundle parts carried into the checkout's .gpu/ to where the harness's install
+    looks for them, and say which parts are still missing."""
+    import bundle  # imported here: bundle and harness both import this module
+    import harness
+
+    if (argv if argv is not None else sys.argv[1:]) != ["stage"]:
+        print("usage: parts.py stage", file=sys.stderr)
+        return 2
+    sums = harness.REPO / ".gpu" / bundle.SUMS
+    if not sums.exists():
+        harness.log(f"no {sums.relative_to(harness.REPO)}: copy it with the part (build-bundle.sh writes both)")
+        return 1
+    staged, missing = stage(harness.REPO / ".gpu", bundle.read_sums(sums), harness.BUNDLE_DIR / "parts")
+    harness.log(f"staged {', '.join(staged) or 'nothing'}; missing: {missing or 'none'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

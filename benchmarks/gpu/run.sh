@@ -33,7 +33,7 @@ case ${1:-} in
       date -u +%FT%TZ
       nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader 2>&1
       python3 --version; command -v xz || echo "no xz (python lzma used)"
-      python3 benchmarks/gpu/harness.py stage
+      python3 benchmarks/gpu/parts.py stage
     } 2>&1 | tee -a "$OUT/stage.log"
     ;;
   jit-cache)
