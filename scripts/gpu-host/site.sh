@@ -356,7 +356,7 @@ run_steps() {
 
 case ${1:-} in
   probe) probe ;;
-  stage) "$PY" benchmarks/gpu/harness.py stage ;;
+  stage) "$PY" benchmarks/gpu/parts.py stage ;;
   run) run_steps "${2:-100000}"; tail -n 30 "$LOGS/summary.txt" ;;
   *) echo "usage: $0 probe | stage | run [BUDGET_S]" >&2; exit 2 ;;
 esac
