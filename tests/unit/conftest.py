@@ -57,12 +57,20 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1
 
 
-def load_source(name: str, path: str | os.PathLike[str]) -> Any:
+def load_source(name: str, path: str | os.PathLike[str], beside: str | os.PathLike[str] | None = None) -> Any:
     """A Python file that is not an importable module (a role's script, a plugin, a module_utils file), loaded
-    under `name`."""
+    under `name`; with `beside`, that folder is first on sys.path while it loads (a script that imports its
+    sibling files)."""
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    if beside is None:
+        spec.loader.exec_module(module)
+        return module
+    sys.path.insert(0, str(beside))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(beside))
     return module
 
 

@@ -2,9 +2,9 @@
 them (not a test file; the project's one conftest.py is tests/unit/conftest.py)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
+
+from conftest import load_source
 
 ROOT = Path(__file__).resolve().parents[4]
 GPU = ROOT / "benchmarks" / "gpu"
@@ -12,14 +12,8 @@ METRICS_026 = ROOT / "tests" / "unit" / "fixtures" / "vllm" / "0.26.0-cuda-h200"
 
 
 def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"gpu_{name}", GPU / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(GPU))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(GPU))
-    return module
+    """benchmarks/gpu/<name>.py, with its folder on sys.path while it loads (it imports its siblings)."""
+    return load_source(f"gpu_{name}", GPU / f"{name}.py", beside=GPU)
 
 
 bundle = load("bundle")
