@@ -211,9 +211,9 @@ def test_an_instance_the_plan_no_longer_has_is_drained_and_removed():
     rc, output = site("-l", "fleet-2", "-e", '{"vllm_gpus": [0], "vllm_profile": {"max_num_seqs": 6}}',
                       run_id="remove-cpu1")
     assert rc == 0, output[-4000:]
-    assert "Stop and disable the instance the plan no longer has cpu1" in output
-    assert output.index("Drain the instance at every gateway that still lists it") < output.index(
-        "Stop and disable the instance the plan no longer has cpu1")
+    assert "Stop and disable the removed instance cpu1" in output
+    assert output.index("Drain the removed instance at every gateway") < output.index(
+        "Stop and disable the removed instance cpu1")
     left = on("fleet-2", "sh", "-c", "ls /etc/systemd/system/vllm@*.service /etc/vllm/*.env /etc/vllm/releases")
     assert "vllm@cpu1.service" not in left and "cpu1.env" not in left and "cpu1" not in left.split(), left
     assert on("fleet-2", "systemctl", "is-active", "vllm@cpu1.service", check=False).strip() == "inactive"

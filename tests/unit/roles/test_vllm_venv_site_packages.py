@@ -16,7 +16,7 @@ from conftest import ROOT
 def _pth_task():
     tasks = yaml.safe_load((ROOT / "roles" / "vllm" / "tasks" / "install.yml").read_text())
     block = next(t for t in tasks if "block" in t and any("Create the virtualenv" in b["name"] for b in t["block"]))["block"]
-    return next(t for t in block if "Python packages after its own" in t["name"])
+    return next(t for t in block if t["name"] == "Let the virtualenv see the host's packages")
 
 
 def _render(folders):
