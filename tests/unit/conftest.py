@@ -63,14 +63,13 @@ def load_source(name: str, path: str | os.PathLike[str], beside: str | os.PathLi
     sibling files)."""
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    if beside is None:
-        spec.loader.exec_module(module)
-        return module
-    sys.path.insert(0, str(beside))
+    folders = [str(beside)] if beside is not None else []
+    sys.path[:0] = folders
     try:
         spec.loader.exec_module(module)
     finally:
-        sys.path.remove(str(beside))
+        for folder in folders:
+            sys.path.remove(folder)
     return module
 
 

@@ -104,6 +104,7 @@ def test_summary_of_run_4():
     default = rows["default-rtx4090-7b"]
     assert (default["round"], default["engine_kv_tokens"], default["compile_cache"]) == (2, 120_160, "cold")
     assert default["memory"]["usage_activation_gib"] == 1.04 and abs(default["error_card_pct"]) < 5
+    # summarize.py keeps a warm restart only for a start whose log says it loaded vLLM's compiled graph
     warm = default["warm_restart"]
     assert {k: warm[k] for k in ("round", "start_s", "engine_kv_tokens", "error_card_pct")} == {
         "round": 4, "start_s": 252.1, "engine_kv_tokens": 134_256, "error_card_pct": -9.52}
