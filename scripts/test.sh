@@ -15,15 +15,24 @@ PHASES=${PHASES:-$all_phases}
 MOLECULE_SCENARIOS=${MOLECULE_SCENARIOS:-$(ls molecule)}
 passed=0; failed=0; failed_names=(); timings=()
 
+# Each phase's output is also kept in $LOGS/<phase>.log. What made a phase fail (pytest's FAILED and ERROR lines,
+# a task's "fatal:", a timeout) is repeated at the end of the run, where the tail of a CI system's log shows it.
+LOGS=$CACHE_DIR/logs
+why_failed=()
 run_phase() {
   local name=$1; shift
   [[ " $PHASES " == *" $name "* ]] || return 0
   printf '\n##### %s\n' "$name"
-  local start=$SECONDS
-  if "$@"; then
+  local start=$SECONDS log=$LOGS/$name.log
+  mkdir -p "$LOGS"
+  if "$@" > >(tee "$log") 2>&1; then
     passed=$((passed + 1)); timings+=("$(printf '%-22s %5ss  ok' "$name" $((SECONDS - start)))")
   else
     failed=$((failed + 1)); failed_names+=("$name"); timings+=("$(printf '%-22s %5ss  FAILED' "$name" $((SECONDS - start)))")
+    sleep 1  # tee writes the last lines
+    why_failed+=("--- $name failed (the whole output: $log):"
+      "$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E '(FAILED|ERROR) [a-z_/]+\.py|fatal: |[Tt]imeout|timed out' \
+         | cut -c1-400 | tail -n 40)")
   fi
 }
 
@@ -61,9 +70,9 @@ phase_syntax() {
 }
 
 # Every test must run here: one that skips fails the phase (tests/unit/conftest.py). The parser tests need vLLM
-# itself and run in the parser phase, in its venv.
+# itself and run in the parser phase, in its venv. One worker per core (pytest-xdist), each test file in one worker.
 phase_unit() {
-  VLLM_FLEET_NO_SKIPS=1 pytest_strict "$VENV/bin/pytest" -q tests/unit -m "not vllm_parser" \
+  VLLM_FLEET_NO_SKIPS=1 pytest_strict "$VENV/bin/pytest" -q -n auto --dist loadfile tests/unit -m "not vllm_parser" \
     --ignore=tests/unit/vllm_fleet/test_vllm_parser.py
 }
 
@@ -94,6 +103,7 @@ for phase in $all_phases; do run_phase "$phase" "phase_$phase"; done
 
 printf '\n##### summary (%ss in all)\n' $((SECONDS - total_start))
 printf '%s\n' "${timings[@]}"
+((${#why_failed[@]} == 0)) || printf '%s\n' "${why_failed[@]}"
 ((failed == 0)) || echo "failed phases: ${failed_names[*]}"
 echo "phases: $passed passed, $failed failed"
 ((failed == 0))

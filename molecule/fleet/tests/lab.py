@@ -38,20 +38,28 @@ OUTPUTS = []  # every play's output, searched for keys at the end
 ENV = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
 
 
-def playbook(path, *extra):
-    """Run a playbook of the repository against the scenario's hosts; return (rc, output)."""
+def playbook(path, *extra, timeout=1800):
+    """Run a playbook of the repository against the scenario's hosts; return (rc, output). A run still going after
+    `timeout` seconds is stopped and returns rc 124 with what it printed until then (its last task shows where it
+    hung)."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
                ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
     cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(INVENTORY), str(ROOT / path),
            "-e", f"vllm_report_dir={REPORTS}", *extra]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
-    OUTPUTS.append(proc.stdout + proc.stderr)
-    return proc.returncode, proc.stdout + proc.stderr
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        rc, output = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as stopped:
+        def text(part):
+            return part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+        rc, output = 124, f"{text(stopped.stdout)}{text(stopped.stderr)}\n{path} stopped after {timeout} s"
+    OUTPUTS.append(output)
+    return rc, output
 
 
-def site(*extra, run_id):
+def site(*extra, run_id, timeout=1800):
     """Run site.yml against the scenario's hosts; return (rc, output)."""
-    return playbook("site.yml", "-e", f"vllm_verify_report_run_id={run_id}", *extra)
+    return playbook("site.yml", "-e", f"vllm_verify_report_run_id={run_id}", *extra, timeout=timeout)
 
 
 def recap(output):

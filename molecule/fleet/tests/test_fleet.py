@@ -83,6 +83,10 @@ def no_reports_of_an_earlier_run():
 TARGETS = [f"{host}/{instance}" for host in HOSTS for instance in INSTANCES]
 
 
+# The good change's bound: it took 1,222 s on a slow two-core CI machine (2026-12-02); the loops outlast it.
+ROLLOUT_BOUND_S = 1800
+
+
 @pytest.fixture(scope="module")
 def good_rollout():
     run_id = "rollout-good"
@@ -93,14 +97,15 @@ def good_rollout():
     # over 10 s while its neighbour's vLLM started (a 13 s window on fleet-1/cpu0 during cpu1's restart). Slow is not
     # down; a refused connection or an error status still opens a window at once.
     probe = subprocess.Popen(
-        [sys.executable, "-m", "vllm_fleet.probe", "--interval", "5.0", "--timeout", "30", "--max-seconds", "1500",
+        [sys.executable, "-m", "vllm_fleet.probe", "--interval", "5.0", "--timeout", "30",
+         "--max-seconds", str(ROLLOUT_BOUND_S + 60),
          "--max-requests", "20000", "--stop-file", str(stop), "--run-dir", str(REPORTS / run_id)]
         + [f"--target={host}/{instance}=http://{HOSTS[host]}:{port}" for host in HOSTS
            for instance, port in INSTANCES.items()],
         stdout=subprocess.PIPE, text=True, env=ENV)
-    gateway_loop = stream_loop(run_id, seconds=1500)
+    gateway_loop = stream_loop(run_id, seconds=ROLLOUT_BOUND_S + 60)
     time.sleep(3)  # the loops see every instance healthy before the change
-    rc, output = site("-e", '{"vllm_profile": {"max_num_seqs": 6}}', run_id=run_id)
+    rc, output = site("-e", '{"vllm_profile": {"max_num_seqs": 6}}', run_id=run_id, timeout=ROLLOUT_BOUND_S)
     time.sleep(3)
     stop.touch()
     loop = json.loads(probe.communicate(timeout=60)[0])
@@ -171,13 +176,15 @@ def test_a_rerun_leaves_unchanged_hosts_alone_and_repairs_a_stopped_instance():
 
 
 def test_the_full_path_changes_nothing_either():
-    """-e vllm_fast_path=false walks every host's whole rollout: it finds nothing to change (changed=0 on every
-    host), so the fast path is an abbreviation of an idempotent run, not a substitute for one."""
-    rc, output = site("-e", "vllm_fast_path=false", run_id="rerun-full")
+    """-e vllm_fast_path=false walks the host's whole rollout (the one the fast path just left out): it finds
+    nothing to change (changed=0), so the fast path is an abbreviation of an idempotent run, not a substitute for
+    one. One host: the other would walk the same tasks (Molecule's idempotence runs every play again)."""
+    rc, output = site("-l", "fleet-1", "-e", "vllm_fast_path=false", run_id="rerun-full")
     assert rc == 0, output[-4000:]
     counts = recap(output)
-    assert rolled_out(output) == set(HOSTS), output[-4000:]
-    assert {host: counts[host]["changed"] for host in HOSTS} == {host: 0 for host in HOSTS}, output[-6000:]
+    assert rolled_out(output) == {"fleet-1"}, output[-4000:]
+    assert counts["fleet-1"]["changed"] == 0, output[-6000:]
+    assert "fleet-2" not in counts, counts
 
 
 def test_nothing_through_the_gateway_fails_or_is_cut_during_the_good_change(good_rollout):
