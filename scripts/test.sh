@@ -15,10 +15,18 @@ PHASES=${PHASES:-$all_phases}
 MOLECULE_SCENARIOS=${MOLECULE_SCENARIOS:-$(ls molecule)}
 passed=0; failed=0; failed_names=(); timings=()
 
-# Each phase's output is also kept in $LOGS/<phase>.log. What made a phase fail (pytest's FAILED and ERROR lines,
-# a task's "fatal:", a timeout) is repeated at the end of the run, where the tail of a CI system's log shows it.
+# Each phase's output is also kept in $LOGS/<phase>.log. What made a phase fail is repeated at the end of the run,
+# where the tail of a CI system's log shows it: pytest's short test summary, Molecule's failed actions, and only
+# where neither is there the tasks that failed ("fatal:"; a passing scenario prints expected ones too).
 LOGS=$CACHE_DIR/logs
 why_failed=()
+failure_lines() {
+  local text found
+  text=$(sed 's/\x1b\[[0-9;]*m//g' "$1")
+  found=$(sed -n '/short test summary info/,/ in [0-9.]*s/p' <<<"$text"
+          grep -E 'Executed: Failed|^(ERROR|CRITICAL) ' <<<"$text" | grep -v 'glob failed')
+  if [[ -n $found ]]; then printf '%s\n' "$found"; else grep -E 'fatal: |timed out' <<<"$text" | tail -n 20; fi
+}
 run_phase() {
   local name=$1; shift
   [[ " $PHASES " == *" $name "* ]] || return 0
@@ -30,9 +38,7 @@ run_phase() {
   else
     failed=$((failed + 1)); failed_names+=("$name"); timings+=("$(printf '%-22s %5ss  FAILED' "$name" $((SECONDS - start)))")
     sleep 1  # tee writes the last lines
-    why_failed+=("--- $name failed (the whole output: $log):"
-      "$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E '(FAILED|ERROR) [a-z_/]+\.py|fatal: |[Tt]imeout|timed out' \
-         | cut -c1-400 | tail -n 40)")
+    why_failed+=("--- $name failed (the whole output: $log):" "$(failure_lines "$log" | cut -c1-400 | tail -n 60)")
   fi
 }
 
