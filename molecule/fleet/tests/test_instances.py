@@ -155,9 +155,8 @@ def test_a_restart_leaves_nothing_of_the_old_release_and_the_other_instance_serv
     """systemctl restart of cpu0 ends every process of its old release within the stop (no TimeoutStopSec, no
     "left-over process" at the start) and its shared memory and semaphores leave /dev/shm; the new release then
     serves. cpu1 is not touched and answers while cpu0 restarts. With KillMode=mixed the API server stops its own
-    engine and worker (vLLM never has to kill an engine left at the end of --shutdown-timeout), and systemd kills
-    whatever is left once it sees the main process gone and needs to see the cgroup empty: the lab's hosts get the
-    cgroup v2 hierarchy for that (scripts/env.sh)."""
+    engine and worker, and systemd kills whatever is left once it has exited; systemd must see the cgroup empty,
+    so the lab's hosts get the cgroup v2 hierarchy (scripts/env.sh)."""
     before = unit_show(host, "cpu0", "MainPID", "InvocationID")
     other = unit_show(host, "cpu1", "MainPID")
     old_pids = release_processes(host, before["MainPID"])
@@ -183,7 +182,7 @@ def test_a_restart_leaves_nothing_of_the_old_release_and_the_other_instance_serv
     for sign in ("remains running after unit stopped", "left-over process", "timed out. Killing",
                  "force killing remaining process"):
         assert sign not in journal, journal[-3000:]
-    # The stop itself was quick: nothing waited out TimeoutStopSec (60 s).
+    # The stop itself was quick: nothing waited out vLLM's --shutdown-timeout (30 s), let alone TimeoutStopSec (60 s).
     assert restart_s < 30, restart_s
 
 
