@@ -6,11 +6,11 @@ own ``systemd-analyze verify`` accepts such a file. So every such string is chec
 before any host is changed, for what its file can hold as written:
 
 - unit file: paths absolute and clean, with no whitespace (``ReadWritePaths=`` splits on it), ``%`` (a unit
-  specifier), quotes, backslashes or control characters; user and group valid names; device entries a
+  specifier), quotes, backslashes or control or format characters (CONTROL); user and group valid names; device entries a
   ``/dev`` path or a ``char-``/``block-`` class; system-call filter entries calls or ``@groups``;
 - environment file: keys POSIX names, not the keys the template sets itself; values (the API key too) are
-  written double-quoted with systemd's escapes (the ``systemd_env_quote`` filter), so any text without control
-  characters reads back byte for byte; the API key and tokens are named in a message but never shown;
+  written double-quoted with systemd's escapes (the ``systemd_env_quote`` filter), so any text without control or
+  format characters reads back byte for byte; the API key and tokens are named in a message but never shown;
 - keys that carry the site's guarantees (offline, no telemetry) or the loader's (``LD_PRELOAD``,
   ``PYTHONPATH``...) only with an explicit opt-in, ``vllm_environment_allow``; the keys the template sets
   from the role's own settings (caches, ``HOME``, the API key) never.
@@ -25,6 +25,8 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
+import sys
+import unicodedata
 from typing import Any, Callable, Mapping
 
 
@@ -65,7 +67,55 @@ UNIT_VARS = ("vllm_user", "vllm_group", "vllm_state_dir", "vllm_cache_dir", "vll
              "vllm_draft_model_src", "vllm_syscall_filter", "vllm_shutdown_timeout", "vllm_timeout_stop_sec",
              "vllm_allowed_clients")
 
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Unicode's control (Cc), format (Cf), line separator (Zl) and paragraph separator (Zp) characters: a newline, U+0085
+# NEXT LINE, U+2028 or U+2029 ends a line for some reader of a unit, an environment file, a HAProxy or Prometheus
+# configuration or a log; a zero-width or direction mark (U+200B, U+FEFF, U+202E...) hides what a value says.
+# Their ranges in Unicode 14.0.0 (Python 3.11's unicodedata); under another Unicode version they are computed from
+# unicodedata once, at import (tests/unit/vllm_fleet/test_inputs.py checks the two agree).
+CONTROL_CATEGORIES = ("Cc", "Cf", "Zl", "Zp")
+_CONTROL_UNICODE = "14.0.0"
+_CONTROL_RANGES = (
+    (0x0000, 0x001F), (0x007F, 0x009F), (0x00AD, 0x00AD), (0x0600, 0x0605), (0x061C, 0x061C), (0x06DD, 0x06DD),
+    (0x070F, 0x070F), (0x0890, 0x0891), (0x08E2, 0x08E2), (0x180E, 0x180E), (0x200B, 0x200F), (0x2028, 0x202E),
+    (0x2060, 0x2064), (0x2066, 0x206F), (0xFEFF, 0xFEFF), (0xFFF9, 0xFFFB), (0x110BD, 0x110BD), (0x110CD, 0x110CD),
+    (0x13430, 0x13438), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0001, 0xE0001), (0xE0020, 0xE007F),
+)
+
+
+def control_ranges(categories: tuple[str, ...] = CONTROL_CATEGORIES) -> tuple[tuple[int, int], ...]:
+    """The code point ranges of `categories` in this Python's unicodedata, over the whole code space."""
+    ranges: list[tuple[int, int]] = []
+    start = None
+    for point in range(sys.maxunicode + 2):
+        inside = point <= sys.maxunicode and unicodedata.category(chr(point)) in categories
+        if inside and start is None:
+            start = point
+        elif not inside and start is not None:
+            ranges.append((start, point - 1))
+            start = None
+    return tuple(ranges)
+
+
+def _character_class(ranges: tuple[tuple[int, int], ...]) -> str:
+    return "[" + "".join(f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges) + "]"
+
+
+CONTROL = re.compile(_character_class(
+    _CONTROL_RANGES if unicodedata.unidata_version == _CONTROL_UNICODE else control_ranges()))
+# For messages: what such a character can do where the value is written.
+CONTROL_WHAT = "a control or format character (a line or paragraph separator, a newline, a zero-width or direction mark)"
+
+
+def control_character(value: Any) -> str | None:
+    """The first control or format character of a string (CONTROL), named for a message (``U+2028 LINE
+    SEPARATOR``), or None when it has none or is not a string."""
+    found = CONTROL.search(value) if isinstance(value, str) else None
+    if found is None:
+        return None
+    character = found.group()
+    return " ".join(filter(None, (f"U+{ord(character):04X}", unicodedata.name(character, ""))))
+
+
 UNSAFE_IN_UNIT_PATH = re.compile(r"[\s%\"'\\;]")
 NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 INSTANCE = re.compile(r"[A-Za-z0-9_-]+")
@@ -90,7 +140,8 @@ def _path(host: str, name: str, value: Any) -> list[str]:
     if not isinstance(value, str) or not value:
         return [f"{host}: {name}={value!r} must be a path; {fix}"]
     if CONTROL.search(value):
-        return [f"{host}: {name}={value!r} holds a control character (a newline would add a line to the unit); {fix}"]
+        return [f"{host}: {name}={value!r} holds {CONTROL_WHAT}, {control_character(value)}, which would add a line "
+                f"to the unit or hide what it holds; {fix}"]
     if UNSAFE_IN_UNIT_PATH.search(value):
         return [f"{host}: {name}={value!r} holds whitespace, %, a quote, ; or a backslash, which the unit cannot "
                 f"hold as written; {fix}"]
@@ -100,14 +151,15 @@ def _path(host: str, name: str, value: Any) -> list[str]:
 
 
 def _text(host: str, name: str, value: Any, secret: bool = False) -> list[str]:
-    """A value of the environment file, written double-quoted: systemd reads back any text without control
-    characters byte for byte (quotes, backslashes, $, % and spaces included)."""
+    """A value of the environment file, written double-quoted: systemd reads back any text without control or
+    format characters byte for byte (quotes, backslashes, $, % and spaces included)."""
     shown = "(value not shown)" if secret else repr(value)
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
         return [f"{host}: {name} {shown} must be a string; fix: quote it in the inventory"]
     if CONTROL.search(str(value)):
-        return [f"{host}: {name} {shown} holds a control character (a newline would add a line to the environment "
-                "file); fix: remove it" + (" and re-encrypt the value with ansible-vault" if secret else "")]
+        which = "" if secret else f", {control_character(str(value))},"
+        return [f"{host}: {name} {shown} holds {CONTROL_WHAT}{which} which would add a line to the environment file "
+                "or hide what it holds; fix: remove it" + (" and re-encrypt the value with ansible-vault" if secret else "")]
     return []
 
 

@@ -33,8 +33,8 @@ FOUR_4090 = {"name": "NVIDIA GeForce RTX 4090", "memory_mib": 24564, "bandwidth_
 # unless the setting is a secret (then "(value not shown)" is, and the value is not).
 CASES = [
     # --- strings written into the unit: injection and what the unit cannot hold --------------------------------
-    ("cache-dir-newline", {"vllm_cache_dir": "/var/cache/vllm" + UNIT_LINE}, "vllm_cache_dir", "control character"),
-    ("state-dir-newline", {"vllm_state_dir": "/var/lib/vllm" + UNIT_LINE}, "vllm_state_dir", "control character"),
+    ("cache-dir-newline", {"vllm_cache_dir": "/var/cache/vllm" + UNIT_LINE}, "vllm_cache_dir", "control or format character"),
+    ("state-dir-newline", {"vllm_state_dir": "/var/lib/vllm" + UNIT_LINE}, "vllm_state_dir", "control or format character"),
     ("home-space", {"vllm_home": "/opt/my vllm"}, "vllm_home", "whitespace"),
     ("config-dir-relative", {"vllm_config_dir": "etc/vllm"}, "vllm_config_dir", "not an absolute"),
     ("cache-dir-dotdot", {"vllm_cache_dir": "/var/cache/../../etc"}, "vllm_cache_dir", "normalised"),
@@ -81,7 +81,7 @@ CASES = [
     ("env-api-key", {"vllm_environment": {"VLLM_API_KEY": SECRET}}, "vllm_environment.VLLM_API_KEY",
      "set vllm_api_key"),
     ("env-value-newline", {"vllm_environment": {"OMP_NUM_THREADS": "8\nLD_PRELOAD=/tmp/x.so"}},
-     "vllm_environment.OMP_NUM_THREADS", "control character"),
+     "vllm_environment.OMP_NUM_THREADS", "control or format character"),
     ("env-value-list", {"vllm_environment": {"OMP_NUM_THREADS": ["8"]}}, "vllm_environment.OMP_NUM_THREADS",
      "must be a string"),
     ("env-not-a-dict", {"vllm_environment": "OMP_NUM_THREADS=8"}, "vllm_environment", "must be a dict"),
@@ -261,4 +261,4 @@ def test_site_yml_stops_at_the_plan_before_the_driver_play(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "PLAY [NVIDIA driver]" not in out and "UNREACHABLE" not in out and "Gathering Facts" not in out
-    assert "gpu-4090-01.example.internal: vllm_cache_dir=" in out and "control character" in out
+    assert "gpu-4090-01.example.internal: vllm_cache_dir=" in out and "control or format character" in out

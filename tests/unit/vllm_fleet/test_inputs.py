@@ -26,8 +26,8 @@ def test_the_roles_defaults_and_the_labs_settings_pass():
 
 
 @pytest.mark.parametrize("setting,value,says", [
-    ("vllm_cache_dir", "/var/cache/vllm\nExecStartPre=+/bin/sh -c id", "control character"),
-    ("vllm_state_dir", "/var/lib/vllm\n", "control character"),
+    ("vllm_cache_dir", "/var/cache/vllm\nExecStartPre=+/bin/sh -c id", "control or format character"),
+    ("vllm_state_dir", "/var/lib/vllm\n", "control or format character"),
     ("vllm_state_dir", "var/lib/vllm", "not an absolute, normalised path"),
     ("vllm_state_dir", "/var/lib/../vllm", "not an absolute, normalised path"),
     ("vllm_state_dir", "/var/lib/vllm/", "not an absolute, normalised path"),
@@ -69,7 +69,7 @@ def test_a_bad_unit_string_is_refused_naming_host_setting_value_and_fix(setting,
     ({"LD_LIBRARY_PATH": "/tmp"}, "changes which code the service loads"),
     ({"VLLM_CACHE_ROOT": "/tmp"}, "would override what the unit's environment file sets"),
     ({"VLLM_API_KEY": "x"}, "set vllm_api_key"),
-    ({"OMP_NUM_THREADS": "8\nLD_PRELOAD=/tmp/x.so"}, "control character"),
+    ({"OMP_NUM_THREADS": "8\nLD_PRELOAD=/tmp/x.so"}, "control or format character"),
     ({"OMP_NUM_THREADS": ["8"]}, "must be a string"),
 ])
 def test_a_bad_environment_entry_is_refused(environment, says):
@@ -88,8 +88,8 @@ def test_a_guarded_key_passes_with_its_explicit_opt_in_only():
 
 
 @pytest.mark.parametrize("setting,value,says", [
-    ("vllm_api_key", SECRET + "\nHF_HUB_OFFLINE=0", "control character"),
-    ("vllm_hf_token", SECRET + "\x1b[2J", "control character"),
+    ("vllm_api_key", SECRET + "\nHF_HUB_OFFLINE=0", "control or format character"),
+    ("vllm_hf_token", SECRET + "\x1b[2J", "control or format character"),
     # Quotes, backslashes and spaces read back as written: the file quotes them (systemd_env_quote).
     ("vllm_api_key", 'sk"quoted', None),
     ("vllm_api_key", SECRET + "\\", None),
@@ -115,3 +115,48 @@ def test_the_plan_refuses_them_before_anything_changes():
                                      "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0},
                                      "vllm_cache_dir": "/var/cache/vllm\nExecStartPre=+/bin/sh"})
     assert any(e.startswith("h1: vllm_cache_dir") for e in entry["errors"]), entry["errors"]
+
+
+# What a reader may take for the end of a line, or what hides what a value says: every character of Unicode's
+# categories Cc (C0, DEL, C1), Cf (format), Zl and Zp, not only ASCII's controls.
+UNICODE_BREAKS = ["\u2028", "\u2029", "\u0085", "\u200b", "\ufeff", "\u202e", "\x00", "\x1f", "\x7f", "\x9f", "\r"]
+
+
+def test_control_matches_every_character_of_cc_cf_zl_and_zp_and_nothing_else():
+    """CONTROL is Unicode's categories Cc, Cf, Zl and Zp over the whole code space (the recorded ranges agree with
+    this Python's unicodedata, or were computed from it)."""
+    import sys
+    import unicodedata
+
+    ranges = inputs.control_ranges()
+    if unicodedata.unidata_version == inputs._CONTROL_UNICODE:
+        assert ranges == inputs._CONTROL_RANGES
+    whole = "".join(map(chr, range(sys.maxunicode + 1)))
+    found = {ord(c) for c in inputs.CONTROL.findall(whole)}
+    assert found == {p for a, b in ranges for p in range(a, b + 1)}
+    assert found == {ord(c) for c in whole if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")}
+    # Printable text, spaces of category Zs and what the environment file quotes stay allowed.
+    assert not inputs.CONTROL.search(" \u00a0\u3000é€\U0001f600 a\\b \"q\" $HOME %h")
+
+
+@pytest.mark.parametrize("character", UNICODE_BREAKS, ids=[f"U+{ord(c):04X}" for c in UNICODE_BREAKS])
+def test_unicode_line_separators_and_format_characters_are_refused_everywhere(character):
+    for setting, value in (("vllm_state_dir", "/var/lib/vllm" + character), ("vllm_cache_dir", character + "/c"),
+                           ("vllm_home", "/opt/v" + character + "llm")):
+        (message,) = errors(**{setting: value})
+        assert message.startswith(f"h1: {setting}=") and "control or format character" in message
+        assert f"U+{ord(character):04X}" in message and "fix:" in message and character not in message
+    (message,) = errors(vllm_environment={"OMP_NUM_THREADS": "8" + character + "LD_PRELOAD=/tmp/x.so"})
+    assert message.startswith("h1: vllm_environment.OMP_NUM_THREADS ") and "control or format character" in message
+    assert character not in message
+    for setting in ("vllm_api_key", "vllm_hf_token"):
+        (message,) = errors(**{setting: SECRET + character})
+        assert message.startswith(f"h1: {setting} (value not shown)") and "control or format character" in message
+        assert SECRET not in message and "re-encrypt" in message
+
+
+def test_the_message_names_the_character_it_found():
+    (message,) = errors(vllm_state_dir="/var/lib/vllm\u2028x")
+    assert "U+2028 LINE SEPARATOR" in message and "line or paragraph separator" in message
+    assert inputs.control_character("a\u0085b") == "U+0085" and inputs.control_character("ab") is None
+    assert inputs.control_character(8) is None
