@@ -13,6 +13,10 @@ description:
     the gateway keeps only the keys' digests.
   - C(vllm_gateway_errors) (host) checks a gateway's settings; each message names the host, the setting and the fix,
     never a key.
+  - C(hostvars | vllm_gateway_backend_key(gateway, backend hosts)) is the key the gateway sends vLLM: the one
+    C(vllm_api_key) every backend host shares (empty when none has one); an error, naming the gateway and two hosts
+    that differ but never a key, when they do not share one. C(vllm_gateway_backend_key_errors) (the same arguments)
+    gives that error as a list, empty when they share one.
   - C(hostvars | vllm_gateway_clients(gateways, allowed, host, monitoring)) turns the gateways (their names, each by
     its C(vllm_gateway_source_address), by default its C(ansible_host)), the monitoring hosts (by their
     C(ansible_host)) and a host's C(vllm_allowed_clients) into the networks, by family (keys ipv4 and ipv6), that may
@@ -23,7 +27,8 @@ options:
   _input:
     description:
       - The planned instances by host (C(vllm_plan_instances)'s output) for C(vllm_gateway_servers); hostvars for
-        C(vllm_gateway_deployed) and C(vllm_gateway_clients); a host's name for C(vllm_gateway_server_name).
+        C(vllm_gateway_deployed), C(vllm_gateway_clients), C(vllm_gateway_backend_key) and
+        C(vllm_gateway_backend_key_errors); a host's name for C(vllm_gateway_server_name).
       - The API keys for C(vllm_gateway_tenants); a gateway's settings for C(vllm_gateway_errors); the runtime API's
         C(show stat) CSV for C(vllm_gateway_sessions); an instance's /metrics text for C(vllm_gateway_requests_running).
     type: raw
@@ -36,6 +41,10 @@ EXAMPLES = r"""
 - name: One backend server per planned instance
   ansible.builtin.debug:
     msg: "{{ hostvars | vllm_plan_instances(groups['vllm_nodes']) | vllm_gateway_servers }}"
+
+- name: The backend hosts share one vllm_api_key (the messages never show a key)
+  ansible.builtin.assert:
+    that: (hostvars | vllm_gateway_backend_key_errors(inventory_hostname, groups['vllm_nodes'])) | length == 0
 """
 
 RETURN = r"""
@@ -43,7 +52,8 @@ _value:
   description:
     - C(vllm_gateway_servers), HAProxy's backend servers (name, address, port); C(vllm_gateway_deployed), what each
       host runs now; C(vllm_gateway_server_name), a server's name (host_instance).
-    - C(vllm_gateway_tenants), the tenants with their keys' SHA-256; C(vllm_gateway_errors), messages;
+    - C(vllm_gateway_tenants), the tenants with their keys' SHA-256; C(vllm_gateway_errors) and
+      C(vllm_gateway_backend_key_errors), messages; C(vllm_gateway_backend_key), the backends' key (a secret);
       C(vllm_gateway_clients), networks by family (ipv4, ipv6).
     - C(vllm_gateway_sessions) and C(vllm_gateway_requests_running), numbers.
   type: raw
@@ -100,6 +110,36 @@ def vllm_gateway_errors(values, host):
     return gateway.check(str(host), values)
 
 
+def _backend_keys(what, hostvars, host, backends):
+    """{backend host: its vllm_api_key, None where it sets none} from hostvars."""
+    if not isinstance(hostvars, Mapping) or isinstance(backends, (str, bytes, Mapping)) \
+            or not hasattr(backends, "__iter__"):
+        raise AnsibleFilterError(f"{what} expects hostvars | {what}(gateway host, backend host names), got "
+                                 f"{type(hostvars).__name__} and {type(backends).__name__}")
+    keys = {}
+    for name in backends:
+        try:
+            variables = hostvars[name]
+        except KeyError:
+            raise AnsibleFilterError(f"{what}: {host}'s backend host {name!r} is not in the inventory") from None
+        keys[str(name)] = variables.get("vllm_api_key") if hasattr(variables, "get") else None
+    return keys
+
+
+def vllm_gateway_backend_key(hostvars, host, backends):
+    """The one vllm_api_key the backend hosts share ('' for none); an error naming two that differ, never a key."""
+    key, errors = gateway.backend_api_key(str(host), _backend_keys("vllm_gateway_backend_key", hostvars, host,
+                                                                   backends))
+    if errors:
+        raise AnsibleFilterError(" | ".join(errors))
+    return key
+
+
+def vllm_gateway_backend_key_errors(hostvars, host, backends):
+    return gateway.backend_api_key(str(host), _backend_keys("vllm_gateway_backend_key_errors", hostvars, host,
+                                                            backends))[1]
+
+
 def vllm_gateway_clients(hostvars, gateways, allowed, host, monitoring=()):
     if not isinstance(hostvars, Mapping) or any(isinstance(names, (str, bytes)) or not hasattr(names, "__iter__")
                                                 for names in (gateways, monitoring)):
@@ -134,6 +174,8 @@ class FilterModule:
             "vllm_gateway_server_name": vllm_gateway_server_name,
             "vllm_gateway_tenants": vllm_gateway_tenants,
             "vllm_gateway_errors": vllm_gateway_errors,
+            "vllm_gateway_backend_key": vllm_gateway_backend_key,
+            "vllm_gateway_backend_key_errors": vllm_gateway_backend_key_errors,
             "vllm_gateway_clients": vllm_gateway_clients,
             "vllm_gateway_sessions": vllm_gateway_sessions,
             "vllm_gateway_requests_running": vllm_gateway_requests_running,

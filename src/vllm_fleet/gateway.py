@@ -2,7 +2,13 @@
 numbers the rollout's drain waits on.
 
 The backend servers are the plan's instances (planner.instances), so the gateway and the hosts agree on every
-name, address and port. A key is only ever handled as its SHA-256: no message, map or diff shows one.
+name, address and port. A key is only ever handled as its SHA-256: no message, map or diff shows one. The key the
+gateway sends vLLM has one home, the backend hosts' own ``vllm_api_key`` (``backend_api_key``).
+
+``check`` refuses at plan time what HAProxy would refuse only on the gateway (``haproxy -c``), or not at all: a
+certificate chain, a private key or a pair that does not parse or match (read with ``cryptography``), an expired
+certificate, a timeout of 0 (no timeout at all), a string that would add a line or an invisible character to
+haproxy.cfg or its maps (``inputs.CONTROL``), a balance algorithm the gateway does not offer.
 
 Behind the gateways, each vLLM host admits on its port only itself, the gateways and its vllm_allowed_clients (the
 monitoring hosts): ``clients`` gives those addresses, by family, for the host's nftables rules (roles/vllm).
@@ -10,11 +16,15 @@ monitoring hosts): ``clients`` gives those addresses, by family, for the host's 
 from __future__ import annotations
 
 import csv
+import datetime
 import hashlib
 import io
 import ipaddress
 import re
 from typing import Any, Iterable, Mapping
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from . import inputs, metrics
 
@@ -22,7 +32,31 @@ TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 # HAProxy server names: letters, digits and - _ . : only.
 _SERVER_UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
 MIN_KEY_LENGTH = 24
-PEM = re.compile(r"-----BEGIN ([A-Z ]+)-----\s+[A-Za-z0-9+/=\s]+-----END \1-----")
+# One PEM block: its label and its body (headers such as an encrypted PKCS#1 key's Proc-Type included).
+PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.DOTALL)
+KEY_LABELS = ("PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY")
+# What the gateway may balance with (vllm_gateway_balance; meta/argument_specs.yml lists the same): the algorithms
+# of HAProxy that need no argument. leastconn suits long streamed answers (the open connections are the load).
+BALANCE = ("leastconn", "roundrobin", "static-rr", "first", "source", "random")
+# Whole seconds of at least 1 (haproxy.cfg writes each as N followed by s), with the default as the fix, and what 0 would do.
+TIMEOUTS = {
+    "vllm_gateway_timeout_connect": (5, "no timeout at all: a connection to a dead instance would wait forever"),
+    "vllm_gateway_timeout_server": (900, "no timeout at all: a stuck instance would hold its clients forever"),
+    "vllm_gateway_timeout_client": (900, "no timeout at all: an idle client would hold its connection forever"),
+    "vllm_gateway_timeout_http_request": (30, "no timeout at all: a slow client could hold a connection by sending "
+                                              "its headers a byte at a time"),
+    "vllm_gateway_timeout_queue": (60, "no timeout at all: a queued request would wait forever"),
+    "vllm_gateway_hard_stop_after": (900, "an old worker's streams cut at once on every reload"),
+    "vllm_gateway_drain_timeout": (600, "a drain that does not wait for the instance's requests to end"),
+}
+# Positive whole numbers, with the default as the fix.
+COUNTS = {"vllm_gateway_health_interval_ms": 2000, "vllm_gateway_health_fall": 2, "vllm_gateway_health_rise": 2,
+          "vllm_gateway_maxconn": 4096}
+# The strings that reach haproxy.cfg (or name what does); each must hold no control or format character.
+STRINGS = ("vllm_gateway_bind_address", "vllm_gateway_metrics_address", "vllm_gateway_backend_group",
+           "vllm_gateway_balance", "vllm_gateway_source_address")
+VAULT_FIX = ("fix: the one vllm_api_key of the group vllm_nodes, in its group_vars, from Ansible Vault (none in a "
+             "host's own vars)")
 
 
 def server_name(host: str, instance: str) -> str:
@@ -54,23 +88,182 @@ def tenants(api_keys: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
              "requests_per_minute": int(entry.get("requests_per_minute") or 0)} for entry in api_keys]
 
 
-def _pem(host: str, name: str, value: Any, kinds: tuple[str, ...], fix: str) -> list[str]:
-    text = value if isinstance(value, str) else ""
-    found = [m.group(1) for m in PEM.finditer(text)]
-    if not found or found[0] not in kinds:
-        shown = "is empty" if not text.strip() else "is not a PEM " + " or ".join(kinds)
-        return [f"{host}: {name} {shown}; fix: {fix}"]
-    return []
+def _text(value: Any) -> str | None:
+    """A string setting as plain text (a Vault value as its plaintext); None for anything else."""
+    if isinstance(value, str):
+        return str(value)
+    if type(value).__name__ == "EncryptedString":  # ansible-core's !vault value: a str in all but its type
+        return str(value)
+    return None
 
 
-def check(host: str, values: Mapping[str, Any]) -> list[str]:
-    """The errors of a gateway's settings, each naming the host, the setting and the fix (never a key)."""
-    errors: list[str] = []
-    errors += _pem(host, "vllm_gateway_tls_certificate", values.get("vllm_gateway_tls_certificate"),
-                   ("CERTIFICATE",), "the gateway's certificate chain in PEM, leaf first")
-    errors += _pem(host, "vllm_gateway_tls_key", values.get("vllm_gateway_tls_key"),
-                   ("PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY"),
-                   "the certificate's private key in PEM, from Ansible Vault (value not shown)")
+def _whole(value: Any) -> int | None:
+    """A whole number of the inventory (an int, or digits only: -e gives strings); None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    text = _text(value)
+    return int(text) if text is not None and re.fullmatch(r"[0-9]+", text) else None
+
+
+def _control(host: str, name: str, value: Any, secret: bool = False) -> list[str]:
+    """A control or format character (a newline, U+2028, a zero-width space...) in a string that reaches haproxy.cfg
+    or its maps: a newline would add a line of its own, an invisible character a name no one can type."""
+    text = _text(value)
+    if text is None or not inputs.CONTROL.search(text):
+        return []
+    shown = " (value not shown)" if secret else f"={inputs.short(text)}"
+    return [f"{host}: {name}{shown} holds a control or format character (a line break, an invisible character); "
+            "fix: remove it" + (" and encrypt the value again with ansible-vault" if secret else "")]
+
+
+def _certificates(host: str, value: Any) -> tuple[list[x509.Certificate], list[str]]:
+    """The chain's certificates, leaf first, or the errors of vllm_gateway_tls_certificate."""
+    name, fix = "vllm_gateway_tls_certificate", "fix: the gateway's certificate chain in PEM, leaf first"
+    text = _text(value) or ""
+    if not text.strip():
+        return [], [f"{host}: {name} is empty; {fix}"]
+    blocks = list(PEM.finditer(text))
+    if not blocks:
+        return [], [f"{host}: {name} is not a PEM CERTIFICATE (no -----BEGIN CERTIFICATE----- block); {fix}"]
+    found, errors = [], []
+    for number, block in enumerate(blocks, 1):
+        if block.group(1) != "CERTIFICATE":
+            what = "a private key, which belongs in vllm_gateway_tls_key" if "PRIVATE KEY" in block.group(1) \
+                else f"a {block.group(1)}"
+            errors.append(f"{host}: {name} is not a PEM CERTIFICATE: its block {number} of {len(blocks)} is {what}; "
+                          f"{fix}, and nothing else")
+            continue
+        try:
+            found.append(x509.load_pem_x509_certificate(block.group(0).encode()))
+        except ValueError as exc:
+            errors.append(f"{host}: {name}'s certificate {number} of {len(blocks)} does not parse "
+                          f"({inputs.short(str(exc), 160, str)}); {fix}, each "
+                          "block as issued (`openssl x509 -in FILE -noout -text` reads each)")
+    return found, errors
+
+
+def _private_key(host: str, value: Any) -> tuple[Any, list[str]]:
+    """The private key, or the errors of vllm_gateway_tls_key (its value never shown)."""
+    name = "vllm_gateway_tls_key"
+    fix = "fix: the certificate's private key in PEM (PKCS#8, or PKCS#1 for RSA, or SEC1 for EC), from Ansible Vault"
+    encrypted = (f"{host}: {name} (value not shown) is encrypted with a passphrase, which HAProxy cannot read without "
+                 "it; fix: store it decrypted (`openssl pkey -in KEY -out KEY.plain`), encrypted by Ansible Vault "
+                 "instead")
+    text = _text(value) or ""
+    if not text.strip():
+        return None, [f"{host}: {name} is empty; {fix}"]
+    blocks = [b for b in PEM.finditer(text) if "PRIVATE KEY" in b.group(1)]
+    if not blocks:
+        return None, [f"{host}: {name} is not a PEM PRIVATE KEY (value not shown); {fix}"]
+    if len(blocks) > 1:
+        return None, [f"{host}: {name} (value not shown) holds {len(blocks)} private keys; {fix}, one key only"]
+    block = blocks[0]
+    if block.group(1) == "ENCRYPTED PRIVATE KEY":  # PKCS#8, encrypted; PKCS#1's Proc-Type header: TypeError below
+        return None, [encrypted]
+    if block.group(1) not in KEY_LABELS:
+        return None, [f"{host}: {name} (value not shown) is a PEM {block.group(1)}, not a PEM PRIVATE KEY; {fix}"]
+    try:
+        return serialization.load_pem_private_key(block.group(0).encode(), password=None), []
+    except TypeError:  # "Password was not given but private key is encrypted"
+        return None, [encrypted]
+    except (ValueError, NotImplementedError) as exc:
+        # cryptography's messages name the format's fault, never the key's bytes.
+        reason = inputs.short(str(exc), 160, str)
+        return None, [f"{host}: {name} (value not shown) does not parse as a private key ({reason}); {fix}"]
+
+
+def _public(key: Any) -> bytes:
+    return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def _tls(host: str, values: Mapping[str, Any], now: datetime.datetime | None) -> list[str]:
+    """The certificate chain and its key: each parses, the leaf's public key is the key's, the leaf is not expired."""
+    chain, errors = _certificates(host, values.get("vllm_gateway_tls_certificate"))
+    key, key_errors = _private_key(host, values.get("vllm_gateway_tls_key"))
+    errors += key_errors
+    if chain:
+        leaf = chain[0]
+        subject = leaf.subject.rfc4514_string() or "no subject"
+        expiry = leaf.not_valid_after_utc
+        if expiry <= (now or datetime.datetime.now(datetime.timezone.utc)):
+            errors.append(f"{host}: vllm_gateway_tls_certificate's leaf ({subject}) expired on "
+                          f"{expiry:%Y-%m-%d %H:%M} UTC; fix: renew the gateway's certificate and give its new chain")
+        if key is not None and not errors:
+            mine = _public(key.public_key())
+            if _public(leaf.public_key()) != mine:
+                later = [n for n, c in enumerate(chain[1:], 2) if _public(c.public_key()) == mine]
+                hint = (f" (it is the key of certificate {later[0]} of the chain: put that one first, the leaf "
+                        "first)") if later else ""
+                errors.append(f"{host}: vllm_gateway_tls_key (value not shown) is not the private key of "
+                              f"vllm_gateway_tls_certificate's leaf ({subject}){hint}; fix: the key the certificate "
+                              "was issued for, or a certificate issued for this key")
+    return errors
+
+
+def _seconds(host: str, values: Mapping[str, Any]) -> list[str]:
+    errors = []
+    for name, (default, zero) in TIMEOUTS.items():
+        value = values.get(name)
+        number = _whole(value)
+        if value is not None and (number is None or number < 1):
+            errors.append(f"{host}: {name}={inputs.short(value)} must be a positive number of seconds, a whole number "
+                          f"of at least 1 (0 would be {zero}); fix: e.g. {default}")
+    for name, default in COUNTS.items():
+        value = values.get(name)
+        number = _whole(value)
+        if value is not None and (number is None or number < 1):
+            errors.append(f"{host}: {name}={inputs.short(value)} must be a positive whole number; fix: e.g. {default}")
+    return errors
+
+
+def backend_api_key(host: str, backends: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """The key the gateway `host` sends vLLM: the one ``vllm_api_key`` its backend hosts share (``backends``: {host
+    name: its vllm_api_key, None or '' for none}), '' when none has one. When they differ, '' and the error, which
+    names the gateway and two hosts that differ (one with a key and one without, else two with different keys),
+    never a key."""
+    keys = {str(name): _text(key) or ("" if key is None else str(key)) for name, key in backends.items()}
+    if len(set(keys.values())) <= 1:
+        return next(iter(keys.values()), ""), []
+    names = sorted(keys)
+    with_key = [n for n in names if keys[n]]
+    without = [n for n in names if not keys[n]]
+    if without:
+        what = f"{with_key[0]} has a vllm_api_key and {without[0]} has none"
+    else:
+        other = next(n for n in with_key if keys[n] != keys[with_key[0]])
+        what = f"{with_key[0]} and {other} have different vllm_api_key values"
+    return "", [f"{host}: its backend hosts do not share the one vllm_api_key the gateway sends them: {what}; "
+                f"{len(with_key)} of {len(names)} have a key, {len(set(keys.values()) - {''})} different one(s) (no key "
+                f"is shown); {VAULT_FIX}"]
+
+
+def check(host: str, values: Mapping[str, Any], now: datetime.datetime | None = None) -> list[str]:
+    """The errors of a gateway's settings, each naming the host, the setting, its value (never a key's) and the fix.
+    ``now`` (UTC) is when the certificate must still be valid; by default, now."""
+    errors: list[str] = _tls(host, values, now)
+    old = values.get("vllm_gateway_backend_api_key")
+    if old:
+        errors.append(f"{host}: vllm_gateway_backend_api_key is set (value not shown), but the gateway no longer "
+                      "reads it: it sends its backend hosts their own vllm_api_key; fix: remove "
+                      "vllm_gateway_backend_api_key from the inventory (and its Vault entry), and give the group "
+                      "vllm_nodes one vllm_api_key")
+    unsafe = set()
+    for name in STRINGS:
+        found = _control(host, name, values.get(name))
+        unsafe |= {name} if found else set()
+        errors += found
+    balance = values.get("vllm_gateway_balance")
+    if balance is not None and "vllm_gateway_balance" not in unsafe and balance not in BALANCE:
+        errors.append(f"{host}: vllm_gateway_balance={inputs.short(balance)} is not a balance algorithm the gateway "
+                      f"offers ({', '.join(BALANCE)}); fix: leastconn (a streamed answer holds its connection for its "
+                      "whole length, so the open connections are the load)")
+    group = values.get("vllm_gateway_backend_group")
+    if group is not None and "vllm_gateway_backend_group" not in unsafe and not (_text(group) or "").strip():
+        errors.append(f"{host}: vllm_gateway_backend_group={inputs.short(group)} must name an inventory group; fix: "
+                      "vllm_nodes")
+    errors += _seconds(host, values)
     keys = values.get("vllm_gateway_api_keys")
     if not isinstance(keys, list) or not keys:
         errors.append(f"{host}: vllm_gateway_api_keys is empty: the gateway would refuse every request; fix: one "
@@ -84,14 +277,18 @@ def check(host: str, values: Mapping[str, Any]) -> list[str]:
             errors.append(f"{where} is not a mapping; fix: {{tenant: NAME, key: from Vault, requests_per_minute: N}}")
             continue
         tenant = entry.get("tenant")
+        # The tenant's name is written into the gateway's maps and logs: letters, digits and _ . - only.
         if not (isinstance(tenant, str) and TENANT.fullmatch(tenant)):
-            errors.append(f"{where}.tenant={tenant!r} must be 1 to 64 letters, digits, _ . -; fix: for example team-a")
+            errors.append(f"{where}.tenant={inputs.short(tenant)} must be 1 to 64 letters, digits, _ . - (no space, "
+                          "control or format character); fix: for example team-a")
         elif tenant in seen_tenants:
             errors.append(f"{where}.tenant={tenant!r} is given twice; fix: one entry per tenant")
         else:
             seen_tenants.add(tenant)
-        key = entry.get("key")
-        if not isinstance(key, str) or len(key) < MIN_KEY_LENGTH or any(c.isspace() for c in key):
+        key = _text(entry.get("key"))
+        if key is not None and inputs.CONTROL.search(key):
+            errors += _control(host, f"vllm_gateway_api_keys[{index}].key", key, secret=True)
+        elif key is None or len(key) < MIN_KEY_LENGTH or any(c.isspace() for c in key):
             errors.append(f"{where}.key (value not shown) must be at least {MIN_KEY_LENGTH} characters without spaces; "
                           "fix: a random key from Ansible Vault, e.g. `openssl rand -hex 24 | ansible-vault "
                           "encrypt_string`")
@@ -107,31 +304,31 @@ def check(host: str, values: Mapping[str, Any]) -> list[str]:
             errors.append(f"{where} has unknown keys {unknown}; fix: only tenant, key and requests_per_minute")
     for name in ("vllm_gateway_port", "vllm_gateway_metrics_port"):
         port = values.get(name)
-        if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
-            errors.append(f"{host}: {name}={port!r} must be a port number from 1 to 65535; fix: e.g. 443 and 8405")
+        if port is not None and not 1 <= (_whole(port) or 0) <= 65535:
+            errors.append(f"{host}: {name}={inputs.short(port)} must be a port number from 1 to 65535; fix: e.g. 443 "
+                          "and 8405")
     for name in ("vllm_gateway_bind_address", "vllm_gateway_metrics_address"):
         address = values.get(name)
-        if address is None:
+        if address is None or name in unsafe:
             continue
         try:
             ipaddress.ip_address(str(address))
         except ValueError:
-            errors.append(f"{host}: {name}={address!r} is not an IP address; fix: the gateway's address, or 0.0.0.0")
+            errors.append(f"{host}: {name}={inputs.short(address)} is not an IP address; fix: the gateway's address, "
+                          "or 0.0.0.0")
     try:
         inputs.networks(host, "vllm_gateway_metrics_allow", values.get("vllm_gateway_metrics_allow") or [])
     except ValueError as exc:
         errors.append(str(exc))
     source = source_address(values.get("vllm_gateway_source_address"), values.get("ansible_host"), host)
     try:
-        ipaddress.ip_address(source)
+        if "vllm_gateway_source_address" not in unsafe:
+            ipaddress.ip_address(source)
     except ValueError:
-        errors.append(f"{host}: vllm_gateway_source_address={source!r} (by default its ansible_host, else its name) is "
+        errors.append(f"{host}: vllm_gateway_source_address={inputs.short(source)} (by default its ansible_host, else its name) is "
                       "not an IP address: the vLLM hosts admit the gateways by address (vllm_firewall); fix: set "
                       "vllm_gateway_source_address to the address the gateway's connections to vLLM come from, or "
                       "vllm_firewall: false on the vLLM hosts")
-    stop = values.get("vllm_gateway_drain_timeout")
-    if stop is not None and (isinstance(stop, bool) or not isinstance(stop, int) or stop < 1):
-        errors.append(f"{host}: vllm_gateway_drain_timeout={stop!r} must be a positive number of seconds; fix: e.g. 600")
     return errors
 
 

@@ -2,14 +2,23 @@
 the plan's instances and --shutdown-timeout, and vllm_fleet.streamload against a stand-in of a streaming server.
 
 The `show stat` fixture was captured from HAProxy 2.6.12 (Debian 12's) on the lab's gateway on 2026-12-01, with
-4 streams in flight; the /metrics ones are the real vLLM captures of ../shared/fixtures."""
+4 streams in flight; the /metrics ones are the real vLLM captures of ../shared/fixtures. The certificates and keys
+are made here with cryptography (the library the check reads them with): RSA and EC pairs, a lab-like chain, a
+mismatched pair, an expired certificate, encrypted keys and garbage."""
+import datetime
 import http.server
+import ipaddress
 import json
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible.errors import AnsibleFilterError
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from conftest import FIXTURES, ROOT, LocalServer
 from vllm_fleet import gateway, planner, streamload
@@ -18,9 +27,49 @@ sys.path.insert(0, str(ROOT / "plugins" / "filter"))
 import vllm_gateway as gateway_filters  # noqa: E402
 import vllm_plan as plan_filters  # noqa: E402
 
-CERT = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ\n-----END CERTIFICATE-----\n"
-KEY = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49\n-----END PRIVATE KEY-----\n"
+NOW = datetime.datetime.now(datetime.timezone.utc)
+
+
+def name(common_name):
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def certificate(key, subject="gw1.example", issuer_key=None, issuer="", valid=(-1, 825), ca=False):
+    """A certificate in PEM for `key`'s public key, self-signed unless an issuer's key and name are given; `valid`:
+    its first and last day, counted from today."""
+    builder = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(name(issuer or subject))
+               .public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(NOW + datetime.timedelta(days=valid[0]))
+               .not_valid_after(NOW + datetime.timedelta(days=valid[1]))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if not ca:
+        builder = (builder.add_extension(x509.SubjectAlternativeName(
+            [x509.DNSName(subject), x509.IPAddress(ipaddress.ip_address("10.0.10.5"))]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False))
+    return builder.sign(issuer_key or key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM).decode()
+
+
+def pem(key, form=serialization.PrivateFormat.PKCS8, passphrase=None):
+    """A private key in PEM: PKCS#8 by default, TraditionalOpenSSL for PKCS#1 (RSA) or SEC1 (EC)."""
+    encryption = (serialization.BestAvailableEncryption(passphrase) if passphrase
+                  else serialization.NoEncryption())
+    return key.private_bytes(serialization.Encoding.PEM, form, encryption).decode()
+
+
+RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+EC_KEY = ec.generate_private_key(ec.SECP256R1())
+OTHER_KEY = ec.generate_private_key(ec.SECP256R1())
+CA_KEY = ec.generate_private_key(ec.SECP256R1())
+CA = certificate(CA_KEY, "vllm-fleet lab CA", ca=True, valid=(-1, 3650))
+CERT = certificate(EC_KEY)
+KEY = pem(EC_KEY)
 SECRET = "s3cr3t-0123456789abcdefghijKLMN"
+
+
+def key_material(*pems):
+    """The base64 lines of private keys in PEM: no message may hold one."""
+    return [line for text in pems for line in text.splitlines() if line and not line.startswith("-----")
+            and ":" not in line]
 
 
 def good():
@@ -53,6 +102,9 @@ def test_good_settings_pass():
     ({"vllm_gateway_bind_address": "gateway.example"}, "vllm_gateway_bind_address='gateway.example' is not an IP"),
     ({"vllm_gateway_metrics_allow": ["monitoring"]}, "vllm_gateway_metrics_allow has 'monitoring'"),
     ({"vllm_gateway_drain_timeout": 0}, "vllm_gateway_drain_timeout=0 must be a positive number"),
+    ({"vllm_gateway_timeout_server": 0}, "vllm_gateway_timeout_server=0 must be a positive number of seconds"),
+    ({"vllm_gateway_balance": "least_conn"}, "vllm_gateway_balance='least_conn' is not a balance algorithm"),
+    ({"vllm_gateway_backend_api_key": SECRET}, "vllm_gateway_backend_api_key is set (value not shown)"),
     ({"ansible_host": "gw-01.example.internal"},
      "vllm_gateway_source_address='gw-01.example.internal' (by default its ansible_host, else its name) is not an IP"),
 ])
@@ -67,6 +119,182 @@ def test_bad_settings_name_the_host_the_setting_and_the_fix_and_never_a_key(chan
 def test_a_gateway_named_by_dns_passes_with_its_source_address():
     values = dict(good(), ansible_host="gw-01.example.internal", vllm_gateway_source_address="10.0.10.5")
     assert gateway.check("gw1", values) == []
+
+
+# --- The certificate and its key, read with cryptography ----------------------------------------------------------
+
+def tls(certificate_pem, key_pem):
+    return dict(good(), vllm_gateway_tls_certificate=certificate_pem, vllm_gateway_tls_key=key_pem)
+
+
+@pytest.mark.parametrize("certificate_pem, key_pem", [
+    (certificate(RSA_KEY), pem(RSA_KEY)),                                                  # RSA, PKCS#8
+    (certificate(RSA_KEY), pem(RSA_KEY, serialization.PrivateFormat.TraditionalOpenSSL)),  # RSA, PKCS#1
+    (certificate(EC_KEY), pem(EC_KEY)),                                                    # EC, PKCS#8
+    (certificate(EC_KEY), pem(EC_KEY, serialization.PrivateFormat.TraditionalOpenSSL)),    # EC, SEC1
+    (certificate(EC_KEY, issuer_key=CA_KEY, issuer="vllm-fleet lab CA") + CA, pem(EC_KEY)),  # a chain, leaf first
+], ids=["rsa-pkcs8", "rsa-pkcs1", "ec-pkcs8", "ec-sec1", "chain"])
+def test_a_certificate_and_its_own_key_pass(certificate_pem, key_pem):
+    assert gateway.check("gw1", tls(certificate_pem, key_pem)) == []
+
+
+def test_the_labs_certificate_passes():
+    """As playbooks/lab_hosts.yml makes it: a P-256 key (`openssl req -nodes`: PKCS#8), the leaf alone, signed by
+    the lab's CA for 825 days, read from files whose last newline the file lookup strips."""
+    leaf = certificate(EC_KEY, "lab-gw", issuer_key=CA_KEY, issuer="vllm-fleet lab CA", valid=(0, 825))
+    assert gateway.check("gw1", tls(leaf.rstrip("\n"), pem(EC_KEY).rstrip("\n"))) == []
+
+
+@pytest.mark.parametrize("certificate_pem, key_pem, needle", [
+    (certificate(EC_KEY), pem(OTHER_KEY),
+     "gw1: vllm_gateway_tls_key (value not shown) is not the private key of vllm_gateway_tls_certificate's leaf "
+     "(CN=gw1.example); fix: the key the certificate was issued for"),
+    (certificate(RSA_KEY), pem(EC_KEY), "is not the private key of vllm_gateway_tls_certificate's leaf"),
+    (CA + certificate(EC_KEY, issuer_key=CA_KEY, issuer="vllm-fleet lab CA"), pem(EC_KEY),
+     "(it is the key of certificate 2 of the chain: put that one first, the leaf first)"),
+    (certificate(EC_KEY, valid=(-400, -30)), pem(EC_KEY), "gw1: vllm_gateway_tls_certificate's leaf (CN=gw1.example) "
+     f"expired on {(NOW - datetime.timedelta(days=30)):%Y-%m-%d}"),
+    (CERT, pem(EC_KEY, passphrase=b"pass phrase"),
+     "gw1: vllm_gateway_tls_key (value not shown) is encrypted with a passphrase, which HAProxy cannot read"),
+    (certificate(RSA_KEY), pem(RSA_KEY, serialization.PrivateFormat.TraditionalOpenSSL, b"pass phrase"),
+     "vllm_gateway_tls_key (value not shown) is encrypted with a passphrase"),
+    (CERT, "-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5IGF0IGFsbA==\n-----END PRIVATE KEY-----\n",
+     "gw1: vllm_gateway_tls_key (value not shown) does not parse as a private key"),
+    (CERT, "garbage", "gw1: vllm_gateway_tls_key is not a PEM PRIVATE KEY (value not shown)"),
+    (CERT, KEY + pem(OTHER_KEY), "vllm_gateway_tls_key (value not shown) holds 2 private keys"),
+    ("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n", KEY,
+     "gw1: vllm_gateway_tls_certificate's certificate 1 of 1 does not parse"),
+    (CERT + "-----BEGIN CERTIFICATE-----\nZ2FyYmFnZQ==\n-----END CERTIFICATE-----\n", KEY,
+     "vllm_gateway_tls_certificate's certificate 2 of 2 does not parse"),
+    ("garbage", KEY, "gw1: vllm_gateway_tls_certificate is not a PEM CERTIFICATE (no -----BEGIN CERTIFICATE----- "),
+    (CERT + KEY, KEY, "vllm_gateway_tls_certificate is not a PEM CERTIFICATE: its block 2 of 2 is a private key, "
+     "which belongs in vllm_gateway_tls_key"),
+], ids=["mismatched-ec", "mismatched-rsa-ec", "ca-first", "expired", "encrypted-pkcs8", "encrypted-pkcs1",
+        "garbage-key-block", "garbage-key", "two-keys", "garbage-certificate", "garbage-second-certificate",
+        "no-pem", "key-in-certificate"])
+def test_a_bad_certificate_or_key_is_refused_without_showing_the_key(certificate_pem, key_pem, needle):
+    errors = gateway.check("gw1", tls(certificate_pem, key_pem))
+    assert any(needle in e for e in errors), errors
+    assert all(e.startswith("gw1: ") and "fix:" in e for e in errors), errors
+    text = " ".join(errors)
+    assert [line for line in key_material(key_pem, KEY, pem(OTHER_KEY)) if line in text] == []
+    assert "PRIVATE KEY-----" not in text
+
+
+def test_the_certificate_must_still_be_valid_when_checked():
+    later = NOW + datetime.timedelta(days=900)
+    errors = gateway.check("gw1", good(), now=later)
+    assert errors == ["gw1: vllm_gateway_tls_certificate's leaf (CN=gw1.example) expired on "
+                      f"{(NOW + datetime.timedelta(days=825)):%Y-%m-%d %H:%M} UTC; fix: renew the gateway's "
+                      "certificate and give its new chain"]
+
+
+# --- Timeouts, counts, balance, and the strings that reach haproxy.cfg ------------------------------------------
+
+@pytest.mark.parametrize("setting", sorted(gateway.TIMEOUTS))
+@pytest.mark.parametrize("value", [0, -5, "0", "30s", 1.5, True])
+def test_every_timeout_is_a_whole_number_of_seconds_of_at_least_one(setting, value):
+    errors = gateway.check("gw1", dict(good(), **{setting: value}))
+    assert len(errors) == 1 and errors[0].startswith(f"gw1: {setting}={value!r} must be a positive number of "
+                                                     "seconds, a whole number of at least 1 (0 would be "), errors
+    assert f"; fix: e.g. {gateway.TIMEOUTS[setting][0]}" in errors[0]
+
+
+@pytest.mark.parametrize("setting", sorted(gateway.TIMEOUTS))
+def test_a_timeout_of_one_second_or_digits_from_the_command_line_pass(setting):
+    assert gateway.check("gw1", dict(good(), **{setting: 1})) == []
+    assert gateway.check("gw1", dict(good(), **{setting: "30"})) == []  # -e gives strings
+
+
+@pytest.mark.parametrize("setting", sorted(gateway.COUNTS))
+@pytest.mark.parametrize("value", [0, -1, "many", None])
+def test_health_checks_and_maxconn_are_positive_whole_numbers(setting, value):
+    errors = gateway.check("gw1", dict(good(), **{setting: value}))
+    if value is None:  # not set: the role's default
+        assert errors == []
+    else:
+        assert errors == [f"gw1: {setting}={value!r} must be a positive whole number; fix: e.g. "
+                          f"{gateway.COUNTS[setting]}"]
+
+
+def test_the_balance_algorithms_are_the_argument_specs_choices():
+    specs = yaml.safe_load((ROOT / "roles" / "vllm_gateway" / "meta" / "argument_specs.yml").read_text())
+    assert specs["argument_specs"]["main"]["options"]["vllm_gateway_balance"]["choices"] == list(gateway.BALANCE)
+    for balance in gateway.BALANCE:
+        assert gateway.check("gw1", dict(good(), vllm_gateway_balance=balance)) == []
+    for balance in ("hdr(host)", "LEASTCONN", "leastconn;", ""):
+        (error,) = gateway.check("gw1", dict(good(), vllm_gateway_balance=balance))
+        assert error.startswith(f"gw1: vllm_gateway_balance={balance!r} is not a balance algorithm the gateway "
+                                "offers (leastconn, roundrobin, static-rr, first, source, random); fix: leastconn")
+
+
+def test_the_roles_defaults_pass():
+    defaults = yaml.safe_load((ROOT / "roles" / "vllm_gateway" / "defaults" / "main.yml").read_text())
+    literal = {k: v for k, v in defaults.items() if not (isinstance(v, str) and "{{" in v)}
+    assert gateway.check("gw1", dict(literal, **good())) == []
+
+
+# A line break, the Unicode line separator and a zero-width space (a format character).
+UNSEEN = ["\n", "\u2028", "\u200b"]
+
+
+@pytest.mark.parametrize("setting, value", [
+    ("vllm_gateway_bind_address", "10.0.10.5"), ("vllm_gateway_metrics_address", "0.0.0.0"),
+    ("vllm_gateway_backend_group", "vllm_nodes"), ("vllm_gateway_balance", "leastconn"),
+    ("vllm_gateway_source_address", "10.0.10.5")])
+@pytest.mark.parametrize("character", UNSEEN, ids=["newline", "u2028", "u200b"])
+def test_a_control_or_format_character_in_a_string_for_haproxy_cfg_is_refused(setting, value, character):
+    bad = value[:2] + character + value[2:]
+    errors = gateway.check("gw1", dict(good(), **{setting: bad}))
+    assert errors == [f"gw1: {setting}={bad!r} holds a control or format character (a line break, an invisible "
+                      "character); fix: remove it"], errors
+
+
+@pytest.mark.parametrize("character", UNSEEN, ids=["newline", "u2028", "u200b"])
+def test_a_control_or_format_character_in_a_tenant_or_its_key_is_refused_without_showing_the_key(character):
+    key = SECRET[:10] + character + SECRET[10:]
+    errors = gateway.check("gw1", dict(good(), vllm_gateway_api_keys=[
+        {"tenant": "team" + character + "a", "key": SECRET}, {"tenant": "team-b", "key": key}]))
+    assert any(e.startswith(f"gw1: vllm_gateway_api_keys[0].tenant={'team' + character + 'a'!r} must be") for e in
+               errors), errors
+    assert any(e.startswith("gw1: vllm_gateway_api_keys[1].key (value not shown)") for e in errors), errors
+    assert SECRET[:10] not in " ".join(errors) and SECRET[10:] not in " ".join(errors)
+
+
+def test_the_old_backend_key_setting_is_refused_and_an_empty_one_passes():
+    errors = gateway.check("gw1", dict(good(), vllm_gateway_backend_api_key=SECRET))
+    assert errors == ["gw1: vllm_gateway_backend_api_key is set (value not shown), but the gateway no longer reads "
+                      "it: it sends its backend hosts their own vllm_api_key; fix: remove vllm_gateway_backend_api_key "
+                      "from the inventory (and its Vault entry), and give the group vllm_nodes one vllm_api_key"]
+    assert gateway.check("gw1", dict(good(), vllm_gateway_backend_api_key="")) == []
+
+
+# --- The backend key: one home, the backend hosts' own vllm_api_key ------------------------------------------------
+
+@pytest.mark.parametrize("backends, key", [
+    ({"gpu-1": SECRET, "gpu-2": SECRET, "gpu-3": SECRET}, SECRET),
+    ({"gpu-1": "", "gpu-2": None, "gpu-3": ""}, ""),
+    ({"gpu-1": SECRET}, SECRET),
+    ({}, ""),
+])
+def test_the_backend_key_is_the_one_every_backend_host_shares(backends, key):
+    assert gateway.backend_api_key("gw1", backends) == (key, [])
+
+
+@pytest.mark.parametrize("backends, needle", [
+    ({"gpu-1": SECRET, "gpu-2": None, "gpu-3": SECRET},
+     "gw1: its backend hosts do not share the one vllm_api_key the gateway sends them: gpu-1 has a vllm_api_key and "
+     "gpu-2 has none; 2 of 3 have a key, 1 different one(s) (no key is shown); fix: the one vllm_api_key of the group "
+     "vllm_nodes, in its group_vars, from Ansible Vault (none in a host's own vars)"),
+    ({"gpu-2": SECRET, "gpu-1": ""}, "gpu-2 has a vllm_api_key and gpu-1 has none"),
+    ({"gpu-1": SECRET, "gpu-2": SECRET, "gpu-3": SECRET[::-1]},
+     "gw1: its backend hosts do not share the one vllm_api_key the gateway sends them: gpu-1 and gpu-3 have "
+     "different vllm_api_key values; 3 of 3 have a key, 2 different one(s)"),
+])
+def test_backend_hosts_with_different_keys_are_named_never_their_keys(backends, needle):
+    key, errors = gateway.backend_api_key("gw1", backends)
+    assert key == "" and len(errors) == 1 and needle in errors[0], errors
+    assert SECRET not in errors[0] and SECRET[::-1] not in errors[0]
 
 
 def test_clients_are_the_gateways_by_source_address_and_the_allowed_networks_by_family():
