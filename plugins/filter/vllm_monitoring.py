@@ -18,11 +18,15 @@ description:
     the rollout's verification judges its two scrapes (C(vllm_fleet.metrics.findings)).
   - C(vllm_monitoring_increases) (names) and C(vllm_monitoring_series) (names) fold Prometheus' instant- and
     range-query answers, one per name, by instance (playbooks/diagnose.yml).
+  - C(hostvars[host] | vllm_monitoring_errors(host)) checks a monitoring host's settings (the role's defaults where
+    its inventory sets none); each message names the host, the setting, its value (never a webhook URL's or the SMTP
+    password) and the fix.
 options:
   _input:
     description:
       - plan.json for C(vllm_monitoring_targets); the gateways' hostvars for C(vllm_monitoring_gateway_targets); the
-        shipped rules file for C(vllm_monitoring_rules); a list of addresses or networks for C(vllm_firewall_networks).
+        shipped rules file for C(vllm_monitoring_rules); a list of addresses or networks for C(vllm_firewall_networks);
+        a monitoring host's variables for C(vllm_monitoring_errors).
       - Prometheus' answers for C(vllm_monitoring_increases) and C(vllm_monitoring_series); the counters' increases
         for C(vllm_monitoring_findings).
     type: raw
@@ -44,13 +48,16 @@ _value:
       C(vllm_monitoring_rules), the rule groups with the site's pending periods.
     - C(vllm_firewall_networks), networks by family (ipv4, ipv6).
     - C(vllm_monitoring_increases) and C(vllm_monitoring_series), the answers by instance;
-      C(vllm_monitoring_findings), the window's findings.
+      C(vllm_monitoring_findings), the window's findings; C(vllm_monitoring_errors), messages.
   type: raw
 """
 
 import os
 import sys
 from collections.abc import Mapping
+from functools import lru_cache
+
+import yaml
 
 from ansible.errors import AnsibleFilterError
 
@@ -91,6 +98,36 @@ def vllm_firewall_networks(entries, host, setting):
             for family, version in (("ipv4", 4), ("ipv6", 6))}
 
 
+@lru_cache(maxsize=1)
+def _defaults():
+    """The role's literal defaults (a templated one, such as the templates' paths, is not a setting check reads)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "roles", "vllm_monitoring",
+                        "defaults", "main.yml")
+    with open(path, encoding="utf-8") as handle:
+        return {k: v for k, v in (yaml.safe_load(handle) or {}).items() if not (isinstance(v, str) and "{{" in v)}
+
+
+def _plain(value):
+    """Plain Python values; a Vault value (ansible-core's EncryptedString) as its plaintext."""
+    if type(value).__name__ == "EncryptedString":
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return inputs.plain(value)
+
+
+def vllm_monitoring_errors(variables, host):
+    if not isinstance(variables, Mapping):
+        raise AnsibleFilterError("vllm_monitoring_errors expects hostvars[host] | vllm_monitoring_errors(host), got "
+                                 f"{type(variables).__name__}")
+    defaults = _defaults()
+    values = {name: _plain(variables[name]) if name in variables else defaults.get(name)
+              for name in monitoring.SETTINGS}
+    return monitoring.check(str(host), {k: v for k, v in values.items() if v is not None})
+
+
 def vllm_monitoring_increases(results, names):
     """Prometheus' instant-query answers of sum by (instance) (increase(NAME_total[W])), one per name, as
     {instance: {name: increase}}."""
@@ -120,4 +157,5 @@ class FilterModule:
             "vllm_monitoring_findings": vllm_monitoring_findings,
             "vllm_monitoring_increases": vllm_monitoring_increases,
             "vllm_monitoring_series": vllm_monitoring_series,
+            "vllm_monitoring_errors": vllm_monitoring_errors,
         }

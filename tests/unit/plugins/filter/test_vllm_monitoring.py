@@ -13,7 +13,7 @@ USERS = [*(ROOT / "roles").rglob("*.yml"), *(ROOT / "roles").rglob("*.j2"), *(RO
 
 def test_exports_only_what_the_roles_and_playbooks_use():
     filters = plugin.FilterModule().filters()
-    assert len(filters) == 7
+    assert len(filters) == 8
     text = "\n".join(p.read_text() for p in USERS)
     assert [name for name in filters if name not in text] == []
 
@@ -37,3 +37,20 @@ def test_firewall_networks_by_family_and_a_bad_entry_named():
     with pytest.raises(AnsibleFilterError) as err:
         plugin.vllm_firewall_networks(["10.0.0.300"], "lab-mon", "vllm_monitoring_allowed_networks")
     assert all(part in str(err.value) for part in ("lab-mon", "vllm_monitoring_allowed_networks", "10.0.0.300"))
+
+
+def test_the_settings_check_fills_the_roles_defaults_where_the_inventory_is_silent():
+    assert plugin.vllm_monitoring_errors({}, "lab-mon") == []
+    # The alertmanager's default port (9093) is taken: the check sees the default beside the inventory's value.
+    (error,) = plugin.vllm_monitoring_errors({"vllm_monitoring_prometheus_port": 9093}, "lab-mon")
+    assert error.startswith("lab-mon: vllm_monitoring_prometheus_port and vllm_monitoring_alertmanager_port are both "
+                            "9093")
+    with pytest.raises(AnsibleFilterError, match="vllm_monitoring_errors expects hostvars"):
+        plugin.vllm_monitoring_errors(["lab-mon"], "lab-mon")
+
+
+def test_the_settings_check_never_shows_a_webhook_url():
+    token = "hook-T0KEN-0123456789"
+    (error,) = plugin.vllm_monitoring_errors({"vllm_monitoring_receivers": [
+        {"name": "chat", "webhook_url": f"chat.example.org/{token}"}]}, "lab-mon")
+    assert "webhook_url (value not shown: it may hold a token)" in error and token not in error
