@@ -38,7 +38,8 @@ KEY_LABELS = ("PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY")
 # What the gateway may balance with (vllm_gateway_balance; meta/argument_specs.yml lists the same): the algorithms
 # of HAProxy that need no argument. leastconn suits long streamed answers (the open connections are the load).
 BALANCE = ("leastconn", "roundrobin", "static-rr", "first", "source", "random")
-# Whole seconds of at least 1 (haproxy.cfg writes each as N followed by s), with the default as the fix, and what 0 would do.
+# Whole seconds of at least 1 (haproxy.cfg writes each as N followed by s): the default, as the fix, and what 0
+# would do.
 TIMEOUTS = {
     "vllm_gateway_timeout_connect": (5, "no timeout at all: a connection to a dead instance would wait forever"),
     "vllm_gateway_timeout_server": (900, "no timeout at all: a stuck instance would hold its clients forever"),
@@ -235,8 +236,8 @@ def backend_api_key(host: str, backends: Mapping[str, Any]) -> tuple[str, list[s
         other = next(n for n in with_key if keys[n] != keys[with_key[0]])
         what = f"{with_key[0]} and {other} have different vllm_api_key values"
     return "", [f"{host}: its backend hosts do not share the one vllm_api_key the gateway sends them: {what}; "
-                f"{len(with_key)} of {len(names)} have a key, {len(set(keys.values()) - {''})} different one(s) (no key "
-                f"is shown); {VAULT_FIX}"]
+                f"{len(with_key)} of {len(names)} have a key, {len(set(keys.values()) - {''})} different one(s) "
+                f"(no key is shown); {VAULT_FIX}"]
 
 
 def check(host: str, values: Mapping[str, Any], now: datetime.datetime | None = None) -> list[str]:
@@ -325,10 +326,10 @@ def check(host: str, values: Mapping[str, Any], now: datetime.datetime | None = 
         if "vllm_gateway_source_address" not in unsafe:
             ipaddress.ip_address(source)
     except ValueError:
-        errors.append(f"{host}: vllm_gateway_source_address={inputs.short(source)} (by default its ansible_host, else its name) is "
-                      "not an IP address: the vLLM hosts admit the gateways by address (vllm_firewall); fix: set "
-                      "vllm_gateway_source_address to the address the gateway's connections to vLLM come from, or "
-                      "vllm_firewall: false on the vLLM hosts")
+        errors.append(f"{host}: vllm_gateway_source_address={inputs.short(source)} (by default its ansible_host, "
+                      "else its name) is not an IP address: the vLLM hosts admit the gateways by address "
+                      "(vllm_firewall); fix: set vllm_gateway_source_address to the address the gateway's connections "
+                      "to vLLM come from, or vllm_firewall: false on the vLLM hosts")
     return errors
 
 

@@ -141,11 +141,13 @@ def test_durations_are_read_as_prometheus_reads_them(text, number):
      "vllm_monitoring_prometheus_port and vllm_monitoring_alertmanager_port are both 9090"),
     ({"vllm_monitoring_listen_address": "monitoring"}, "vllm_monitoring_listen_address='monitoring' is not an IP"),
     ({"vllm_monitoring_allow": ["operators"]}, "mon: vllm_monitoring_allow has 'operators', not an IP address"),
-    ({"vllm_monitoring_node_exporters": ["10.0.0.11"]}, "vllm_monitoring_node_exporters[0]='10.0.0.11' is not host:port"),
+    ({"vllm_monitoring_node_exporters": ["10.0.0.11"]},
+     "vllm_monitoring_node_exporters[0]='10.0.0.11' is not host:port"),
     ({"vllm_monitoring_smtp_smarthost": "smtp.example.org"},
      "vllm_monitoring_smtp_smarthost='smtp.example.org' is not host:port"),
     ({"vllm_monitoring_smtp_from": "alerts"}, "vllm_monitoring_smtp_from='alerts' is not an e-mail address"),
-    ({"vllm_monitoring_smtp_smarthost": ""}, "vllm_monitoring_receivers[1].email_to needs vllm_monitoring_smtp_smarthost"),
+    ({"vllm_monitoring_smtp_smarthost": ""},
+     "vllm_monitoring_receivers[1].email_to needs vllm_monitoring_smtp_smarthost"),
     ({"vllm_monitoring_receivers": [{"name": "ops", "email_to": "ops"}]},
      "vllm_monitoring_receivers[0].email_to='ops' is not an e-mail address"),
     ({"vllm_monitoring_receivers": [{"name": "chat", "webhook_url": f"ftp://x/{TOKEN}"}]},
@@ -187,7 +189,8 @@ UNSEEN = ["\n", "\u2028", "\u200b"]
     ("vllm_monitoring_route", {"receiver": "chat", "group_wait": "30s"}, "vllm_monitoring_route.group_wait"),
     ("vllm_monitoring_route", {"routes": [{"receiver": "ops", "matchers": ["severity=\"warning\""]}]},
      "vllm_monitoring_route.routes[0].matchers[0]"),
-    ("vllm_monitoring_receivers", [{"name": "ops", "email_to": "ops@example.org"}], "vllm_monitoring_receivers[0].email_to"),
+    ("vllm_monitoring_receivers", [{"name": "ops", "email_to": "ops@example.org"}],
+     "vllm_monitoring_receivers[0].email_to"),
 ])
 @pytest.mark.parametrize("character", UNSEEN, ids=["newline", "u2028", "u200b"])
 def test_a_control_or_format_character_in_a_string_of_the_configuration_is_refused(setting, value, where, character):
