@@ -273,7 +273,7 @@ def _environment(host: str, environment: Any, allow: Any) -> list[str]:
     if not isinstance(environment, Mapping):
         return [f"{host}: vllm_environment={environment!r} must be a dict of NAME: value; fix: for example "
                 "{OMP_NUM_THREADS: \"8\"}"]
-    allowed = set(allow or []) if isinstance(allow, (list, tuple)) else set()
+    allowed = {str(a) for a in allow if isinstance(a, (str, int))} if isinstance(allow, (list, tuple)) else set()
     errors = []
     for key, value in environment.items():
         key = str(key)

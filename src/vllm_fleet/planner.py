@@ -114,18 +114,28 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
         entry["served_model_name"] = render.served_model_name(profile)
     gpu = hostvars.get("vllm_gpu")
     errors += _validate_gpu(host, gpu)
-    spec = profile.get("speculative") or {}
+    spec = profile.get("speculative") if isinstance(profile.get("speculative"), Mapping) else {}
     unit_values = {name: hostvars[name] for name in inputs.UNIT_VARS if name in hostvars}
     unit_values["vllm_draft_model_source"] = deploy_inputs(hostvars)["vllm_draft_model_source"]
     errors += inputs.check(host, unit_values,
                            draft=bool(spec.get("model")) and spec.get("method") not in profiles.MODEL_FREE_METHODS)
+    release = None
     if version is None:
         errors.append(f"{host}: vllm_version is not set; fix: set it in group_vars, e.g. vllm_version: \"0.33.0\"")
+    elif not isinstance(version, str):
+        errors.append(f"{host}: vllm_version={inputs.short(version)} is a {type(version).__name__}, not a string; "
+                      "fix: quote it, e.g. \"0.33.0\"")
     else:
         try:
-            render.parse_version(version)
+            release = render.parse_version(version)
         except ValueError as exc:
             errors.append(f"{host}: {exc}")
+    for config in ("vllm_model_config", "vllm_draft_model_config"):
+        if hostvars.get(config) not in (None, "") and not isinstance(hostvars.get(config), str):
+            errors.append(f"{host}: {config}={inputs.short(hostvars[config])} is not a path; fix: the controller path "
+                          "of the model's config.json (or of its folder), or leave it out for a catalogued model")
+    # The one gate of the operator's arguments: nothing a setting of its own manages (the role's below included).
+    errors += render.extra_args_errors(host, hostvars.get("vllm_extra_args"), release)
     extra = hostvars.get("vllm_extra_args") or {}
     prompt_tokens = hostvars.get("vllm_typical_prompt_tokens", DEFAULT_TYPICAL_PROMPT_TOKENS)
     output_tokens = hostvars.get("vllm_typical_output_tokens", DEFAULT_TYPICAL_OUTPUT_TOKENS)
@@ -165,14 +175,15 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
         entry["notes"].append(f"{host}: {needs['why']}")
     rendered = None
     for instance in laid["instances"]:
+        # The role's own arguments: keys of render.MANAGED_EXTRA_ARGS, which the gate refused in `extra`.
+        own = {key: value for key, value in (("host", bind), ("port", instance["port"]),
+                                             ("shutdown_timeout", deploy["vllm_shutdown_timeout"]))
+               if value not in (None, "", 0)}
         try:
             rendered = render.render_args(
                 profile, version, model_path=model_path(profile.get("model"), deploy["vllm_model_source"],
                                                         deploy["vllm_model_src"], deploy["vllm_state_dir"]),
-                draft_model_path=draft_model_path(profile, deploy),
-                extra_args=dict(needs["args"], **extra, **{key: value for key, value in (
-                    ("host", bind), ("port", instance["port"]), ("shutdown_timeout", deploy["vllm_shutdown_timeout"]))
-                    if value not in (None, "", 0)}))
+                draft_model_path=draft_model_path(profile, deploy), extra_args={**needs["args"], **extra, **own})
         except ValueError as exc:
             errors.append(f"{host}: {exc}")
             return entry
@@ -219,8 +230,30 @@ DEPLOY_VARS = ("vllm_state_dir", "vllm_model_source", "vllm_model_src", "vllm_dr
 def instances(host: str, hostvars: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The host's vLLM instances as its plan places them (what the units bind and a gateway reaches): name,
     unit, port, `local_url` (from the host itself), `address` and `url` (from the host's network), its cards,
-    arguments and environment. Empty when the host's plan has errors before placement."""
+    arguments and environment. Empty when the host's plan has errors before its instances are rendered (bad
+    vllm_extra_args among them): the host's own plan names them."""
     return plan_host(host, hostvars).get("instances", [])
+
+
+def unplanned(host: str, hostvars: Mapping[str, Any], exc: BaseException) -> dict[str, Any]:
+    """The plan entry of a host whose planning raised what it should have refused with a message: its one error
+    names the host, the exception's kind and where it came from (not its text, which may hold a secret's value)."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(f"{tb.tb_frame.f_globals.get('__name__', '?')}.{tb.tb_frame.f_code.co_name}")
+        tb = tb.tb_next
+    name = hostvars.get("vllm_profile_name") if isinstance(hostvars, Mapping) else None
+    version = hostvars.get("vllm_version") if isinstance(hostvars, Mapping) else None
+    return {
+        "profile": name if isinstance(name, str) and name else "custom",
+        "vllm_version": version if isinstance(version, str) else None,
+        "args": [], "dropped": [], "warnings": [], "notes": [], "instances": [], "capacity": _empty_capacity(),
+        "errors": [f"{host}: the plan could not be made from the host's settings ({type(exc).__name__} in "
+                   f"{frames[-1] if frames else '?'}): one of them has a kind or shape the plan did not expect; fix: "
+                   "check the host's vllm_* settings against the README's variables table, and report this message "
+                   "so that the plan names the setting"],
+    }
 
 
 def deploy_inputs(hostvars: Mapping[str, Any]) -> dict[str, Any]:

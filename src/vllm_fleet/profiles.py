@@ -13,7 +13,7 @@ import numbers
 from functools import lru_cache
 from typing import Any, Mapping
 
-from . import datafiles
+from . import datafiles, inputs
 
 
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
@@ -110,7 +110,7 @@ def resolve(host: str, name: str | None, overrides: Mapping[str, Any] | None = N
             "fix: give vllm_profile as a mapping of profile keys, e.g. {max_num_seqs: 32}"
         )
     if name:
-        if name not in _shipped():
+        if not isinstance(name, str) or name not in _shipped():
             raise ProfileError(
                 f"{host}: vllm_profile_name={name!r} is not a shipped profile; "
                 f"fix: use one of {', '.join(names())}, or leave it empty and give every key in vllm_profile"
@@ -124,7 +124,20 @@ def resolve(host: str, name: str | None, overrides: Mapping[str, Any] | None = N
 def _type_error(host: str, key: str, value: Any, kind: str, meaning: str) -> str:
     wanted = {"int": "an integer", "number": "a number", "bool": "true or false", "str": "a non-empty string",
               "dict": "a mapping"}[kind]
+    if key == "speculative":
+        return (f"{host}: {key}={inputs.short(value)} must be {wanted} ({meaning}); fix: give vllm_profile.speculative "
+                "as a mapping, e.g. {model: Qwen/Qwen2.5-0.5B-Instruct, num_speculative_tokens: 5}, or set it to null "
+                "to turn speculative decoding off")
     return f"{host}: {key}={value!r} must be {wanted} ({meaning}); fix: set {key} to {wanted}"
+
+
+def _control_error(host: str, key: str, value: str) -> list[str]:
+    """A profile string reaches the unit's command line (the model, its served name, the draft): refuse what would
+    end its line or hide what it says."""
+    if not inputs.CONTROL.search(value):
+        return []
+    return [f"{host}: {key}={inputs.short(value)} holds {inputs.CONTROL_WHAT}, {inputs.control_character(value)}, "
+            f"which would end the unit's command line or hide what it says; fix: remove it from vllm_profile.{key}"]
 
 
 def validate(host: str, profile: Mapping[str, Any]) -> list[str]:
@@ -140,6 +153,10 @@ def validate(host: str, profile: Mapping[str, Any]) -> list[str]:
         kind, meaning = PROFILE_KEYS[key]
         if not _kind(value, kind):
             errors.append(_type_error(host, key, value, kind, meaning))
+            continue
+        control = _control_error(host, key, value) if kind == "str" else []
+        if control:
+            errors += control
             continue
         if key in _CHOICES and value not in _CHOICES[key]:
             errors.append(f"{host}: {key}={value!r} is not supported; fix: use one of {', '.join(_CHOICES[key])}")
@@ -195,6 +212,8 @@ def _validate_speculative(host: str, spec: Mapping[str, Any]) -> list[str]:
         kind, meaning = SPECULATIVE_KEYS[key]
         if not _kind(value, kind):
             errors.append(_type_error(host, f"speculative.{key}", value, kind, meaning))
+        elif kind == "str":
+            errors += _control_error(host, f"speculative.{key}", value)
     if errors:
         return errors
     method = spec.get("method")

@@ -5,8 +5,11 @@ era and the release it came in. `render_args` picks the era of the deployed rele
 releases keep the old spellings and newer ones get the new ones; keys a release removed are dropped
 with the reason. The result is the argument list after `vllm serve` (the model first, positional).
 
-vllm_extra_args goes through the same table, and every name must be an option of the release's serve
-parser (data/serve_options.yml, generated from each release's `vllm serve --help=all`).
+vllm_extra_args goes through one gate first, `extra_args_errors`, at plan time: a key that a first-class setting
+manages (MANAGED_EXTRA_ARGS: the role's own arguments, the placement's, the profile's) is refused with the setting
+to use, so is a flag the release no longer has, a value with a control or format character, and a name that is not
+an option of the release's serve parser (data/serve_options.yml, generated from each release's `vllm serve
+--help=all`). `render_args` then renders the operator's arguments and the role's own through the same table.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any, Mapping
 
 from packaging.version import InvalidVersion, Version
 
-from . import datafiles
+from . import datafiles, inputs, placement, profiles
 
 # Profile keys rendered as `--flag value`, in this order (model, booleans and speculative aside).
 _VALUE_KEYS = (
@@ -29,7 +32,7 @@ _VALUE_KEYS = (
 )
 # Profile keys that are not vLLM arguments.
 _NOT_ARGUMENTS = ("model_config",)
-_EXTRA_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_EXTRA_NAME = re.compile(r"[a-z][a-z0-9_]*")  # fullmatch: `$` would let a trailing newline through
 
 
 @dataclass
@@ -158,11 +161,115 @@ def _speculative(spec: Mapping[str, Any], version: Version, draft_model_path: st
 
 # The separate speculative flags, replaced by --speculative-config (the profile's `speculative`).
 _LEGACY_SPECULATIVE = ("speculative_model", "num_speculative_tokens", "speculative_draft_tensor_parallel_size")
-# Profile keys and the table's own entries that vllm_extra_args may not set (the profile renders them).
+# Profile keys and the table's own entries that the profile renders: render_args refuses them in its extra_args.
 _PROFILE_ONLY = ("model", "served_model_name", "speculative", "speculative_config")
 
+# The vllm_extra_args keys that a first-class setting manages, and the setting to use instead: the plan refuses each
+# (extra_args_errors) naming that setting, so that no second spelling fights the setting or slips past what the plan
+# checks of it. The role's own arguments (planner.plan_host passes --host, --port, --shutdown-timeout and what the
+# placement needs through render_args' extra_args) are among them, so that they never collide with the operator's.
+MANAGED_EXTRA_ARGS: dict[str, str] = {
+    # What the vllm role puts on the unit's command line, or in its environment file, from its own settings.
+    "host": "vllm_bind_address",
+    "port": "vllm_port",
+    "uds": "vllm_bind_address and vllm_port",
+    "shutdown_timeout": "vllm_shutdown_timeout",
+    "api_key": "vllm_api_key",
+    "device": "vllm_target_device",
+    # What the plan's placement decides: the instances, their cards, and what the cards need.
+    **{key: "the plan's placement (vllm_fleet.placement.TP_NEEDS)"
+       for _, needs in placement.TP_NEEDS for key in needs["args"]},
+    "pipeline_parallel_size": "vllm_gpus and vllm_profile.tensor_parallel_size",
+    "data_parallel_size": "vllm_gpus",
+    "data_parallel_size_local": "vllm_gpus",
+    "device_ids": "vllm_gpus",
+    # The profile's keys, their other spellings, and the speculative flags its `speculative` renders.
+    **{key: f"vllm_profile.{key}" for key in profiles.PROFILE_KEYS},
+    "device_memory_utilization": "vllm_profile.gpu_memory_utilization",
+    "disable_chunked_prefill": "vllm_profile.enable_chunked_prefill",
+    "no_enable_chunked_prefill": "vllm_profile.enable_chunked_prefill",
+    "disable_prefix_caching": "vllm_profile.enable_prefix_caching",
+    "no_enable_prefix_caching": "vllm_profile.enable_prefix_caching",
+    "speculative_config": "vllm_profile.speculative",
+    "speculative_model": "vllm_profile.speculative.model",
+    "num_speculative_tokens": "vllm_profile.speculative.num_speculative_tokens",
+    "speculative_draft_tensor_parallel_size": "vllm_profile.speculative.draft_tensor_parallel_size",
+    "spec_model": "vllm_profile.speculative.model",
+    "spec_method": "vllm_profile.speculative.method",
+    "spec_tokens": "vllm_profile.speculative.num_speculative_tokens",
+    # A file of options that the plan can neither see nor check.
+    "config": "vllm_profile and vllm_extra_args",
+}
+# Why, where the setting's name does not say it.
+_MANAGED_WHY = {
+    "host": "the unit passes --host from it, and the firewall, the gateway and the health checks use it",
+    "port": "each instance's --port is vllm_port plus its place on the cards, and the firewall, the gateway and the "
+            "health checks use it",
+    "uds": "a socket makes vLLM ignore --host and --port, where the gateway and the health checks reach it",
+    "shutdown_timeout": "the unit passes --shutdown-timeout from it, and its TimeoutStopSec must outlast it",
+    "api_key": "a key on the command line is readable by every local user through ps and /proc, while the "
+               "root-only environment file carries vllm_api_key",
+    "device": "the environment file sets VLLM_TARGET_DEVICE from it",
+    "pipeline_parallel_size": "the plan places one instance per card or tensor-parallel group and sizes it so; it "
+                              "does not plan pipeline parallelism",
+    "data_parallel_size": "the plan runs one instance per card or tensor-parallel group, and the gateway balances them",
+    "data_parallel_size_local": "the plan runs one instance per card or tensor-parallel group, and the gateway "
+                                "balances them",
+    "device_ids": "each instance's cards are its CUDA_VISIBLE_DEVICES, from the placement",
+    "disable_custom_all_reduce": "it is set for the cards whose tensor parallelism hangs without it; a card that "
+                                 "needs it too belongs in TP_NEEDS",
+    "config": "a --config file sets options that the plan can neither see nor check",
+    "model": "or pick a shipped profile with vllm_profile_name",
+}
 
-def _unknown_option(name: str, version: Version, flags: list[str]) -> str | None:
+
+# Words that hold "token" but name no secret: counts of tokens and the tokenizer.
+_NOT_SECRET_WORDS = re.compile(r"tokens|tokeniz(er|ation)")
+
+
+def _shown(name: str, value: Any) -> str:
+    """`=value` for a message, or that a secret's value is not shown (inputs.is_secret: api_key, anything named key,
+    token, password or secret; not num_speculative_tokens or tokenizer)."""
+    secret = inputs.is_secret(_NOT_SECRET_WORDS.sub("", name), {})
+    return " (value not shown)" if secret else f"={inputs.short(value)}"
+
+
+def _managed_problem(name: str, value: Any, version: Version | None, show: bool = True) -> str:
+    """Why vllm_extra_args.NAME (a key of MANAGED_EXTRA_ARGS) is refused, naming the setting to use instead."""
+    setting = MANAGED_EXTRA_ARGS[name]
+    shown = _shown(name, value) if show else ""
+    why = _MANAGED_WHY.get(name)
+    if name in _LEGACY_SPECULATIVE and version is not None and era("speculative", version)["form"] == "json":
+        return (f"vllm_extra_args.{name}{shown}: {' '.join(era('speculative', version)['reason'].split())}; fix: set "
+                f"{setting} instead (vllm_profile.speculative, with its model and num_speculative_tokens, renders "
+                f"--speculative-config) and remove vllm_extra_args.{name}")
+    if setting.startswith("vllm_profile."):
+        given = f"its {shown.removeprefix('=')} " if shown.startswith("=") else (
+            "its value (not shown) " if shown else "it ")
+        return (f"vllm_extra_args.{name} duplicates a profile key: {given}would fight {setting}, which the profile "
+                f"renders and the plan sizes the host with; fix: set it in vllm_profile instead, as {setting}"
+                f"{' (' + why + ')' if why else ''}, and remove vllm_extra_args.{name}")
+    if not setting.startswith("vllm_"):
+        return (f"vllm_extra_args.{name}{shown} is set by {setting}{' (' + why + ')' if why else ''}; fix: remove "
+                f"vllm_extra_args.{name}")
+    vault = ", encrypted with ansible-vault" if name == "api_key" else ""
+    return (f"vllm_extra_args.{name}{shown} is managed by {setting}{' (' + why + ')' if why else ''}; fix: remove "
+            f"vllm_extra_args.{name} and set {setting} instead{vault}")
+
+
+def _gone(name: str, value: Any, version: Version, show: bool = True) -> str | None:
+    """Why vllm_extra_args.NAME is not on this release when the table says the release removed it (or has it not yet)."""
+    if name not in table()["keys"] or era(name, version)["form"] not in ("removed", "absent"):
+        return None
+    entry = era(name, version)
+    setting = MANAGED_EXTRA_ARGS.get(name)
+    had = "no longer has" if entry["form"] == "removed" else "does not have"
+    return (f"vllm_extra_args.{name}{_shown(name, value) if show else ''}: vLLM {version} {had} {_flag(name)}: "
+            f"{' '.join(entry['reason'].split())}; fix: remove vllm_extra_args.{name}"
+            + (f" ({setting} is its setting, for the releases that have it)" if setting else ""))
+
+
+def _unknown_option(name: str, version: Version, flags: list[str], shown: str = "") -> str | None:
     """Why `flags` (the rendering of vllm_extra_args.NAME) is not what the release's parser takes, or None."""
     release, known = release_options(version)
     missing = [f for f in flags if f not in known]
@@ -172,59 +279,126 @@ def _unknown_option(name: str, version: Version, flags: list[str]) -> str | None
              else f"the serve parser of any captured release ({', '.join(map(str, sorted(serve_options())))})")
     near = difflib.get_close_matches(missing[0], sorted(known), n=3, cutoff=0.75)
     hint = f" (options with a like name: {', '.join(near)})" if near else ""
-    return (f"vllm_extra_args.{name}: {' '.join(missing)} is not an option of {where}{hint}; fix: use the "
+    others = [str(v) for v, options in sorted(serve_options().items()) if missing[0] in options]
+    had = f" (vLLM {', '.join(others)} had it: the option was renamed or removed)" if release and others else ""
+    return (f"vllm_extra_args.{name}{shown}: {' '.join(missing)} is not an option of {where}{had}{hint}; fix: use the "
             f"release's spelling (`vllm serve --help=all`), or remove it")
+
+
+def _extra_flags(name: str, value: Any, version: Version, shown: str = "") -> tuple[list[str], str | None]:
+    """The flags of vllm_extra_args.NAME=value on `version` (none for a value left out), and why the release's serve
+    parser would refuse them (None when it takes them; `shown`: the value as the message shows it). The table's
+    keys are spelled as the table says."""
+    in_table = name in table()["keys"]  # the table is the evidence of its keys' spelling in each release
+    if value is None:
+        return [], None
+    if isinstance(value, bool):
+        spelled = era(name, version)["form"] if in_table else era("extra_boolean", version)["form"]
+        flags = [_flag(name)] if value else _negative(name, spelled)
+        problem = None if in_table else _unknown_option(name, version, [f.split("=", 1)[0] for f in flags], shown)
+        if problem and not value and not _unknown_option(name, version, [_flag(name)]):
+            return [], None  # a store_true option has no negative form: false is its default, left out
+        return flags, problem
+    problem = None if in_table else _unknown_option(name, version, [_flag(name)], shown)
+    if isinstance(value, Mapping):
+        return [_flag(name), json.dumps(value, sort_keys=True, separators=(",", ":"))], problem
+    if isinstance(value, (list, tuple)):
+        return [_flag(name), *[str(v) for v in value]], problem
+    return [_flag(name), _number(value)], problem
+
+
+def _strings(value: Any):
+    """Every string in an argument's value, nested lists and mappings (their keys too) included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def _value_problem(name: str, value: Any) -> str | None:
+    """What the unit's command line cannot carry of vllm_extra_args.NAME's value: a type that has no flag spelling
+    (a date, a list of mappings, a mapping that is not JSON), or a control or format character."""
+    shown = _shown(name, value)
+    scalar = (str, int, float, type(None))
+    fits = (isinstance(value, scalar) or (isinstance(value, (list, tuple)) and all(
+        isinstance(v, scalar) and v is not None for v in value)))
+    if isinstance(value, Mapping):
+        try:
+            json.dumps(value, sort_keys=True, allow_nan=False)
+            fits = True
+        except (TypeError, ValueError):
+            fits = False
+    if not fits:
+        return (f"vllm_extra_args.{name}{shown} is not a value a vLLM argument takes; fix: a string, a number, "
+                "true or false, a list of strings or numbers, or a mapping with string keys (a JSON object); quote "
+                "a date or a version")
+    for text in _strings(value):
+        if inputs.CONTROL.search(text):
+            which = "" if shown.startswith(" (value not shown)") else f", {inputs.control_character(text)},"
+            return (f"vllm_extra_args.{name}{shown} holds {inputs.CONTROL_WHAT}{which} which would end the unit's "
+                    f"command line or hide what it says; fix: remove it")
+    return None
+
+
+def extra_args_errors(host: str, extra_args: Any, version: Version | None) -> list[str]:
+    """The one gate of a host's vllm_extra_args, at plan time and before the plan adds the role's own arguments: each
+    key a snake_case name that no first-class setting manages (MANAGED_EXTRA_ARGS), that the release has (the
+    table's removed flags), whose value the unit's command line can carry, and that the release's serve parser
+    takes. `version`: the parsed vllm_version (None when it is bad: the release's checks wait for it). Every error
+    names the host, the key, its value (never a secret's) and the fix."""
+    if extra_args is None:
+        return []
+    if not isinstance(extra_args, Mapping):
+        return [f"{host}: vllm_extra_args={inputs.short(extra_args)} is not a dict; fix: give a mapping of argument: "
+                "value, e.g. {enforce_eager: true}"]
+    errors = []
+    for name in sorted(extra_args, key=str):
+        value = extra_args[name]
+        if not isinstance(name, str) or not _EXTRA_NAME.fullmatch(name):
+            errors.append(f"{host}: vllm_extra_args key {inputs.short(name)} is not a snake_case vLLM argument name; "
+                          "fix: write it like max_num_partial_prefills (no leading dashes)")
+            continue
+        problem = _gone(name, value, version) if version is not None else None
+        if problem is None and name in MANAGED_EXTRA_ARGS:
+            problem = _managed_problem(name, value, version)
+        if problem is None:
+            problem = _value_problem(name, value)
+        if problem is None and version is not None:
+            problem = _extra_flags(name, value, version, _shown(name, value))[1]
+        if problem:
+            errors.append(f"{host}: {problem}")
+    return errors
 
 
 def _extra(extra_args: Mapping[str, Any], profile: Mapping[str, Any], version: Version,
            result: RenderResult) -> None:
+    """Render the plan's further arguments (the operator's, through extra_args_errors first, and the role's own)."""
     if not isinstance(extra_args, Mapping):
         raise ValueError(f"vllm_extra_args={extra_args!r} is not a dict; fix: give a mapping of argument: value")
-    form = era("extra_boolean", version)["form"]
     for name in sorted(extra_args, key=str):
         value = extra_args[name]
-        if not isinstance(name, str) or not _EXTRA_NAME.match(name):
+        if not isinstance(name, str) or not _EXTRA_NAME.fullmatch(name):
             raise ValueError(
                 f"vllm_extra_args key {name!r} is not a snake_case vLLM argument name; "
                 "fix: write it like max_num_partial_prefills (no leading dashes)"
             )
-        if name in _PROFILE_ONLY or name in profile:
-            raise ValueError(
-                f"vllm_extra_args.{name} duplicates a profile key; fix: set it in vllm_profile instead"
-            )
-        if name in _LEGACY_SPECULATIVE and era("speculative", version)["form"] == "json":
-            raise ValueError(
-                f"vllm_extra_args.{name}: {' '.join(era('speculative', version)['reason'].split())}; fix: set "
-                "vllm_profile.speculative (model, num_speculative_tokens), which renders --speculative-config"
-            )
-        in_table = name in table()["keys"]  # the table is the evidence of its keys' spelling in each release
-        if in_table and era(name, version)["form"] in ("removed", "absent"):
-            gone = era(name, version)["form"] == "removed"
-            result.dropped.append({"flag": _flag(name), "reason": " ".join(era(name, version)["reason"].split())})
+        if name in _PROFILE_ONLY or name in profile or name in _LEGACY_SPECULATIVE:
+            raise ValueError(_managed_problem(name, value, version, show=False))
+        if _gone(name, value, version):
+            entry = era(name, version)
+            result.dropped.append({"flag": _flag(name), "reason": " ".join(entry["reason"].split())})
             result.warnings.append(f"vllm_extra_args.{name} dropped: vLLM {version} "
-                                   f"{'no longer has' if gone else 'does not have'} {_flag(name)}")
+                                   f"{'no longer has' if entry['form'] == 'removed' else 'does not have'} {_flag(name)}")
             continue
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            spelled = era(name, version)["form"] if in_table else form
-            flags = [_flag(name)] if value else _negative(name, spelled)
-            problem = None if in_table else _unknown_option(name, version, [f.split("=", 1)[0] for f in flags])
-            if problem and not value and not _unknown_option(name, version, [_flag(name)]):
-                continue  # a store_true option has no negative form: false is its default, left out
-            if problem:
-                raise ValueError(problem)
-            result.args += flags
-            continue
-        problem = None if in_table else _unknown_option(name, version, [_flag(name)])
+        flags, problem = _extra_flags(name, value, version)
         if problem:
             raise ValueError(problem)
-        if isinstance(value, Mapping):
-            result.args += [_flag(name), json.dumps(value, sort_keys=True, separators=(",", ":"))]
-        elif isinstance(value, (list, tuple)):
-            result.args += [_flag(name), *[str(v) for v in value]]
-        else:
-            result.args += [_flag(name), _number(value)]
+        result.args += flags
 
 
 def served_model_name(profile: Mapping[str, Any]) -> str:

@@ -496,3 +496,154 @@ def test_a_model_used_in_place_is_served_from_its_own_path():
     entry = plan("rtx4090-7b-awq", vllm_state_dir="/srv/vllm", vllm_model_source="path",
                  vllm_model_src="/models/shared/qwen-awq", vllm_bind_address="0.0.0.0", vllm_port=8000)
     assert entry["instances"][0]["args"][0] == "/models/shared/qwen-awq"
+
+
+# --- vllm_extra_args: one gate, at plan time ------------------------------------------------------------------
+from vllm_fleet import placement, profiles, render  # noqa: E402
+
+WALK_VALUE = "walk-value-7c1e"  # distinctive: it must be in each message, unless the key is a secret
+
+
+@pytest.mark.parametrize("key", sorted(render.MANAGED_EXTRA_ARGS))
+def test_every_managed_key_is_refused_at_plan_time_naming_host_key_value_and_the_setting(key):
+    """Each key of render.MANAGED_EXTRA_ARGS (the one list), given through vllm_extra_args, is a plan error that names
+    the host, the key and the setting to use instead; the value is shown unless the key is a secret (api_key)."""
+    setting = render.MANAGED_EXTRA_ARGS[key]
+    for version in ("0.33.0", "0.17.0"):
+        entry = plan("rtx4090-7b-decode", version=version, vllm_extra_args={key: WALK_VALUE},
+                     vllm_api_key="", vllm_shutdown_timeout=0)
+        mine = [e for e in entry["errors"] if e.startswith(f"h1: vllm_extra_args.{key}")]
+        assert len(mine) == 1, entry["errors"]
+        (message,) = mine
+        assert setting in message and "fix:" in message, message
+        if key == "api_key":
+            assert WALK_VALUE not in message and "(value not shown)" in message and "ansible-vault" in message
+        else:
+            assert WALK_VALUE in message, message
+        assert entry["instances"] == [] and planner.instances("h1", {
+            "vllm_profile_name": "rtx4090-7b-decode", "vllm_gpu": RTX4090, "vllm_version": version,
+            "vllm_extra_args": {key: WALK_VALUE}}) == []
+
+
+def test_the_managed_list_holds_what_the_role_and_the_placement_set_and_every_profile_key():
+    managed = set(render.MANAGED_EXTRA_ARGS)
+    assert {"host", "port", "shutdown_timeout", "api_key", "served_model_name", "model", "tensor_parallel_size",
+            "speculative_config", "speculative_model", "num_speculative_tokens",
+            "speculative_draft_tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+            "device"} <= managed
+    assert set(profiles.PROFILE_KEYS) <= managed
+    assert {key for _, needs in placement.TP_NEEDS for key in needs["args"]} <= managed
+    # What plan_host itself renders beyond the profile (an L40 pair: --disable-custom-all-reduce too) is managed.
+    entry = plan("l40-14b-awq-prefill", gpu=dict(L40, count=2), profile={"tensor_parallel_size": 2},
+                 vllm_bind_address="10.0.0.5", vllm_port=8100, vllm_shutdown_timeout=30)
+    assert entry["errors"] == [], entry["errors"]
+    args = entry["instances"][0]["args"]
+    profile_flags = set(render.render_args(entry["profile_effective"], "0.33.0").args)
+    own = {a[2:].replace("-", "_") for a in args if a.startswith("--") and a not in profile_flags}
+    assert own == {"host", "port", "shutdown_timeout", "disable_custom_all_reduce"} and own <= managed
+
+
+@pytest.mark.parametrize("extra", [{"shutdown_timeout": 20}, {"host": "0.0.0.0"}, {"port": 9000},
+                                   {"disable_custom_all_reduce": True}])
+def test_a_key_the_role_also_sets_is_a_plan_error_not_a_crash(extra):
+    """These raised a TypeError (dict() got multiple values) in plan_host and in instances()."""
+    hostvars = {"vllm_profile_name": "l40-14b-awq-prefill", "vllm_gpu": dict(L40, count=2),
+                "vllm_profile": {"tensor_parallel_size": 2}, "vllm_version": "0.33.0", "vllm_bind_address": "0.0.0.0",
+                "vllm_port": 8000, "vllm_shutdown_timeout": 30, "vllm_extra_args": extra}
+    entry = planner.plan_host("h1", hostvars)
+    (key,) = extra
+    (message,) = entry["errors"]
+    assert message.startswith(f"h1: vllm_extra_args.{key}=") and render.MANAGED_EXTRA_ARGS[key] in message
+    assert planner.instances("h1", hostvars) == []
+
+
+def test_an_api_key_in_extra_args_is_refused_and_never_shown():
+    secret = "sk-extra-0123456789"
+    entry = plan("rtx4090-7b-decode", vllm_extra_args={"api_key": secret})
+    (message,) = entry["errors"]
+    assert message.startswith("h1: vllm_extra_args.api_key (value not shown)") and "vllm_api_key" in message
+    assert secret not in json.dumps(entry) and "ansible-vault" in message
+
+
+def test_a_flag_the_release_removed_is_an_error_when_the_operator_gives_it():
+    """The profile's swap_space is dropped with a warning; vllm_extra_args.swap_space given on 0.33 is refused,
+    with the table's reason (what is nearest now)."""
+    entry = plan("rtx4090-7b-decode", profile={"swap_space": None}, vllm_extra_args={"swap_space": 4})
+    (message,) = entry["errors"]
+    assert message.startswith("h1: vllm_extra_args.swap_space=4: vLLM 0.33.0 no longer has --swap-space")
+    assert "--kv-offloading-size" in message and "fix: remove vllm_extra_args.swap_space" in message
+    (message,) = plan("rtx4090-7b-decode", profile={"calculate_kv_scales": None},
+                      vllm_extra_args={"calculate_kv_scales": True})["errors"]
+    assert "no longer has --calculate-kv-scales" in message and "nothing replacing it" in message
+    # The profile's own swap_space stays a drop with its reason.
+    kept = plan("rtx4090-7b-decode", profile={"swap_space": 4})
+    assert kept["errors"] == [] and "--swap-space" in {d["flag"] for d in kept["dropped"]}
+
+
+@pytest.mark.parametrize("character", ["\n", "\u2028", "\u2029", "\u0085", "\u200b", "\ufeff", "\x1b"])
+def test_a_served_name_or_model_with_a_line_break_is_refused_in_the_plan(character):
+    for key in ("served_model_name", "model"):
+        entry = plan("rtx4090-7b-decode", profile={key: "tiny" + character + "qwen"})
+        (message,) = entry["errors"]
+        assert message.startswith(f"h1: {key}=") and "control or format character" in message
+        assert f"U+{ord(character):04X}" in message and f"vllm_profile.{key}" in message and character not in message
+        assert entry["instances"] == []
+    (message,) = plan("rtx4090-7b-decode", profile={"speculative": {"model": "Qwen/Qwen2.5-0.5B-Instruct" + character,
+                                                                       "num_speculative_tokens": 3}})["errors"]
+    assert message.startswith("h1: speculative.model=") and "vllm_profile.speculative.model" in message
+
+
+@pytest.mark.parametrize("value", ["eager\u2028", "x\u0085y", ["a", "b\n"], {"k": "v\u2029"}])
+def test_an_extra_args_string_with_a_line_break_is_refused(value):
+    (message,) = plan("rtx4090-7b-decode", vllm_extra_args={"chat_template": value})["errors"]
+    assert message.startswith("h1: vllm_extra_args.chat_template=") and "control or format character" in message
+    assert "fix: remove it" in message
+
+
+@pytest.mark.parametrize("speculative", [[{"model": "Qwen/Qwen2.5-0.5B-Instruct"}], "Qwen/Qwen2.5-0.5B-Instruct", 5])
+def test_speculative_that_is_not_a_mapping_names_the_host_and_the_setting(speculative):
+    """A list raised an AttributeError in plan_host."""
+    entry = plan("rtx4090-7b-decode", profile={"speculative": speculative})
+    (message,) = entry["errors"]
+    assert message.startswith("h1: speculative=") and "must be a mapping" in message
+    assert "fix: give vllm_profile.speculative as a mapping" in message
+    assert planner.instances("h1", {"vllm_profile_name": "rtx4090-7b-decode", "vllm_gpu": RTX4090,
+                                    "vllm_version": "0.33.0", "vllm_profile": {"speculative": speculative}}) == []
+
+
+def test_speculative_model_in_extra_args_names_host_setting_value_and_fix():
+    (message,) = plan("rtx4090-7b-decode", vllm_extra_args={"speculative_model": "Qwen/Qwen2.5-0.5B-Instruct"})["errors"]
+    assert message.startswith("h1: vllm_extra_args.speculative_model='Qwen/Qwen2.5-0.5B-Instruct': ")
+    assert "--speculative-config" in message and "fix: set vllm_profile.speculative.model instead" in message
+
+
+@pytest.mark.parametrize("hostvars,message", [
+    ({"vllm_version": ["0.33.0"]}, "h1: vllm_version=['0.33.0'] is a list, not a string; fix: quote it"),
+    ({"vllm_version": {"v": 1}}, "h1: vllm_version={'v': 1} is a dict, not a string"),
+    ({"vllm_profile_name": ["rtx4090-7b-decode"]}, "h1: vllm_profile_name=['rtx4090-7b-decode'] is not a shipped"),
+    ({"vllm_model_config": ["/x/config.json"]}, "h1: vllm_model_config=['/x/config.json'] is not a path; fix:"),
+    ({"vllm_draft_model_config": 3.5}, "h1: vllm_draft_model_config=3.5 is not a path; fix:"),
+    ({"vllm_extra_args": ["--enforce-eager"]}, "h1: vllm_extra_args=['--enforce-eager'] is not a dict; fix:"),
+    ({"vllm_extra_args": {"enforce_eager\n": True}}, "h1: vllm_extra_args key 'enforce_eager\\n' is not a snake_case"),
+    ({"vllm_extra_args": {"block_size": [{"a": 1}]}}, "h1: vllm_extra_args.block_size=[{'a': 1}] is not a value"),
+    ({"vllm_environment_allow": [["PYTHONPATH"]]}, None),
+])
+def test_inputs_of_the_wrong_kind_are_messages_not_exceptions(hostvars, message):
+    """Each of these raised a TypeError or AttributeError in plan_host or instances()."""
+    base = {"vllm_profile_name": "rtx4090-7b-decode", "vllm_gpu": RTX4090, "vllm_version": "0.33.0"}
+    entry = planner.plan_host("h1", {**base, **hostvars})
+    if message is not None:
+        assert any(e.startswith(message) for e in entry["errors"]), entry["errors"]
+    assert all(e.startswith("h1: ") and "fix" in e for e in entry["errors"])
+    planner.instances("h1", {**base, **hostvars})
+
+
+def test_unplanned_names_the_host_and_where_but_not_the_exceptions_text():
+    try:
+        int("sk-secret-42")
+    except ValueError as exc:
+        entry = planner.unplanned("h1", {"vllm_profile_name": "rtx4090-7b-decode", "vllm_version": "0.33.0"}, exc)
+    (message,) = entry["errors"]
+    assert message.startswith("h1: the plan could not be made") and "ValueError" in message and "fix:" in message
+    assert "sk-secret-42" not in message and entry["instances"] == [] and entry["profile"] == "rtx4090-7b-decode"
+    assert set(entry) >= {"profile", "vllm_version", "instances", "dropped", "errors", "warnings", "capacity"}

@@ -214,3 +214,26 @@ def test_side_by_side_numbers_in_the_profiles_are_the_committed_gpu_results():
         load = block["load"]
         assert row["load"] == f"guide-{load['users']}u-bench" and load["tool"] == row["tool"], name
     assert sorted(carrying) == ["l40-14b-awq-prefill", "rtx4090-7b-awq", "rtx4090-7b-prefill", "rtx4090-7b-prefix-heavy"]
+
+
+@pytest.mark.parametrize("key,value", [("served_model_name", "a\nb"), ("served_model_name", "a\u2028b"),
+                                       ("model", "Qwen/Qwen2.5-7B-Instruct\u0085"), ("served_model_name", "\ufeffq"),
+                                       ("served_model_name", "q\u200b")])
+def test_a_profile_string_with_a_control_or_format_character_is_refused(key, value):
+    """The model and its served name reach the unit's command line: refused at plan time, not when the unit is
+    rendered."""
+    (message,) = profiles.validate("h1", profiles.resolve("h1", "rtx4090-7b-decode", {key: value}))
+    assert message.startswith(f"h1: {key}={value!r}") and "control or format character" in message
+    assert f"fix: remove it from vllm_profile.{key}" in message and value not in message
+
+
+def test_speculative_given_as_a_list_names_the_setting():
+    (message,) = profiles.validate("h1", profiles.resolve("h1", "rtx4090-7b-decode",
+                                                          {"speculative": [{"model": "Qwen/Qwen2.5-0.5B-Instruct"}]}))
+    assert message.startswith("h1: speculative=[{'model': 'Qwen/Qwen2.5-0.5B-Instruct'}] must be a mapping")
+    assert "fix: give vllm_profile.speculative as a mapping" in message and "null" in message
+
+
+def test_a_profile_name_that_is_not_a_string_is_a_profile_error():
+    with pytest.raises(profiles.ProfileError, match=re.escape("h1: vllm_profile_name=['a'] is not a shipped profile")):
+        profiles.resolve("h1", ["a"])

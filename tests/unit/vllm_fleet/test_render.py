@@ -298,3 +298,66 @@ def test_speculative_json_is_compact_and_sorted():
     args = render.render_args({"model": "m", "speculative": spec}, "0.33.0").args
     assert args[-1] == '{"method":"draft_model","model":"d","num_speculative_tokens":5}'
     assert json.loads(args[-1]) == spec
+
+
+# --- the gate of the operator's vllm_extra_args (extra_args_errors) -------------------------------------------
+V033 = render.parse_version("0.33.0")
+
+
+def test_the_gate_passes_what_the_release_takes_and_no_setting_manages():
+    extra = {"kv_cache_memory_bytes": 1073741824, "enforce_eager": True, "enable_log_requests": False,
+             "attention_config": {"flash_attn_version": 2}, "disable_log_stats": False, "block_size": None,
+             "chat_template": "tiny qwen 100% $HOME \"q\" 'x'", "tokenizer": "/srv/models/t"}
+    assert render.extra_args_errors("h1", extra, V033) == []
+    assert render.extra_args_errors("h1", None, V033) == [] and render.extra_args_errors("h1", {}, V033) == []
+
+
+def test_the_gate_walks_every_managed_key_without_the_release_too():
+    """A bad vllm_version waits for its own error, but what a setting manages is refused all the same."""
+    for key, setting in render.MANAGED_EXTRA_ARGS.items():
+        (message,) = render.extra_args_errors("h1", {key: 2}, None)
+        assert message.startswith(f"h1: vllm_extra_args.{key}") and setting in message and "fix:" in message
+
+
+@pytest.mark.parametrize("extra,message", [
+    ({"swap_space": 4}, "h1: vllm_extra_args.swap_space=4: vLLM 0.33.0 no longer has --swap-space: --swap-space was "
+                        "removed in vLLM 0.18.0"),
+    ({"max_num_seqz": 4}, "h1: vllm_extra_args.max_num_seqz=4: --max-num-seqz is not an option of vLLM 0.33.0's "
+                          "serve parser (data/serve_options.yml) (options with a like name: --max-num-seqs"),
+    ({"no_enable_log_requests": True}, "h1: vllm_extra_args.no_enable_log_requests=True: --no-enable-log-requests is "
+                                       "not an option of vLLM 0.33.0's serve parser (data/serve_options.yml) (vLLM "
+                                       "0.32.0 had it: the option was renamed or removed)"),
+    ({"my_token": "sk-abc"}, "h1: vllm_extra_args.my_token (value not shown): --my-token is not an option"),
+    ({"num_speculative_tokens": 5}, "h1: vllm_extra_args.num_speculative_tokens=5: the three --speculative-* flags"),
+    ({"max_num_seqs": 8}, "h1: vllm_extra_args.max_num_seqs duplicates a profile key: its 8 would fight "
+                          "vllm_profile.max_num_seqs"),
+    ({"api_key": "sk-abc"}, "h1: vllm_extra_args.api_key (value not shown) is managed by vllm_api_key"),
+    ({"port": 8001}, "h1: vllm_extra_args.port=8001 is managed by vllm_port"),
+    ({"--port": 8001}, "h1: vllm_extra_args key '--port' is not a snake_case vLLM argument name"),
+    ({"port\n": 8001}, "h1: vllm_extra_args key 'port\\n' is not a snake_case vLLM argument name"),
+    ({"enforce_eager": "yes\u2028--api-key"}, "h1: vllm_extra_args.enforce_eager='yes\\u2028--api-key' holds a "
+                                              "control or format character"),
+    ({"my_token": "sk-abc\u0085"}, "h1: vllm_extra_args.my_token (value not shown) holds a control or format "
+                                   "character"),
+    ({"block_size": [[16]]}, "h1: vllm_extra_args.block_size=[[16]] is not a value a vLLM argument takes"),
+    ({"attention_config": {1: {2}}}, "h1: vllm_extra_args.attention_config={1: {2}} is not a value"),
+    ("--enforce-eager", "h1: vllm_extra_args='--enforce-eager' is not a dict; fix:"),
+])
+def test_the_gate_names_host_key_value_and_fix(extra, message):
+    errors = render.extra_args_errors("h1", extra, V033)
+    assert len(errors) == 1 and errors[0].startswith(message), errors
+    assert "fix:" in errors[0] and "sk-abc" not in errors[0]
+
+
+def test_the_gate_reports_every_bad_key_at_once():
+    errors = render.extra_args_errors("h1", {"host": "0.0.0.0", "port": 1, "enforce_eager": True, "x_y": 1}, V033)
+    assert [e.split(":")[1].split("=")[0].strip() for e in errors] == [
+        "vllm_extra_args.host", "vllm_extra_args.port", "vllm_extra_args.x_y"]
+
+
+def test_render_args_still_takes_the_roles_own_arguments():
+    """The plan passes --host, --port, --shutdown-timeout and the placement's needs to render_args itself; the
+    gate keeps the operator's out of them."""
+    args = render.render_args({"model": "m"}, "0.33.0", extra_args={
+        "host": "0.0.0.0", "port": 8000, "shutdown_timeout": 30, "disable_custom_all_reduce": True}).args
+    assert args[3:] == ["--disable-custom-all-reduce", "--host", "0.0.0.0", "--port", "8000", "--shutdown-timeout", "30"]
