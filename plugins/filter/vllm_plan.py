@@ -24,7 +24,8 @@ description:
     the way vLLM does (C(gpu_memory_utilization) is a share of the GPU's total memory).
   - Once the nvidia_driver role has verified the host's cards (its fact C(nvidia_driver_gpus)), the detected cards
     replace C(vllm_gpu) (vllm_fleet.planner.detected_gpu); site.yml plans the host again then.
-  - Returns the host's entry of C(plan.json); problems are in its C(errors) and C(warnings), never raised.
+  - Returns the host's entry of C(plan.json); problems are in its C(errors) and C(warnings), never raised (an input
+    the plan did not expect gives an error naming the host, never a Python exception).
   - "C(hostvars | vllm_plan_hosts(ansible_play_hosts, typical_prompt_tokens, typical_output_tokens)) plans many hosts
     in one pass and returns the whole C(plan.json), a dict with one key C(hosts): host name to plan."
   - The same file holds C(vllm_min_driver) (vllm_version | vllm_min_driver, the C({vllm, cuda, driver}) line of data/cuda_compat.yml),
@@ -165,26 +166,45 @@ def vllm_plan_host(hostvars, host):
 
 
 def _plan(host, variables, typical_prompt_tokens=None, typical_output_tokens=None):
-    errors, failed = spec_errors(host, variables)
-    inputs = plan_inputs(variables, skip=failed)
-    if typical_prompt_tokens is not None:
-        inputs["vllm_typical_prompt_tokens"] = typical_prompt_tokens
-    if typical_output_tokens is not None:
-        inputs["vllm_typical_output_tokens"] = typical_output_tokens
-    entry = planner.plan_host(host, inputs)
+    """The host's plan entry; a setting the plan did not expect gives an error naming the host, never an exception."""
+    try:
+        errors, failed = spec_errors(host, variables)
+        inputs = plan_inputs(variables, skip=failed)
+        if typical_prompt_tokens is not None:
+            inputs["vllm_typical_prompt_tokens"] = typical_prompt_tokens
+        if typical_output_tokens is not None:
+            inputs["vllm_typical_output_tokens"] = typical_output_tokens
+        entry = planner.plan_host(host, inputs)
+    except Exception as exc:  # noqa: BLE001 - the operator gets a message naming the host, never a traceback
+        return planner.unplanned(host, variables, exc)
     entry["errors"][:0] = errors
     return entry
 
 
+def _instances(host, variables):
+    """planner.instances, or none where the host's settings broke its plan (its own plan names the error)."""
+    try:
+        return planner.instances(host, plan_inputs(variables))
+    except Exception:  # noqa: BLE001 - the host's plan (vllm_plan_host/hosts) reports it
+        return []
+
+
 def _each_host(filter_name, hostvars, hosts):
     """(name, variables) of each of `hosts`, sorted, from `hostvars`; the filter's error names what is wrong."""
+    if not isinstance(hostvars, Mapping):
+        raise AnsibleFilterError(f"{filter_name}: expected hostvars (a mapping of host name to variables), got "
+                                 f"{type(hostvars).__name__}")
     if isinstance(hosts, str) or not hasattr(hosts, "__iter__"):
         raise AnsibleFilterError(f"{filter_name}: expected a list of host names, got {hosts!r}")
     for host in sorted(hosts, key=str):
         try:
-            yield str(host), hostvars[host]
-        except KeyError:
+            variables = hostvars[host]
+        except (KeyError, TypeError):
             raise AnsibleFilterError(f"{filter_name}: host {host!r} is not in hostvars") from None
+        if not isinstance(variables, Mapping):
+            raise AnsibleFilterError(f"{filter_name}: hostvars[{host!r}] is a {type(variables).__name__}, not the "
+                                     "host's variables")
+        yield str(host), variables
 
 
 def vllm_plan_hosts(hostvars, hosts, typical_prompt_tokens=None, typical_output_tokens=None):
@@ -196,8 +216,7 @@ def vllm_plan_hosts(hostvars, hosts, typical_prompt_tokens=None, typical_output_
 def vllm_plan_instances(hostvars, hosts):
     """{host: the host's planned instances} for `hosts` (planner.instances: what the units bind and a gateway
     reaches), without planning the rest: a gateway lists every host's instances even when the run is limited."""
-    return {host: planner.instances(host, plan_inputs(variables))
-            for host, variables in _each_host("vllm_plan_instances", hostvars, hosts)}
+    return {host: _instances(host, variables) for host, variables in _each_host("vllm_plan_instances", hostvars, hosts)}
 
 
 def vllm_min_driver(vllm_version):
@@ -211,7 +230,11 @@ def vllm_min_driver(vllm_version):
 def vllm_plan_table(plan):
     if not isinstance(plan, dict) or not isinstance(plan.get("hosts"), dict):
         raise AnsibleFilterError(f"vllm_plan_table: expected plan.json's {{'hosts': {{...}}}}, got {plan!r}")
-    return planner.table(plan)
+    try:
+        return planner.table(plan)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise AnsibleFilterError(f"vllm_plan_table: plan.json's host entries are not plan entries ({type(exc).__name__}: "
+                                 f"{exc}); fix: give it the output of vllm_plan_hosts") from None
 
 
 class FilterModule:

@@ -268,12 +268,16 @@ def networks(host: str, setting: str, entries: Any) -> list[ipaddress.IPv4Networ
 
 
 def _environment(host: str, environment: Any, allow: Any) -> list[str]:
+    if allow is not None and not (isinstance(allow, (list, tuple)) and all(
+            isinstance(name, str) and ENV_KEY.fullmatch(name) for name in allow)):
+        return [f"{host}: vllm_environment_allow={short(allow)} must be a list of variable names; fix: for example "
+                "[PYTHONPATH], the keys of vllm_environment you opt in knowingly"]
     if environment is None:
         return []
     if not isinstance(environment, Mapping):
         return [f"{host}: vllm_environment={environment!r} must be a dict of NAME: value; fix: for example "
                 "{OMP_NUM_THREADS: \"8\"}"]
-    allowed = {str(a) for a in allow if isinstance(a, (str, int))} if isinstance(allow, (list, tuple)) else set()
+    allowed = set(allow or [])
     errors = []
     for key, value in environment.items():
         key = str(key)

@@ -160,3 +160,9 @@ def test_the_message_names_the_character_it_found():
     assert "U+2028 LINE SEPARATOR" in message and "line or paragraph separator" in message
     assert inputs.control_character("a\u0085b") == "U+0085" and inputs.control_character("ab") is None
     assert inputs.control_character(8) is None
+
+
+@pytest.mark.parametrize("allow", ["PYTHONPATH", [["PYTHONPATH"]], ["PYTHON PATH"], [1]])
+def test_an_opt_in_list_that_is_not_variable_names_is_refused(allow):
+    (message,) = errors(vllm_environment={"PYTHONPATH": "/opt/faults"}, vllm_environment_allow=allow)
+    assert message.startswith(f"h1: vllm_environment_allow={allow!r} must be a list of variable names; fix:")

@@ -99,3 +99,66 @@ def test_detected_gpus_replace_the_groups_assumption_with_its_bandwidth_for_the_
     assert detected["gpu"] == {"name": "NVIDIA L40", "count": 1, "memory_mib": 46068, "compute_cap": "8.9"}
     assert detected["capacity"] == filters["vllm_plan_host"](dict(host, vllm_gpu=dict(L40, compute_cap="8.9")),
                                                              "a")["capacity"]
+
+
+BAD_HOSTS = {
+    "extra-shutdown": {"vllm_extra_args": {"shutdown_timeout": 20}},
+    "extra-host": {"vllm_extra_args": {"host": "0.0.0.0"}},
+    "extra-api-key": {"vllm_extra_args": {"api_key": "sk-filter-0123"}},
+    "extra-list": {"vllm_extra_args": ["--enforce-eager"]},
+    "speculative-list": {"vllm_profile": {"speculative": [{"model": "Qwen/Qwen2.5-0.5B-Instruct"}]}},
+    "served-name-u2028": {"vllm_profile": {"served_model_name": "a\u2028b"}},
+    "version-list": {"vllm_version": ["0.33.0"]},
+    "profile-name-dict": {"vllm_profile_name": {"a": 1}},
+    "model-config-list": {"vllm_model_config": ["/x"]},
+    "allow-nested": {"vllm_environment_allow": [["PYTHONPATH"]]},
+}
+
+
+def test_no_filter_surfaces_a_python_exception_for_bad_input():
+    """Each of these raised a TypeError or AttributeError out of a filter (vllm_plan_instances too: a gateway planned
+    with -l <gateway> died on a host's vllm_extra_args.host); each is now a message naming the host, and
+    vllm_plan_instances gives the host no instances (its own plan names the error)."""
+    filters = load_filters().FilterModule().filters()
+    good = {"vllm_profile_name": "rtx4090-7b-decode", "vllm_gpu": RTX4090, "vllm_version": "0.33.0"}
+    hostvars = {"good": good, **{name: dict(good, **bad) for name, bad in BAD_HOSTS.items()}}
+    instances = filters["vllm_plan_instances"](hostvars, list(hostvars))
+    assert instances["good"][0]["name"] == "main"
+    assert all(instances[name] == [] for name in BAD_HOSTS), instances
+    whole = filters["vllm_plan_hosts"](hostvars, list(hostvars))
+    assert whole["hosts"]["good"]["errors"] == []
+    for name in BAD_HOSTS:
+        errors = whole["hosts"][name]["errors"]
+        assert errors and all(e.startswith(f"{name}: ") and "fix:" in e for e in errors), errors
+        assert not any("could not be made" in e for e in errors), errors
+        assert filters["vllm_plan_host"](hostvars[name], name)["errors"] == errors
+    assert "sk-filter-0123" not in str(whole)
+
+
+def test_an_exception_the_plan_did_not_foresee_is_an_error_naming_the_host(monkeypatch):
+    vllm_plan = load_filters()
+
+    def broken(host, hostvars):
+        raise KeyError("sk-leaked-value")
+
+    monkeypatch.setattr(vllm_plan.planner, "plan_host", broken)
+    entry = vllm_plan.vllm_plan_host({"vllm_version": "0.33.0"}, "h1")
+    (message,) = entry["errors"]
+    assert message.startswith("h1: the plan could not be made") and "KeyError" in message and "fix:" in message
+    assert "sk-leaked-value" not in message and entry["instances"] == []
+    assert vllm_plan.vllm_plan_hosts({"h1": {}}, ["h1"])["hosts"]["h1"]["errors"] == [message]
+    assert vllm_plan.vllm_plan_instances({"h1": {}}, ["h1"]) == {"h1": []}
+
+
+def test_the_table_and_the_host_lists_refuse_what_they_cannot_read_with_a_filter_error():
+    vllm_plan = load_filters()
+    from ansible.errors import AnsibleFilterError
+
+    with pytest.raises(AnsibleFilterError, match="vllm_plan_table: plan.json's host entries are not plan entries"):
+        vllm_plan.vllm_plan_table({"hosts": {"h1": {"errors": []}}})
+    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_hosts: expected hostvars \(a mapping"):
+        vllm_plan.vllm_plan_hosts(["h1"], ["h1"])
+    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_instances: hostvars\['h1'\] is a str"):
+        vllm_plan.vllm_plan_instances({"h1": "x"}, ["h1"])
+    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_hosts: host \['a'\] is not in hostvars"):
+        vllm_plan.vllm_plan_hosts({"h1": {}}, [["a"]])
