@@ -232,7 +232,7 @@ def vllm_plan_table(plan):
         raise AnsibleFilterError(f"vllm_plan_table: expected plan.json's {{'hosts': {{...}}}}, got {plan!r}")
     try:
         return planner.table(plan)
-    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - a filter error naming what is wrong, never a traceback
         raise AnsibleFilterError(f"vllm_plan_table: plan.json's host entries are not plan entries ({type(exc).__name__}: "
                                  f"{exc}); fix: give it the output of vllm_plan_hosts") from None
 

@@ -6,8 +6,8 @@ own ``systemd-analyze verify`` accepts such a file. So every such string is chec
 before any host is changed, for what its file can hold as written:
 
 - unit file: paths absolute and clean, with no whitespace (``ReadWritePaths=`` splits on it), ``%`` (a unit
-  specifier), quotes, backslashes or control or format characters (CONTROL); user and group valid names; device entries a
-  ``/dev`` path or a ``char-``/``block-`` class; system-call filter entries calls or ``@groups``;
+  specifier), quotes, backslashes or control or format characters (CONTROL); user and group valid names; device
+  entries a ``/dev`` path or a ``char-``/``block-`` class; system-call filter entries calls or ``@groups``;
 - environment file: keys POSIX names, not the keys the template sets itself; values (the API key too) are
   written double-quoted with systemd's escapes (the ``systemd_env_quote`` filter), so any text without control or
   format characters reads back byte for byte; the API key and tokens are named in a message but never shown;
@@ -16,8 +16,10 @@ before any host is changed, for what its file can hold as written:
   from the role's own settings (caches, ``HOME``, the API key) never.
 
 The release and model-staging settings that only make sense together (a wheelhouse install needs its URL, a
-model source its location) are checked here too, so that the vllm role's preflight has nothing left to refuse.
-Each error names the host, the one setting, its value (not a secret's) and the fix.
+model source its location) are checked here too, so that the vllm role's preflight has nothing left to refuse; their
+URLs, words of a command line and of requests, hold no control or format character either. CONTROL is every character
+of Unicode's categories Cc, Cf, Zl and Zp (U+2028, U+2029 and U+0085 end a line for some readers), for the gateway's
+and the monitoring's values too. Each error names the host, the one setting, its value (not a secret's) and the fix.
 """
 
 from __future__ import annotations
@@ -168,6 +170,11 @@ def _release(host: str, values: Mapping[str, Any], draft: bool) -> list[str]:
     sources and their locations. ``vllm_draft_model_source`` comes resolved (planner.deploy_inputs: it follows
     the model's source unless set)."""
     errors = []
+    for name in ("vllm_wheelhouse_url", "vllm_model_url", "vllm_draft_model_url"):
+        # Words of the install's command line and the staging's requests: a line break would split or end them.
+        if control_character(values.get(name)):
+            errors.append(f"{host}: {name}={values[name]!r} holds {CONTROL_WHAT}, {control_character(values[name])}; "
+                          "fix: remove it (a URL or path has none)")
     if values.get("vllm_install_source") == "wheelhouse" and not values.get("vllm_wheelhouse_url"):
         errors.append(f"{host}: vllm_install_source=wheelhouse needs vllm_wheelhouse_url, which is empty; fix: the URL "
                       "or path of a wheelhouse built by scripts/wheelhouse.sh (wheels plus requirements.lock)")

@@ -166,3 +166,10 @@ def test_the_message_names_the_character_it_found():
 def test_an_opt_in_list_that_is_not_variable_names_is_refused(allow):
     (message,) = errors(vllm_environment={"PYTHONPATH": "/opt/faults"}, vllm_environment_allow=allow)
     assert message.startswith(f"h1: vllm_environment_allow={allow!r} must be a list of variable names; fix:")
+
+
+@pytest.mark.parametrize("setting", ["vllm_wheelhouse_url", "vllm_model_url", "vllm_draft_model_url"])
+def test_a_url_with_a_line_break_is_refused(setting):
+    (message,) = errors(**{setting: "https://mirror.example/x\u2028--index-url=https://evil.example"})
+    assert message.startswith(f"h1: {setting}='https://mirror.example/x\\u2028") and "U+2028" in message
+    assert "fix:" in message
