@@ -61,3 +61,21 @@ def test_the_roles_reach_the_templates_folder_through_one_variable():
             assert value.removeprefix(folder) in templates, f"{defaults}: {name}: {value}"
             seen.add(value.rsplit("/", 1)[1])
     assert seen == templates, "a file in templates/ that no role renders"
+
+
+def test_host_keys_are_checked_for_every_inventory_but_the_labs():
+    """ansible.cfg checks host keys; only the lab's throw-away containers (new keys every time) turn it off, in the
+    lab inventory's own group_vars, and the production example does not."""
+    import configparser
+
+    import yaml
+
+    config = configparser.ConfigParser()
+    config.read(ROOT / "ansible.cfg")
+    assert config.getboolean("defaults", "host_key_checking") is True
+    ssh_args = config.get("ssh_connection", "ssh_args", fallback="")
+    assert "StrictHostKeyChecking=no" not in ssh_args and "UserKnownHostsFile=/dev/null" not in ssh_args
+    lab = yaml.safe_load((ROOT / "inventories" / "lab" / "group_vars" / "lab.yml").read_text())
+    assert lab["ansible_host_key_checking"] is False and "StrictHostKeyChecking=no" in lab["ansible_ssh_common_args"]
+    production = "".join(p.read_text() for p in (ROOT / "inventories" / "production").rglob("*.yml"))
+    assert "StrictHostKeyChecking" not in production and "host_key_checking" not in production
