@@ -6,7 +6,7 @@ from functools import lru_cache
 
 import yaml
 from jinja2 import Undefined
-from ansible.errors import AnsibleFilterError
+from ansible.errors import AnsibleError, AnsibleFilterError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 # The library of this checkout, beside the plugin (never another installed copy): every filter plugin loads it so.
@@ -175,6 +175,8 @@ def _plan(host, variables, typical_prompt_tokens=None, typical_output_tokens=Non
         if typical_output_tokens is not None:
             inputs["vllm_typical_output_tokens"] = typical_output_tokens
         entry = planner.plan_host(host, inputs)
+    except AnsibleError:
+        raise  # Ansible's own message (an undefined variable the host's settings name...) says it best
     except Exception as exc:  # noqa: BLE001 - the operator gets a message naming the host, never a traceback
         return planner.unplanned(host, variables, exc)
     entry["errors"][:0] = errors
@@ -185,6 +187,8 @@ def _instances(host, variables):
     """planner.instances, or none where the host's settings broke its plan (its own plan names the error)."""
     try:
         return planner.instances(host, plan_inputs(variables))
+    except AnsibleError:
+        raise
     except Exception:  # noqa: BLE001 - the host's plan (vllm_plan_host/hosts) reports it
         return []
 

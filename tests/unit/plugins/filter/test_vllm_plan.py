@@ -162,3 +162,18 @@ def test_the_table_and_the_host_lists_refuse_what_they_cannot_read_with_a_filter
         vllm_plan.vllm_plan_instances({"h1": "x"}, ["h1"])
     with pytest.raises(AnsibleFilterError, match=r"vllm_plan_hosts: host \['a'\] is not in hostvars"):
         vllm_plan.vllm_plan_hosts({"h1": {}}, [["a"]])
+
+
+def test_ansibles_own_errors_pass_through_as_they_are(monkeypatch):
+    """An undefined variable that a host's setting names is Ansible's to report, with its own message."""
+    vllm_plan = load_filters()
+    from ansible.errors import AnsibleUndefinedVariable
+
+    def undefined(host, hostvars):
+        raise AnsibleUndefinedVariable("'lab_gateway' is undefined")
+
+    monkeypatch.setattr(vllm_plan.planner, "plan_host", undefined)
+    with pytest.raises(AnsibleUndefinedVariable, match="lab_gateway"):
+        vllm_plan.vllm_plan_host({"vllm_version": "0.33.0"}, "h1")
+    with pytest.raises(AnsibleUndefinedVariable, match="lab_gateway"):
+        vllm_plan.vllm_plan_instances({"h1": {}}, ["h1"])
