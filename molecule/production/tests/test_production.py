@@ -17,7 +17,8 @@ cannot be them (molecule.yml's host_vars and prepare.yml):
 - the NVIDIA driver: an nvidia-smi stand-in replays the real H200 capture on prod-4090 (so its group's card check
   is told to expect an H200: the detected card differs from the group's RTX 4090 on purpose) and two cards of the
   project's L40 capture, made by hand from the real one, on prod-l40, where the plan places one instance per card
-  (gpu0 on port 8000, gpu1 on 8001; the group assumes one card, the re-plan with the detected two places both).
+  (gpu0 on port 8000, gpu1 on 8001; the group assumes one-card hosts, prod-l40's own vllm_gpu says two, since the
+  gateway is configured before the detection and site.yml stops a host whose cards place other instances).
 Not run, because they need a kernel module or a CUDA device: the driver's installation, the loaded-module check
 (/proc/driver/nvidia), the CUDA build's driver check in the vllm role, and the unit's GPU device list (the CPU build
 runs with PrivateDevices; the plan's device list per instance is tests/unit/vllm_fleet/test_placement.py's).
@@ -115,8 +116,8 @@ def test_every_instance_serves_and_passed_verification():
 
 def test_each_host_was_planned_deployed_and_reported_with_its_detected_cards():
     """prod-4090's group assumes an RTX 4090; the driver role detected the H200 of the capture, and the host
-    was planned again, deployed and reported with it. prod-l40's group assumes one L40; the driver role detected
-    two, and the re-plan placed one instance on each."""
+    was planned again, deployed and reported with it. prod-l40 says two L40s; the driver role detected the two of
+    its capture, and the re-plan placed one instance on each."""
     report = converge_report()
     assert report["hosts"]["prod-4090/main"]["gpu"] == {"name": "NVIDIA H200", "count": 1, "memory_mib": 143771,
                                                         "compute_cap": "9.0"}
@@ -262,3 +263,58 @@ def test_monitoring_scrapes_every_instance_and_the_gateway():
     assert wanted <= set(up), up
     assert any(GATEWAY_ADDRESS in name for name in up), up
     assert all(health == "up" for health in up.values()), up
+
+
+def test_no_key_in_the_plan_reports_or_journals():
+    """The vLLM key and the tenants' keys never appear in plan.json, the run reports, or a host's journal."""
+    secrets = [layer("prod-l40")["vault_vllm_api_key"], tenant_key("chat-frontend"), tenant_key("batch-jobs")]
+    for path in REPORTS.rglob("*"):
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            assert not [s for s in secrets if s in text], path
+    for host in (*HOSTS, "prod-gw"):
+        journal = on(host, "journalctl", "--no-pager", "-o", "cat")
+        assert not [s for s in secrets if s in journal], host
+
+
+def test_a_key_change_the_gateway_was_not_given_is_rolled_back_at_the_canary():
+    """The operator's mistake the tenant probe is for: vLLM's key changed on a limited run that leaves the gateway out
+    (-l prod-4090), so the gateway still sends the old key. The instance passes its own verification (the probes on
+    the host send the new key) but a tenant's request through the gateway gets 401: the rollout fails there, restores
+    the release that ran before (with the key the gateway sends), verifies it, puts it back, proves it through the
+    gateway, and records nothing new."""
+    key = layer("prod-4090")["vault_vllm_api_key"]
+    before = (args_of("prod-4090", "main"), on("prod-4090", "ls", "/etc/vllm/releases/main"))
+    rc, out = playbook("site.yml", "-l", "prod-4090", "-e", json.dumps({"vault_vllm_api_key": "rotated-" + "k" * 40}))
+    assert rc != 0, out[-3000:]
+    assert ("a tenant's completion through the gateway prod-gw got HTTP 401 from server prod-4090_main" in out
+            and "Restored the last working release" in out), out[-5000:]
+    assert "rotated-" not in out
+    assert (args_of("prod-4090", "main"), on("prod-4090", "ls", "/etc/vllm/releases/main")) == before
+    assert service_process("prod-4090", "main", "environ")["VLLM_API_KEY"] == key
+    assert [r["outcome"] for r in (stream(tenant_key("chat-frontend")) for _ in range(3))] == ["ok"] * 3
+
+
+def test_a_unit_edited_by_hand_is_caught_by_the_command_line_read_back():
+    """Someone edits prod-4090's unit by hand (--max-num-seqs 8 -> 4) and restarts it: the instance is healthy and
+    answers, cache_config_info cannot show that setting, but verify.yml reads the process's own command line
+    (/proc/<MainPID>/cmdline) back against the plan and names the difference. The unit the role staged is then put
+    back."""
+    unit = "/etc/systemd/system/vllm@main.service"
+    on("prod-4090", "sed", "-i", "s/--max-num-seqs 8 /--max-num-seqs 4 /", unit)
+    try:
+        assert "--max-num-seqs 4 " in on("prod-4090", "cat", unit)
+        on("prod-4090", "systemctl", "daemon-reload")
+        # StartLimitBurst counts restarts by hand too (the earlier tests restarted this unit).
+        on("prod-4090", "systemctl", "reset-failed", "vllm@main.service")
+        on("prod-4090", "systemctl", "restart", "vllm@main.service")
+        rc, out = playbook("playbooks/verify.yml", "-l", "prod-4090")
+        assert rc != 0, out[-3000:]
+        assert "command-line read-back: --max-num-seqs: expected 8, the process runs 4" in out, out[-4000:]
+    finally:
+        on("prod-4090", "cp", "/etc/vllm/vllm@main.service", unit)
+        on("prod-4090", "systemctl", "daemon-reload")
+        on("prod-4090", "systemctl", "reset-failed", "vllm@main.service")
+        on("prod-4090", "systemctl", "restart", "vllm@main.service")
+    rc, out = playbook("playbooks/verify.yml", "-l", "prod-4090")
+    assert rc == 0, out[-3000:]

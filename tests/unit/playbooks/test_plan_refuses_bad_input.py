@@ -284,3 +284,71 @@ def test_site_yml_stops_at_the_plan_before_the_driver_play(tmp_path):
     assert proc.returncode != 0
     assert "PLAY [NVIDIA driver]" not in out and "UNREACHABLE" not in out and "Gathering Facts" not in out
     assert "gpu-4090-01.example.internal: vllm_cache_dir=" in out and "control or format character" in out
+
+
+def _gateway_inventory(folder, vllm_hosts):
+    """The production example's group_vars and topology: these vLLM hosts, one gateway (a certificate and key made
+    here, the tenants' keys test values) and one monitoring host."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gw-01.example.internal")])
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=30)).sign(key, hashes.SHA256()))
+    folder.mkdir()
+    (folder / "group_vars").symlink_to(ROOT / "inventories" / "production" / "group_vars")
+    gateway = {"ansible_host": "10.0.10.5",
+               "vllm_gateway_tls_certificate": cert.public_bytes(serialization.Encoding.PEM).decode(),
+               "vault_vllm_gateway_tls_key": key.private_bytes(serialization.Encoding.PEM,
+                                                               serialization.PrivateFormat.PKCS8,
+                                                               serialization.NoEncryption()).decode(),
+               "vault_vllm_gateway_keys": {"chat-frontend": SECRET + "-chat-frontend-0123456789",
+                                           "batch-jobs": SECRET + "-batch-jobs-0123456789"}}
+    tree = {"all": {"children": {
+        "vllm_nodes": {"children": {"gpu_nodes": {"children": {"rtx4090_nodes": {"hosts": vllm_hosts}}}}},
+        "vllm_gateways": {"hosts": {"gw-01.example.internal": gateway}}}}}
+    (folder / "hosts.yml").write_text(yaml.safe_dump(tree, sort_keys=False))
+    return folder
+
+
+@pytest.mark.integration
+def test_a_gateway_planned_alone_refuses_a_backend_whose_plan_fails(tmp_path):
+    """`plan.yml -l <gateway>` plans no vLLM host of its own, but the gateway lists their instances: a backend host
+    whose settings break its plan (vllm_extra_args.host, which crashed vllm_plan_instances with a TypeError) would
+    be left out of the gateway without a word. It is refused, naming the host's own error; no Python exception."""
+    key = {"vault_vllm_api_key": SECRET + "-vllm-0123456789"}
+    hosts = {"gpu-4090-01.example.internal": dict(key, vllm_extra_args={"host": "0.0.0.0"}),
+             "gpu-4090-02.example.internal": dict(key)}
+    proc = run("-i", str(_gateway_inventory(tmp_path / "inventory", hosts)), "playbooks/plan.yml",
+               "-l", "gw-01.example.internal", "-e", f"vllm_report_dir={tmp_path / 'reports'}")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "TypeError" not in out and "Traceback" not in out and SECRET not in out
+    assert "gw-01.example.internal: the gateway's backend hosts" in out, out[-3000:]
+    assert "gpu-4090-01.example.internal: vllm_extra_args.host" in out and "vllm_bind_address" in out, out[-3000:]
+
+
+@pytest.mark.integration
+def test_backends_with_two_keys_are_refused_at_plan_time_naming_both_hosts(tmp_path):
+    """One key, one home: the gateway sends the backend hosts' own vllm_api_key; two hosts with different keys are
+    refused before anything changes, naming both hosts and never a key."""
+    hosts = {"gpu-4090-01.example.internal": {"vault_vllm_api_key": SECRET + "-one-0123456789abcdef"},
+             "gpu-4090-02.example.internal": {"vault_vllm_api_key": SECRET + "-two-0123456789abcdef"}}
+    proc = run("-i", str(_gateway_inventory(tmp_path / "inventory", hosts)), "playbooks/plan.yml",
+               "-e", f"vllm_report_dir={tmp_path / 'reports'}")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert SECRET not in out
+    text = " ".join(out.split())  # the message as one line (the callback folds it)
+    assert "its backend hosts do not share the one vllm_api_key" in text, out[-3000:]
+    start = text.index("its backend hosts do not share the one vllm_api_key")
+    line = text[start - 30:text.index("fix:", start) + 200]
+    assert "gpu-4090-01.example.internal" in line and "gpu-4090-02.example.internal" in line, line
+    assert "gw-01.example.internal" in line and "fix:" in line, line
