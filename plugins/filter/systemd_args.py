@@ -81,7 +81,29 @@ def systemd_exec_lines(args):
     return [line for line, _, _ in lines]
 
 
+_ENV_UNESCAPE = re.compile(r'\\([\\"$`])')
+
+
+def systemd_env_value(text, name):
+    """The value of NAME in an environment file written with systemd_env_quote (its inverse), or "" when the file
+    does not set it. Only double-quoted values (what the role writes) and bare words are read."""
+    if not isinstance(text, str) or not isinstance(name, str):
+        raise AnsibleFilterError("systemd_env_value expects the file's text and a variable name")
+    value = ""
+    for line in text.splitlines():
+        key, sep, raw = line.partition("=")
+        if not sep or key.strip() != name or line.lstrip().startswith("#"):
+            continue
+        raw = raw.strip()
+        if len(raw) >= 2 and raw[0] == raw[-1] == '"':
+            value = _ENV_UNESCAPE.sub(r"\1", raw[1:-1])
+        else:
+            value = raw
+    return value
+
+
 class FilterModule:
     def filters(self):
-        # What the templates use; systemd_quote is the helper behind systemd_exec_lines.
-        return {"systemd_exec_lines": systemd_exec_lines, "systemd_env_quote": systemd_env_quote}
+        # What the templates and the rollback use; systemd_quote is the helper behind systemd_exec_lines.
+        return {"systemd_exec_lines": systemd_exec_lines, "systemd_env_quote": systemd_env_quote,
+                "systemd_env_value": systemd_env_value}

@@ -10,7 +10,7 @@ plugin = load_source("systemd_args_filter", ROOT / "plugins" / "filter" / "syste
 
 def test_exports_only_what_the_roles_and_templates_use():
     filters = plugin.FilterModule().filters()
-    assert set(filters) == {"systemd_exec_lines", "systemd_env_quote"}
+    assert set(filters) == {"systemd_exec_lines", "systemd_env_quote", "systemd_env_value"}
     sources = [*(ROOT / "templates").glob("*.j2"), *(ROOT / "roles").glob("*/tasks/*.yml")]
     used = {name for name in filters if any(name in p.read_text() for p in sources)}
     assert used == set(filters)
@@ -56,3 +56,13 @@ def test_env_quote_refuses_non_text_and_control_characters_without_showing_them(
         plugin.systemd_env_quote(value)
     if isinstance(value, str):
         assert value not in str(err.value) and "control character" in str(err.value)
+
+
+@pytest.mark.parametrize("value", ['lab "key" \\ $HOME %h', "plain", "a`b\\\\c", "'single' quotes, spaces", ""])
+def test_env_value_reads_back_what_env_quote_wrote(value):
+    """The rollback reads the restored release's key from its environment file: the exact inverse of env_quote."""
+    text = f"# a comment\nHOME=/var/lib/vllm\nVLLM_API_KEY={plugin.systemd_env_quote(value)}\nOTHER=x\n"
+    assert plugin.systemd_env_value(text, "VLLM_API_KEY") == value
+    assert plugin.systemd_env_value("HOME=/x\n#VLLM_API_KEY=\"no\"\n", "VLLM_API_KEY") == ""
+    with pytest.raises(AnsibleFilterError):
+        plugin.systemd_env_value(None, "VLLM_API_KEY")
