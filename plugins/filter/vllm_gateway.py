@@ -13,7 +13,7 @@ description:
     the gateway keeps only the keys' digests.
   - C(vllm_gateway_errors) (host) checks a gateway's settings; each message names the host, the setting and the fix,
     never a key.
-  - C(hostvars | vllm_gateway_backend_key(gateway, backend hosts)) is the key the gateway sends vLLM: the one
+  - C(hostvars | vllm_gateway_backend_key(gateway, backend hosts)) is the key the gateway sends vLLM, the one
     C(vllm_api_key) every backend host shares (empty when none has one); an error, naming the gateway and two hosts
     that differ but never a key, when they do not share one. C(vllm_gateway_backend_key_errors) (the same arguments)
     gives that error as a list, empty when they share one.

@@ -73,7 +73,8 @@ def test_the_production_examples_monitoring_passes_promtool_and_amtool(tmp_path)
         "gpu-l40-02.example.internal", "gpu-l40-03.example.internal"}
     l40 = next(entry for name, entry in instances.items() if name.startswith("gpu-l40-01"))
     assert l40["labels"]["card"].startswith("NVIDIA L40") and l40["labels"]["vllm_release"]
-    assert "haproxy" not in jobs  # the example's gateways are commented out
+    # The example's gateway, by its name (it has no ansible_host) and the exporter's port.
+    assert jobs["haproxy"]["static_configs"] == [{"targets": ["gw-01.example.internal:8405"]}]
     alertmanager = yaml.safe_load((etc / "alertmanager.yml").read_text())
     assert alertmanager["route"]["receiver"] == "oncall"
     assert alertmanager["route"]["routes"][0]["receiver"] == "ops-mail"
