@@ -48,6 +48,16 @@ def is_secret(name: str, option: Mapping[str, Any]) -> bool:
     return bool(option.get("no_log")) or any(word in name.lower() for word in SECRET_WORDS)
 
 
+# Words that hold "token" but name no secret: counts of tokens and the tokenizer.
+_NOT_SECRET_WORDS = re.compile(r"tokens|tokeniz(er|ation)")
+
+
+def is_secret_argument(name: str) -> bool:
+    """A vLLM argument whose value is never shown (snake_case or a --flag): named key, token, password or secret
+    (api_key, hf_token), not a count of tokens or the tokenizer (num_speculative_tokens, max_num_batched_tokens)."""
+    return is_secret(_NOT_SECRET_WORDS.sub("", name.lstrip("-").replace("-", "_")), {})
+
+
 def plain(value: Any) -> Any:
     """Ansible's lazy containers and tagged strings as plain Python, so that messages and digests see plain values."""
     if isinstance(value, Mapping):

@@ -223,15 +223,10 @@ _MANAGED_WHY = {
 }
 
 
-# Words that hold "token" but name no secret: counts of tokens and the tokenizer.
-_NOT_SECRET_WORDS = re.compile(r"tokens|tokeniz(er|ation)")
-
-
 def _shown(name: str, value: Any) -> str:
-    """`=value` for a message, or that a secret's value is not shown (inputs.is_secret: api_key, anything named key,
+    """`=value` for a message, or that a secret's value is not shown (inputs.is_secret_argument: api_key, anything named key,
     token, password or secret; not num_speculative_tokens or tokenizer)."""
-    secret = inputs.is_secret(_NOT_SECRET_WORDS.sub("", name), {})
-    return " (value not shown)" if secret else f"={inputs.short(value)}"
+    return " (value not shown)" if inputs.is_secret_argument(name) else f"={inputs.short(value)}"
 
 
 def _managed_problem(name: str, value: Any, version: Version | None, show: bool = True) -> str:

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from vllm_fleet import metrics as _metrics
 from vllm_fleet.endpoints import WILDCARD_ADDRESSES, probe_url  # noqa: F401 (the filter plugin's API)
-from vllm_fleet.inputs import short
+from vllm_fleet.inputs import is_secret_argument, short
 
 __all__ = ["command_line_drift", "crashed_after_start", "host_entry", "running_arguments", "version_matches"]
 
@@ -275,10 +275,6 @@ def _judge_readback(after: _metrics.MetricsFacts | None, speculative: bool, expe
     return missing, drifts, state
 
 
-# A flag whose value is never shown in a message (an --api-key given by hand in a unit, for one).
-_SECRET_FLAG_WORDS = ("key", "token", "password", "secret")
-
-
 def _options(args: list[str]) -> tuple[list[str], dict[str, list[list[str]]]]:
     """(positional arguments, {--flag: [its values, once per time it is given]}) of a `vllm serve` command line;
     ``--flag=value`` counts as ``--flag value``; a value may start with one dash (-1), never with two."""
@@ -300,7 +296,7 @@ def _options(args: list[str]) -> tuple[list[str], dict[str, list[list[str]]]]:
 def _shown(flag: str, values: list[list[str]] | None) -> str:
     if values is None:
         return "absent"
-    if set(flag.lower().lstrip("-").split("-")) & set(_SECRET_FLAG_WORDS):  # --api-key, --hf-token; not --max-num-batched-tokens
+    if is_secret_argument(flag):  # --api-key, --hf-token; not --max-num-batched-tokens
         return "(value not shown)"
     return " | ".join(short(" ".join(v), 80, str) if v else "(no value)" for v in values)
 

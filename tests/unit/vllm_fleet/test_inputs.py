@@ -173,3 +173,12 @@ def test_a_url_with_a_line_break_is_refused(setting):
     (message,) = errors(**{setting: "https://mirror.example/x\u2028--index-url=https://evil.example"})
     assert message.startswith(f"h1: {setting}='https://mirror.example/x\\u2028") and "U+2028" in message
     assert "fix:" in message
+
+
+@pytest.mark.parametrize("name,secret", [("api_key", True), ("--api-key", True), ("hf_token", True),
+                                         ("--hf-token", True), ("num_speculative_tokens", False),
+                                         ("--max-num-batched-tokens", False), ("tokenizer", False),
+                                         ("--served-model-name", False)])
+def test_an_argument_named_like_a_secret_is_one_and_a_token_count_is_not(name, secret):
+    """One rule for the plan's messages about vllm_extra_args and the verification's command-line read-back."""
+    assert inputs.is_secret_argument(name) is secret
