@@ -1,4 +1,5 @@
 """Filters that write values the way systemd reads them back: ExecStart lines, environment-file values."""
+
 import re
 
 from ansible.errors import AnsibleFilterError
@@ -61,8 +62,10 @@ def systemd_env_quote(value):
         raise AnsibleFilterError(f"systemd_env_quote: a value of type {type(value).__name__} is not text")
     text = str(value)
     if _CONTROL.search(text):
-        raise AnsibleFilterError("systemd_env_quote: a value holds a control character, which an environment "
-                                 "file cannot carry (the value is not shown)")
+        raise AnsibleFilterError(
+            "systemd_env_quote: a value holds a control character, which an environment "
+            "file cannot carry (the value is not shown)"
+        )
     return '"' + _ENV_ESCAPE.sub(r"\\\1", text) + '"'
 
 
@@ -105,5 +108,8 @@ def systemd_env_value(text, name):
 class FilterModule:
     def filters(self):
         # What the templates and the rollback use; systemd_quote is the helper behind systemd_exec_lines.
-        return {"systemd_exec_lines": systemd_exec_lines, "systemd_env_quote": systemd_env_quote,
-                "systemd_env_value": systemd_env_value}
+        return {
+            "systemd_exec_lines": systemd_exec_lines,
+            "systemd_env_quote": systemd_env_quote,
+            "systemd_env_value": systemd_env_value,
+        }

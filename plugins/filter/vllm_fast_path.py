@@ -79,7 +79,10 @@ def vllm_deployed_instances(slurped, inventory_address):
 
 # What the vllm role's work on a host derives from besides its variables: its tasks, files and templates, the
 # modules it runs, and the project's templates (vllm_fleet.fingerprint: a new version of the project is a change).
-ROLE_CODE = [os.path.join(ROOTDIR, part) for part in ("roles/vllm", "roles/vllm_firewall", "templates", "plugins/modules", "plugins/module_utils")]
+ROLE_CODE = [
+    os.path.join(ROOTDIR, part)
+    for part in ("roles/vllm", "roles/vllm_firewall", "templates", "plugins/modules", "plugins/module_utils")
+]
 
 
 # The role's variables that say how a run goes, not what the host runs.
@@ -103,8 +106,14 @@ def vllm_fingerprint(variables, host, plan_entry, extra=None):
         if inputs.is_secret(name, option):
             value = fingerprint.digest(value)
         values[name] = value
-    return fingerprint.digest({"variables": values, "plan": inputs.plain(plan_entry), "extra": inputs.plain(extra),
-                               "code": fingerprint.tree_digest(ROLE_CODE)})
+    return fingerprint.digest(
+        {
+            "variables": values,
+            "plan": inputs.plain(plan_entry),
+            "extra": inputs.plain(extra),
+            "code": fingerprint.tree_digest(ROLE_CODE),
+        }
+    )
 
 
 class FilterModule:

@@ -73,8 +73,10 @@ from vllm_fleet import gateway, metrics  # noqa: E402
 
 
 def vllm_gateway_servers(instances_by_host, deployed_by_host=None):
-    for what, value in (("vllm_plan_instances' {host: [instances]}", instances_by_host),
-                        ("vllm_gateway_deployed's {host: [instances]}", deployed_by_host or {})):
+    for what, value in (
+        ("vllm_plan_instances' {host: [instances]}", instances_by_host),
+        ("vllm_gateway_deployed's {host: [instances]}", deployed_by_host or {}),
+    ):
         if not isinstance(value, Mapping):
             raise AnsibleFilterError("vllm_gateway_servers: expected %s, got %s" % (what, type(value).__name__))
     return gateway.servers(instances_by_host, deployed_by_host)
@@ -99,10 +101,13 @@ def vllm_gateway_server_name(host, instance):
 
 
 def vllm_gateway_tenants(api_keys):
-    if not isinstance(api_keys, list) or not all(isinstance(e, Mapping) and "key" in e and "tenant" in e
-                                                  for e in api_keys):
-        raise AnsibleFilterError("vllm_gateway_tenants: vllm_gateway_api_keys must be a list of {tenant, key, "
-                                 "requests_per_minute} (values not shown)")
+    if not isinstance(api_keys, list) or not all(
+        isinstance(e, Mapping) and "key" in e and "tenant" in e for e in api_keys
+    ):
+        raise AnsibleFilterError(
+            "vllm_gateway_tenants: vllm_gateway_api_keys must be a list of {tenant, key, "
+            "requests_per_minute} (values not shown)"
+        )
     return gateway.tenants(api_keys)
 
 
@@ -112,10 +117,15 @@ def vllm_gateway_errors(values, host):
 
 def _backend_keys(what, hostvars, host, backends):
     """{backend host: its vllm_api_key, None where it sets none} from hostvars."""
-    if not isinstance(hostvars, Mapping) or isinstance(backends, (str, bytes, Mapping)) \
-            or not hasattr(backends, "__iter__"):
-        raise AnsibleFilterError(f"{what} expects hostvars | {what}(gateway host, backend host names), got "
-                                 f"{type(hostvars).__name__} and {type(backends).__name__}")
+    if (
+        not isinstance(hostvars, Mapping)
+        or isinstance(backends, (str, bytes, Mapping))
+        or not hasattr(backends, "__iter__")
+    ):
+        raise AnsibleFilterError(
+            f"{what} expects hostvars | {what}(gateway host, backend host names), got "
+            f"{type(hostvars).__name__} and {type(backends).__name__}"
+        )
     keys = {}
     for name in backends:
         try:
@@ -128,27 +138,36 @@ def _backend_keys(what, hostvars, host, backends):
 
 def vllm_gateway_backend_key(hostvars, host, backends):
     """The one vllm_api_key the backend hosts share ('' for none); an error naming two that differ, never a key."""
-    key, errors = gateway.backend_api_key(str(host), _backend_keys("vllm_gateway_backend_key", hostvars, host,
-                                                                   backends))
+    key, errors = gateway.backend_api_key(
+        str(host), _backend_keys("vllm_gateway_backend_key", hostvars, host, backends)
+    )
     if errors:
         raise AnsibleFilterError(" | ".join(errors))
     return key
 
 
 def vllm_gateway_backend_key_errors(hostvars, host, backends):
-    return gateway.backend_api_key(str(host), _backend_keys("vllm_gateway_backend_key_errors", hostvars, host,
-                                                            backends))[1]
+    return gateway.backend_api_key(
+        str(host), _backend_keys("vllm_gateway_backend_key_errors", hostvars, host, backends)
+    )[1]
 
 
 def vllm_gateway_clients(hostvars, gateways, allowed, host, monitoring=()):
-    if not isinstance(hostvars, Mapping) or any(isinstance(names, (str, bytes)) or not hasattr(names, "__iter__")
-                                                for names in (gateways, monitoring)):
-        raise AnsibleFilterError("vllm_gateway_clients expects hostvars | vllm_gateway_clients(gateway names, "
-                                 "vllm_allowed_clients, host, monitoring host names), got %s and %s"
-                                 % (type(hostvars).__name__, type(gateways).__name__))
+    if not isinstance(hostvars, Mapping) or any(
+        isinstance(names, (str, bytes)) or not hasattr(names, "__iter__") for names in (gateways, monitoring)
+    ):
+        raise AnsibleFilterError(
+            "vllm_gateway_clients expects hostvars | vllm_gateway_clients(gateway names, "
+            "vllm_allowed_clients, host, monitoring host names), got %s and %s"
+            % (type(hostvars).__name__, type(gateways).__name__)
+        )
     try:
-        return gateway.clients({name: hostvars[name] for name in gateways}, allowed, str(host),
-                               {name: hostvars[name] for name in monitoring})
+        return gateway.clients(
+            {name: hostvars[name] for name in gateways},
+            allowed,
+            str(host),
+            {name: hostvars[name] for name in monitoring},
+        )
     except ValueError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

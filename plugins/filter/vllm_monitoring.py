@@ -70,7 +70,9 @@ from vllm_fleet import inputs, monitoring  # noqa: E402
 
 def vllm_monitoring_targets(plan):
     if not isinstance(plan, Mapping) or not isinstance(plan.get("hosts"), Mapping):
-        raise AnsibleFilterError(f"vllm_monitoring_targets: expected plan.json's {{'hosts': {{...}}}}, got {plan!r:.200}")
+        raise AnsibleFilterError(
+            f"vllm_monitoring_targets: expected plan.json's {{'hosts': {{...}}}}, got {plan!r:.200}"
+        )
     return monitoring.targets(plan["hosts"])
 
 
@@ -94,15 +96,18 @@ def vllm_firewall_networks(entries, host, setting):
         found = inputs.networks(str(host), str(setting), entries)
     except ValueError as exc:
         raise AnsibleFilterError(str(exc)) from exc
-    return {family: [str(n) for n in sorted({n for n in found if n.version == version})]
-            for family, version in (("ipv4", 4), ("ipv6", 6))}
+    return {
+        family: [str(n) for n in sorted({n for n in found if n.version == version})]
+        for family, version in (("ipv4", 4), ("ipv6", 6))
+    }
 
 
 @lru_cache(maxsize=1)
 def _defaults():
     """The role's literal defaults (a templated one, such as the templates' paths, is not a setting check reads)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "roles", "vllm_monitoring",
-                        "defaults", "main.yml")
+    path = os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "roles", "vllm_monitoring", "defaults", "main.yml"
+    )
     with open(path, encoding="utf-8") as handle:
         return {k: v for k, v in (yaml.safe_load(handle) or {}).items() if not (isinstance(v, str) and "{{" in v)}
 
@@ -120,11 +125,14 @@ def _plain(value):
 
 def vllm_monitoring_errors(variables, host):
     if not isinstance(variables, Mapping):
-        raise AnsibleFilterError("vllm_monitoring_errors expects hostvars[host] | vllm_monitoring_errors(host), got "
-                                 f"{type(variables).__name__}")
+        raise AnsibleFilterError(
+            "vllm_monitoring_errors expects hostvars[host] | vllm_monitoring_errors(host), got "
+            f"{type(variables).__name__}"
+        )
     defaults = _defaults()
-    values = {name: _plain(variables[name]) if name in variables else defaults.get(name)
-              for name in monitoring.SETTINGS}
+    values = {
+        name: _plain(variables[name]) if name in variables else defaults.get(name) for name in monitoring.SETTINGS
+    }
     return monitoring.check(str(host), {k: v for k, v in values.items() if v is not None})
 
 

@@ -1,4 +1,5 @@
 """Filters over vllm_fleet: resolve a host's profile, render its vLLM arguments, plan its capacity."""
+
 import os
 import sys
 from collections.abc import Mapping
@@ -85,8 +86,21 @@ def deploy_defaults():
     return {name: defaults.get(name) for name in planner.DEPLOY_VARS + inputs.UNIT_VARS}
 
 
-_PLAN_VARS = tuple(dict.fromkeys(("vllm_profile_name", "vllm_profile", "vllm_gpu", "vllm_version", "vllm_model_config",
-                                  "vllm_draft_model_config", "vllm_extra_args") + planner.DEPLOY_VARS + inputs.UNIT_VARS))
+_PLAN_VARS = tuple(
+    dict.fromkeys(
+        (
+            "vllm_profile_name",
+            "vllm_profile",
+            "vllm_gpu",
+            "vllm_version",
+            "vllm_model_config",
+            "vllm_draft_model_config",
+            "vllm_extra_args",
+        )
+        + planner.DEPLOY_VARS
+        + inputs.UNIT_VARS
+    )
+)
 
 
 def plan_inputs(variables, skip=()):
@@ -117,7 +131,11 @@ ROLES = os.path.join(ROOTDIR, "roles")
 
 @lru_cache(maxsize=None)
 def _validator(role, name):
-    spec = {key: value for key, value in datafiles.role_options(ROLES, role)[name].items() if key not in ("default", "required")}
+    spec = {
+        key: value
+        for key, value in datafiles.role_options(ROLES, role)[name].items()
+        if key not in ("default", "required")
+    }
     return ArgumentSpecValidator({name: spec})
 
 
@@ -131,7 +149,9 @@ def _spec_message(host, role, name, option, value, error):
     if kind in ("ArgumentTypeError", "ElementError"):
         wanted = option.get("type", "str") + (f" of {option['elements']}" if option.get("elements") else "")
         default = option.get("default")
-        example = f" (its default: {default!r})" if default not in (None, "", [], {}) and "{{" not in str(default) else ""
+        example = (
+            f" (its default: {default!r})" if default not in (None, "", [], {}) and "{{" not in str(default) else ""
+        )
         article = "an" if wanted[0] in "aeiou" else "a"
         return f"{host}: {shown} is not {article} {wanted} {where}; fix: give {article} {wanted}{example}"
     return f"{host}: {shown}: {error.msg if not secret else kind} {where}; fix: see the setting's description"
@@ -161,7 +181,9 @@ def spec_errors(host, variables):
 
 def vllm_plan_host(hostvars, host):
     if not isinstance(hostvars, Mapping):
-        raise AnsibleFilterError(f"vllm_plan_host: expected a mapping of the host's variables, got {type(hostvars).__name__}")
+        raise AnsibleFilterError(
+            f"vllm_plan_host: expected a mapping of the host's variables, got {type(hostvars).__name__}"
+        )
     return _plan(str(host), hostvars)
 
 
@@ -196,8 +218,9 @@ def _instances(host, variables):
 def _each_host(filter_name, hostvars, hosts):
     """(name, variables) of each of `hosts`, sorted, from `hostvars`; the filter's error names what is wrong."""
     if not isinstance(hostvars, Mapping):
-        raise AnsibleFilterError(f"{filter_name}: expected hostvars (a mapping of host name to variables), got "
-                                 f"{type(hostvars).__name__}")
+        raise AnsibleFilterError(
+            f"{filter_name}: expected hostvars (a mapping of host name to variables), got {type(hostvars).__name__}"
+        )
     if isinstance(hosts, str) or not hasattr(hosts, "__iter__"):
         raise AnsibleFilterError(f"{filter_name}: expected a list of host names, got {hosts!r}")
     for host in sorted(hosts, key=str):
@@ -206,15 +229,20 @@ def _each_host(filter_name, hostvars, hosts):
         except (KeyError, TypeError):
             raise AnsibleFilterError(f"{filter_name}: host {host!r} is not in hostvars") from None
         if not isinstance(variables, Mapping):
-            raise AnsibleFilterError(f"{filter_name}: hostvars[{host!r}] is a {type(variables).__name__}, not the "
-                                     "host's variables")
+            raise AnsibleFilterError(
+                f"{filter_name}: hostvars[{host!r}] is a {type(variables).__name__}, not the host's variables"
+            )
         yield str(host), variables
 
 
 def vllm_plan_hosts(hostvars, hosts, typical_prompt_tokens=None, typical_output_tokens=None):
     """plan.json for `hosts`, reading each host's planning variables from `hostvars` in one pass."""
-    return {"hosts": {host: _plan(host, variables, typical_prompt_tokens, typical_output_tokens)
-                      for host, variables in _each_host("vllm_plan_hosts", hostvars, hosts)}}
+    return {
+        "hosts": {
+            host: _plan(host, variables, typical_prompt_tokens, typical_output_tokens)
+            for host, variables in _each_host("vllm_plan_hosts", hostvars, hosts)
+        }
+    }
 
 
 def vllm_plan_instances(hostvars, hosts):
@@ -237,8 +265,10 @@ def vllm_plan_table(plan):
     try:
         return planner.table(plan)
     except Exception as exc:  # noqa: BLE001 - a filter error naming what is wrong, never a traceback
-        raise AnsibleFilterError(f"vllm_plan_table: plan.json's host entries are not plan entries ({type(exc).__name__}: "
-                                 f"{exc}); fix: give it the output of vllm_plan_hosts") from None
+        raise AnsibleFilterError(
+            f"vllm_plan_table: plan.json's host entries are not plan entries ({type(exc).__name__}: "
+            f"{exc}); fix: give it the output of vllm_plan_hosts"
+        ) from None
 
 
 class FilterModule:

@@ -59,8 +59,12 @@ from vllm_fleet.inputs import short as _short  # noqa: E402
 
 def vllm_report_fragment(data, host, kind, instance=None):
     try:
-        return _fragments.fragment(str(host) if isinstance(host, str) else host, kind, data,
-                                   instance=str(instance) if isinstance(instance, str) else instance)
+        return _fragments.fragment(
+            str(host) if isinstance(host, str) else host,
+            kind,
+            data,
+            instance=str(instance) if isinstance(instance, str) else instance,
+        )
     except ValueError as exc:
         raise AnsibleFilterError("vllm_report_fragment: %s" % exc)
 

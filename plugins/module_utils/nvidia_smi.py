@@ -37,7 +37,9 @@ QUERY_FIELDS = (
 )
 
 # Values nvidia-smi prints when a field has no value on this GPU or driver.
-_MISSING = frozenset(("", "N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unknown Error]", "[Insufficient Permissions]"))
+_MISSING = frozenset(
+    ("", "N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unknown Error]", "[Insufficient Permissions]")
+)
 
 # Units nvidia-smi appends without ``nounits`` (and names in brackets in the header).
 _UNIT_RE = re.compile(r"^(?P<value>-?[0-9]+(?:\.[0-9]+)?) (?:MiB|W|MHz|%|C)$")
@@ -170,8 +172,10 @@ def summarize(gpus):
     }
 
 
-_PCI_RE = re.compile(r"^(?:[0-9A-Fa-f]{4})?(?P<domain>[0-9A-Fa-f]{4}):(?P<bus>[0-9A-Fa-f]{2}):(?P<device>[0-9A-Fa-f]{2})"
-                     r"\.(?P<function>[0-7])$")
+_PCI_RE = re.compile(
+    r"^(?:[0-9A-Fa-f]{4})?(?P<domain>[0-9A-Fa-f]{4}):(?P<bus>[0-9A-Fa-f]{2}):(?P<device>[0-9A-Fa-f]{2})"
+    r"\.(?P<function>[0-7])$"
+)
 _MINOR_RE = re.compile(r"^Device Minor:\s*(?P<minor>[0-9]+)\s*$", re.M)
 
 
@@ -181,8 +185,9 @@ def pci_address(bus_id):
     match = _PCI_RE.match((bus_id or "").strip())
     if not match:
         return None
-    return ("%s:%s:%s.%s" % (match.group("domain"), match.group("bus"), match.group("device"),
-                             match.group("function"))).lower()
+    return (
+        "%s:%s:%s.%s" % (match.group("domain"), match.group("bus"), match.group("device"), match.group("function"))
+    ).lower()
 
 
 def topology(gpu, read):

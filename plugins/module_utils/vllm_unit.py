@@ -55,15 +55,20 @@ def unit_verdict(show_output, unit, max_restarts=0):
         error = "unit %s is not running (%s/%s, Result=%s)" % (unit, active, sub, result)
     elif restarts > int(max_restarts):
         error = "unit %s is crash-looping: %d restarts (at most %d allowed), last Result=%s" % (
-            unit, restarts, int(max_restarts), result)
+            unit,
+            restarts,
+            int(max_restarts),
+            result,
+        )
     else:
         error = ""
     props["error"] = error
     return props
 
 
-def wait_healthy(probe, read_unit, url, timeout, delay=1.0, unit=None, max_restarts=0,
-                 clock=time.monotonic, sleep=time.sleep):
+def wait_healthy(
+    probe, read_unit, url, timeout, delay=1.0, unit=None, max_restarts=0, clock=time.monotonic, sleep=time.sleep
+):
     """Wait until ``probe()`` answers 200.
 
     ``probe()`` returns ``(status or None, the Date header, a short text of what came back)``; ``read_unit()``
@@ -103,6 +108,15 @@ def _seconds(value):
 
 
 def _result(ok, state, error, waited, attempts, last, unit_state):
-    return {"ok": ok, "state": state, "error": error, "waited_s": round(waited, 1), "attempts": attempts,
-            "already_up": False, "healthy_date": "", "last": last,
-            "restarts": unit_state.get("restarts") if unit_state else None, "unit_state": unit_state}
+    return {
+        "ok": ok,
+        "state": state,
+        "error": error,
+        "waited_s": round(waited, 1),
+        "attempts": attempts,
+        "already_up": False,
+        "healthy_date": "",
+        "last": last,
+        "restarts": unit_state.get("restarts") if unit_state else None,
+        "unit_state": unit_state,
+    }

@@ -287,7 +287,9 @@ def probe(module):
     if rc != 0 or not out.strip():
         status = classify_error(text) if text.strip() else "no_devices"
         first_line = text.strip().splitlines()[0] if text.strip() else "no output"
-        result = _empty(status, "%s (nvidia-smi rc=%d: %s)" % (_ADVICE.get(status, _ADVICE["error"]), rc, first_line), nvidia_smi)
+        result = _empty(
+            status, "%s (nvidia-smi rc=%d: %s)" % (_ADVICE.get(status, _ADVICE["error"]), rc, first_line), nvidia_smi
+        )
         result["nvml_library_version"] = nvml_library_version(text)
         result["kernel_module"] = kernel_module
         return result

@@ -134,8 +134,11 @@ CURRENT = "current"
 
 def _stamp(seconds=None):
     """UTC, ISO 8601 with microseconds: entries verified within one second still sort in order."""
-    moment = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc) if seconds is not None else \
-        datetime.datetime.now(datetime.timezone.utc)
+    moment = (
+        datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+        if seconds is not None
+        else datetime.datetime.now(datetime.timezone.utc)
+    )
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -209,9 +212,17 @@ def _add_entry(path, files, release, profile, verified_at, digest):
         dest = os.path.join(folder, os.path.basename(src))
         shutil.copyfile(src, dest)
         os.chmod(dest, 0o600)
-    _write_json(os.path.join(folder, META), {
-        "release": release, "profile": profile, "fingerprint": digest, "first_verified": verified_at,
-        "last_verified": verified_at, "files": sorted(os.path.basename(f) for f in files)})
+    _write_json(
+        os.path.join(folder, META),
+        {
+            "release": release,
+            "profile": profile,
+            "fingerprint": digest,
+            "first_verified": verified_at,
+            "last_verified": verified_at,
+            "files": sorted(os.path.basename(f) for f in files),
+        },
+    )
     return entry_id
 
 
@@ -222,8 +233,9 @@ def record(module, path, files, release, profile, keep, legacy_dir):
     entries, current = read_history(path)
     changed = False
     if not entries and legacy_dir and os.path.isdir(legacy_dir):
-        legacy = sorted(os.path.join(legacy_dir, n) for n in os.listdir(legacy_dir)
-                        if os.path.isfile(os.path.join(legacy_dir, n)))
+        legacy = sorted(
+            os.path.join(legacy_dir, n) for n in os.listdir(legacy_dir) if os.path.isfile(os.path.join(legacy_dir, n))
+        )
         if legacy:
             changed = True
             if not module.check_mode:
@@ -236,9 +248,14 @@ def record(module, path, files, release, profile, keep, legacy_dir):
     if same and same[0]["id"] == current:
         entry_id = current
     elif module.check_mode:
-        return {"changed": True, "history": [public(e) for e in entries], "current": current,
-                "releases_in_use": sorted({e.get("release") for e in entries if e.get("release")} | {release}),
-                "pruned": [], "target": None}
+        return {
+            "changed": True,
+            "history": [public(e) for e in entries],
+            "current": current,
+            "releases_in_use": sorted({e.get("release") for e in entries if e.get("release")} | {release}),
+            "pruned": [],
+            "target": None,
+        }
     else:
         changed = True
         os.makedirs(path, mode=0o700, exist_ok=True)
@@ -254,7 +271,7 @@ def record(module, path, files, release, profile, keep, legacy_dir):
         _set_current(path, entry_id)
         entries, current = read_history(path)
     pruned = []
-    for entry in entries[max(int(keep), 2):]:
+    for entry in entries[max(int(keep), 2) :]:
         if entry["id"] == current:
             continue
         pruned.append(entry["id"])
@@ -263,9 +280,14 @@ def record(module, path, files, release, profile, keep, legacy_dir):
     if pruned:
         changed = True
         entries = [e for e in entries if e["id"] not in pruned]
-    return {"changed": changed, "history": [public(e) for e in entries], "current": current,
-            "releases_in_use": sorted({e.get("release") for e in entries if e.get("release")}),
-            "pruned": pruned, "target": None}
+    return {
+        "changed": changed,
+        "history": [public(e) for e in entries],
+        "current": current,
+        "releases_in_use": sorted({e.get("release") for e in entries if e.get("release")}),
+        "pruned": pruned,
+        "target": None,
+    }
 
 
 def main():
@@ -288,12 +310,19 @@ def main():
         module.exit_json(**record(module, path, p["files"], p["release"], p["profile"], p["keep"], p["legacy_dir"]))
     entries, current = read_history(path)
     ids = [e["id"] for e in entries]
-    result = {"changed": False, "history": [public(e) for e in entries], "current": current,
-              "releases_in_use": sorted({e.get("release") for e in entries if e.get("release")}),
-              "pruned": [], "target": None}
+    result = {
+        "changed": False,
+        "history": [public(e) for e in entries],
+        "current": current,
+        "releases_in_use": sorted({e.get("release") for e in entries if e.get("release")}),
+        "pruned": [],
+        "target": None,
+    }
     if p["id"] and p["id"] not in ids:
-        module.fail_json(msg="vllm_release: no release %r in %s; the kept ones are: %s"
-                         % (p["id"], path, ", ".join(ids) or "none"), **result)
+        module.fail_json(
+            msg="vllm_release: no release %r in %s; the kept ones are: %s" % (p["id"], path, ", ".join(ids) or "none"),
+            **result,
+        )
     if state == "query":
         target = next(e for e in entries if e["id"] == p["id"]) if p["id"] else previous_of(entries, current)
         result["target"] = public(target) if target else None

@@ -151,8 +151,9 @@ def main():
 
     def probe():
         try:
-            response = open_url(url, timeout=max(5, int(params["delay"])), validate_certs=params["validate_certs"],
-                                use_proxy=False)
+            response = open_url(
+                url, timeout=max(5, int(params["delay"])), validate_certs=params["validate_certs"], use_proxy=False
+            )
             return response.getcode(), response.headers.get("Date", ""), ""
         except HTTPError as exc:
             return exc.code, "", "HTTP %s" % exc.code
@@ -163,14 +164,25 @@ def main():
         rc, out, err = module.run_command(show_argv(params["unit"]), environ_update=environ)
         return out if rc == 0 else ""
 
-    result = wait_healthy(probe, read_unit, url, params["timeout"], params["delay"], params["unit"],
-                          params["max_restarts"])
+    result = wait_healthy(
+        probe, read_unit, url, params["timeout"], params["delay"], params["unit"], params["max_restarts"]
+    )
     result["journal_tail"] = []
     if not result["ok"] and params["unit"] and params["journal_lines"] > 0:
         rc, out, err = module.run_command(
-            ["journalctl", "--unit", params["unit"], "--lines", str(params["journal_lines"]), "--no-pager",
-             "--output", "cat"], environ_update=environ)
-        result["journal_tail"] = out.splitlines()[-params["journal_lines"]:]
+            [
+                "journalctl",
+                "--unit",
+                params["unit"],
+                "--lines",
+                str(params["journal_lines"]),
+                "--no-pager",
+                "--output",
+                "cat",
+            ],
+            environ_update=environ,
+        )
+        result["journal_tail"] = out.splitlines()[-params["journal_lines"] :]
     result["changed"] = False
     if not result["ok"] and params["fail_on_unhealthy"]:
         module.fail_json(msg="%s: %s" % (params["unit"] or url, result["error"]), **result)

@@ -120,8 +120,9 @@ def info_labels(text: str, family: str) -> Dict[str, str]:
     return {}
 
 
-def check_bounds(requests: int, concurrency: int, duration_s: float, prompt_tokens: int, max_tokens: int,
-                 single_requests: int) -> None:
+def check_bounds(
+    requests: int, concurrency: int, duration_s: float, prompt_tokens: int, max_tokens: int, single_requests: int
+) -> None:
     problems = []
     if not 1 <= requests <= MAX_REQUESTS:
         problems.append(f"requests={requests} must be 1-{MAX_REQUESTS}")
@@ -194,8 +195,7 @@ class Client:
             headers["Authorization"] = "Bearer " + self.api_key
         conn = self._connection()
         start = clock()
-        out: Dict[str, Any] = {"ok": False, "ttft": None, "itl": [], "latency": None, "output_tokens": 0,
-                               "error": None}
+        out: Dict[str, Any] = {"ok": False, "ttft": None, "itl": [], "latency": None, "output_tokens": 0, "error": None}
         try:
             conn.request("POST", self.base + "/v1/completions", body=json.dumps(body), headers=headers)
             resp = conn.getresponse()
@@ -234,9 +234,18 @@ def _prompt(rng: random.Random, tokens: int, low: int, high: int) -> List[int]:
     return [rng.randrange(low, high) for _ in range(tokens)]
 
 
-def run_phase(client: Client, model: str, requests: int, concurrency: int, duration_s: float,
-              prompt_tokens: int, max_tokens: int, seed: int = 0, token_ids: tuple = (10, 1000),
-              clock: Callable[[], float] = time.perf_counter) -> Dict[str, Any]:
+def run_phase(
+    client: Client,
+    model: str,
+    requests: int,
+    concurrency: int,
+    duration_s: float,
+    prompt_tokens: int,
+    max_tokens: int,
+    seed: int = 0,
+    token_ids: tuple = (10, 1000),
+    clock: Callable[[], float] = time.perf_counter,
+) -> Dict[str, Any]:
     """Send up to `requests` requests, `concurrency` at a time, none started after `duration_s`."""
     rng = random.Random(seed)
     prompts = [_prompt(rng, prompt_tokens, *token_ids) for _ in range(requests)]
@@ -252,8 +261,15 @@ def run_phase(client: Client, model: str, requests: int, concurrency: int, durat
                 if index >= requests or clock() - start >= duration_s:
                     return
                 next_index[0] += 1
-            body = {"model": model, "prompt": prompts[index], "max_tokens": max_tokens, "temperature": 0,
-                    "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
+            body = {
+                "model": model,
+                "prompt": prompts[index],
+                "max_tokens": max_tokens,
+                "temperature": 0,
+                "stream": True,
+                "ignore_eos": True,
+                "stream_options": {"include_usage": True},
+            }
             result = client.stream_completion(body, clock)
             with lock:
                 results.append(result)
@@ -267,16 +283,23 @@ def run_phase(client: Client, model: str, requests: int, concurrency: int, durat
     return summarise(results, wall, requests, concurrency, prompt_tokens, max_tokens)
 
 
-def summarise(results: List[Dict[str, Any]], wall: float, requests: int, concurrency: int, prompt_tokens: int,
-              max_tokens: int) -> Dict[str, Any]:
+def summarise(
+    results: List[Dict[str, Any]], wall: float, requests: int, concurrency: int, prompt_tokens: int, max_tokens: int
+) -> Dict[str, Any]:
     ok = [r for r in results if r["ok"]]
     itl = [g for r in ok for g in r["itl"]]
     output_tokens = sum(r["output_tokens"] for r in ok)
     errors = [r["error"] for r in results if not r["ok"]]
     return {
-        "requests_asked": requests, "requests_sent": len(results), "completed": len(ok), "failed": len(errors),
-        "errors": sorted(set(e for e in errors if e))[:5], "concurrency": concurrency,
-        "prompt_tokens": prompt_tokens, "max_tokens": max_tokens, "wall_s": round(wall, 3),
+        "requests_asked": requests,
+        "requests_sent": len(results),
+        "completed": len(ok),
+        "failed": len(errors),
+        "errors": sorted(set(e for e in errors if e))[:5],
+        "concurrency": concurrency,
+        "prompt_tokens": prompt_tokens,
+        "max_tokens": max_tokens,
+        "wall_s": round(wall, 3),
         "output_tokens": output_tokens,
         "output_tokens_per_s": round(output_tokens / wall, 2) if wall > 0 else None,
         "requests_per_s": round(len(ok) / wall, 3) if wall > 0 else None,
@@ -286,10 +309,22 @@ def summarise(results: List[Dict[str, Any]], wall: float, requests: int, concurr
     }
 
 
-def run(url: str, model: str, requests: int = 64, concurrency: int = 8, duration_s: float = 120,
-        prompt_tokens: int = 512, max_tokens: int = 256, single_requests: int = 3,
-        decode_ceiling: Optional[float] = None, api_key: str = "", request_timeout_s: float = 600,
-        insecure: bool = False, seed: int = 0, token_ids: tuple = (10, 1000)) -> Dict[str, Any]:
+def run(
+    url: str,
+    model: str,
+    requests: int = 64,
+    concurrency: int = 8,
+    duration_s: float = 120,
+    prompt_tokens: int = 512,
+    max_tokens: int = 256,
+    single_requests: int = 3,
+    decode_ceiling: Optional[float] = None,
+    api_key: str = "",
+    request_timeout_s: float = 600,
+    insecure: bool = False,
+    seed: int = 0,
+    token_ids: tuple = (10, 1000),
+) -> Dict[str, Any]:
     """Both phases and the server's counters; the JSON the playbook records:
     ``{"single": phase, "load": phase, "server": {...}, "efficiency": {...}, "bounds": {...}}``."""
     check_bounds(requests, concurrency, duration_s, prompt_tokens, max_tokens, single_requests)
@@ -297,8 +332,9 @@ def run(url: str, model: str, requests: int = 64, concurrency: int = 8, duration
     before = counters(client.get("/metrics"))
     single = None
     if single_requests:
-        single = run_phase(client, model, single_requests, 1, duration_s, prompt_tokens, max_tokens, seed + 1,
-                           token_ids)
+        single = run_phase(
+            client, model, single_requests, 1, duration_s, prompt_tokens, max_tokens, seed + 1, token_ids
+        )
     between = counters(client.get("/metrics"))
     load = run_phase(client, model, requests, concurrency, duration_s, prompt_tokens, max_tokens, seed, token_ids)
     after = counters(client.get("/metrics"))
@@ -319,9 +355,19 @@ def run(url: str, model: str, requests: int = 64, concurrency: int = 8, duration
     if decode_ceiling and load.get("output_tokens_per_s"):
         efficiency["load_output_vs_ceiling_pct"] = round(100.0 * load["output_tokens_per_s"] / decode_ceiling, 1)
     return {
-        "url": url, "model": model, "single": single, "load": load, "server": server, "efficiency": efficiency,
-        "bounds": {"requests": requests, "concurrency": concurrency, "duration_s": duration_s,
-                   "request_timeout_s": request_timeout_s, "single_requests": single_requests},
+        "url": url,
+        "model": model,
+        "single": single,
+        "load": load,
+        "server": server,
+        "efficiency": efficiency,
+        "bounds": {
+            "requests": requests,
+            "concurrency": concurrency,
+            "duration_s": duration_s,
+            "request_timeout_s": request_timeout_s,
+            "single_requests": single_requests,
+        },
     }
 
 
@@ -335,7 +381,9 @@ def guide_verdict(load: Dict[str, Any], target: Optional[Dict[str, Any]]) -> Opt
     itl = (load.get("itl_ms") or {}).get("mean")
     per_user = round(1000.0 / itl, 1) if itl else None
     return {
-        "card": target.get("card"), "ttft_target_ms": target["ttft_ms"], "ttft_p50_ms": ttft,
+        "card": target.get("card"),
+        "ttft_target_ms": target["ttft_ms"],
+        "ttft_p50_ms": ttft,
         "meets_ttft": ttft is not None and ttft < target["ttft_ms"],
         "decode_target_tokens_per_s": [target["min_tokens_per_s"], target["max_tokens_per_s"]],
         "decode_tokens_per_s_per_user": per_user,
@@ -351,10 +399,12 @@ def _guide_cell(verdict: Optional[Dict[str, Any]]) -> str:
     if "error" in verdict:
         return "error: " + verdict["error"]
     low, high = verdict["decode_target_tokens_per_s"]
-    return (f"{verdict['card']}: TTFT {'meets' if verdict['meets_ttft'] else 'misses'} {verdict['ttft_target_ms']} ms, "
-            f"decode {'meets' if verdict['meets_decode'] else 'misses'} {low}-{high} tok/s per user "
-            f"(target's load {verdict['target_load']['users']} users, {verdict['target_load']['prompt_tokens']}-token "
-            f"prompts)")
+    return (
+        f"{verdict['card']}: TTFT {'meets' if verdict['meets_ttft'] else 'misses'} {verdict['ttft_target_ms']} ms, "
+        f"decode {'meets' if verdict['meets_decode'] else 'misses'} {low}-{high} tok/s per user "
+        f"(target's load {verdict['target_load']['users']} users, {verdict['target_load']['prompt_tokens']}-token "
+        f"prompts)"
+    )
 
 
 def markdown_row(host: str, result: Dict[str, Any]) -> str:
@@ -365,12 +415,21 @@ def markdown_row(host: str, result: Dict[str, Any]) -> str:
         return "-" if value is None else (f"{value:,.{digits}f}" if isinstance(value, float) else f"{value:,}")
 
     ttft, itl = load.get("ttft_ms") or {}, load.get("itl_ms") or {}
-    cells = [host, f"{load.get('completed', 0)}/{load.get('requests_asked', 0)}", str(load.get("concurrency", "-")),
-             num(load.get("output_tokens_per_s")), num(ttft.get("p50")), num(ttft.get("p99")),
-             num(itl.get("mean"), 2), num(itl.get("p99"), 2), num(server.get("num_preemptions"), 0),
-             num(eff.get("single_stream_tokens_per_s")), num(eff.get("decode_ceiling_tokens_per_s"), 0),
-             "-" if eff.get("single_stream_vs_ceiling_pct") is None else f"{eff['single_stream_vs_ceiling_pct']}%",
-             _guide_cell(result.get("guide"))]
+    cells = [
+        host,
+        f"{load.get('completed', 0)}/{load.get('requests_asked', 0)}",
+        str(load.get("concurrency", "-")),
+        num(load.get("output_tokens_per_s")),
+        num(ttft.get("p50")),
+        num(ttft.get("p99")),
+        num(itl.get("mean"), 2),
+        num(itl.get("p99"), 2),
+        num(server.get("num_preemptions"), 0),
+        num(eff.get("single_stream_tokens_per_s")),
+        num(eff.get("decode_ceiling_tokens_per_s"), 0),
+        "-" if eff.get("single_stream_vs_ceiling_pct") is None else f"{eff['single_stream_vs_ceiling_pct']}%",
+        _guide_cell(result.get("guide")),
+    ]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -397,8 +456,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--insecure", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--host-name", default="", help="the table's first column (host/instance)")
-    parser.add_argument("--guide-target", default="", help="the plan's service_levels.target (JSON): the tuning reference's "
-                        "TTFT and per-user decode targets for the card, judged on this load")
+    parser.add_argument(
+        "--guide-target",
+        default="",
+        help="the plan's service_levels.target (JSON): the tuning reference's "
+        "TTFT and per-user decode targets for the card, judged on this load",
+    )
     args = parser.parse_args(argv)
     import os
 
@@ -410,10 +473,22 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(json.dumps({"error": f"--token-id-range={args.token_id_range!r} is not LOW:HIGH"}))
         return 2
     try:
-        result = run(args.url, args.model, args.requests, args.concurrency, args.duration_s, args.prompt_tokens,
-                     args.max_tokens, args.single_requests, args.decode_ceiling,
-                     os.environ.get("VLLM_BENCH_API_KEY", ""), args.request_timeout_s, args.insecure, args.seed,
-                     (low, high))
+        result = run(
+            args.url,
+            args.model,
+            args.requests,
+            args.concurrency,
+            args.duration_s,
+            args.prompt_tokens,
+            args.max_tokens,
+            args.single_requests,
+            args.decode_ceiling,
+            os.environ.get("VLLM_BENCH_API_KEY", ""),
+            args.request_timeout_s,
+            args.insecure,
+            args.seed,
+            (low, high),
+        )
     except (BenchError, OSError, http.client.HTTPException) as exc:
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
         return 2

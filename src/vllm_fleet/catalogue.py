@@ -26,9 +26,15 @@ _ARCHITECTURES = {
 
 # dtype names (config torch_dtype / profile dtype / kv_cache_dtype) -> bytes per element.
 DTYPE_BYTES = {
-    "float32": 4, "float": 4,
-    "bfloat16": 2, "float16": 2, "half": 2,
-    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1,
+    "float32": 4,
+    "float": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "half": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "fp8_inc": 1,
 }
 
 _REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
@@ -133,7 +139,9 @@ def architecture(name: str, config: Mapping[str, Any]) -> Architecture:
         )
     missing = [k for k in _REQUIRED if k not in config]
     if missing:
-        raise ModelError(f"model {name}: config.json lacks {', '.join(missing)}; fix: point at the model's own config.json")
+        raise ModelError(
+            f"model {name}: config.json lacks {', '.join(missing)}; fix: point at the model's own config.json"
+        )
     heads = _int(config, "num_attention_heads", name)
     hidden = _int(config, "hidden_size", name)
     kv_heads = _int(config, "num_key_value_heads", name) if "num_key_value_heads" in config else heads

@@ -1,4 +1,5 @@
 """Which NVIDIA driver a vLLM release needs (data/cuda_compat.yml: one table for the whole project)."""
+
 from __future__ import annotations
 
 import functools

@@ -1,6 +1,7 @@
 """Where a host's vLLM answers: the one home of "a wildcard bind address is reached on loopback from the host
 itself, and at the inventory's address from elsewhere", used by the plan's instances (the gateway's backends,
 the health wait), the verification's probes and the benchmark."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -38,5 +39,11 @@ def deployed(name: str, args: Any, inventory_address: str) -> dict[str, Any]:
     port = int(value("--port", 8000))
     bind = value("--host", "")
     address = network_address(bind, inventory_address)
-    return {"name": str(name), "unit": f"vllm@{name}.service", "port": port, "local_url": probe_url(bind, port),
-            "address": address, "url": probe_url(address, port)}
+    return {
+        "name": str(name),
+        "unit": f"vllm@{name}.service",
+        "port": port,
+        "local_url": probe_url(bind, port),
+        "address": address,
+        "url": probe_url(address, port),
+    }

@@ -30,8 +30,11 @@ def _tree(paths: tuple[str, ...]) -> str:
     h = hashlib.sha256()
     for root in paths:
         base = Path(root)
-        files = sorted(p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts) \
-            if base.is_dir() else [base]
+        files = (
+            sorted(p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+            if base.is_dir()
+            else [base]
+        )
         for path in files:
             h.update(os.path.relpath(path, base.parent).encode() + b"\0")
             h.update(path.read_bytes() + b"\0")

@@ -35,8 +35,9 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def fragment(host: str, kind: str, data: Mapping[str, Any], recorded_at: str | None = None,
-             instance: str | None = None) -> dict[str, Any]:
+def fragment(
+    host: str, kind: str, data: Mapping[str, Any], recorded_at: str | None = None, instance: str | None = None
+) -> dict[str, Any]:
     """One event of an instance for the report: ``{"host", "instance", "kind", "recorded_at", "data"}``."""
     if not host or not isinstance(host, str):
         raise ValueError("fragment host must be a non-empty string, got %r" % (host,))
@@ -95,8 +96,11 @@ def merge(
         if kind == "verify":
             attempts = entry.get("verify_attempts", [])
             attempts.append(
-                {"checked_at": data.get("checked_at") or frag.get("recorded_at"), "ok": data.get("ok"),
-                 "errors": data.get("errors") or []}
+                {
+                    "checked_at": data.get("checked_at") or frag.get("recorded_at"),
+                    "ok": data.get("ok"),
+                    "errors": data.get("errors") or [],
+                }
             )
             keep = {k: entry[k] for k in ("rollout", "rollback", "events") if k in entry}
             entry.clear()
@@ -122,9 +126,11 @@ def merge(
         "ok": sorted(h for h in verified if hosts[h]["ok"]),
         "failed": sorted(h for h in verified if not hosts[h]["ok"]),
         "rolled_back": sorted(h for h, e in hosts.items() if e.get("rollback")),
-        "findings": sum(len(e.get("findings") or [])
-                        + len((((e.get("events") or {}).get("diagnose") or [{}])[-1]).get("findings") or [])
-                        for e in hosts.values()),
+        "findings": sum(
+            len(e.get("findings") or [])
+            + len((((e.get("events") or {}).get("diagnose") or [{}])[-1]).get("findings") or [])
+            for e in hosts.values()
+        ),
     }
     return {
         "schema": REPORT_SCHEMA,

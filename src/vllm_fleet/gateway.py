@@ -13,6 +13,7 @@ haproxy.cfg or its maps (``inputs.CONTROL``), a balance algorithm the gateway do
 Behind the gateways, each vLLM host admits on its port only itself, the gateways and its vllm_allowed_clients (the
 monitoring hosts): ``clients`` gives those addresses, by family, for the host's nftables rules (roles/vllm).
 """
+
 from __future__ import annotations
 
 import csv
@@ -44,20 +45,33 @@ TIMEOUTS = {
     "vllm_gateway_timeout_connect": (5, "no timeout at all: a connection to a dead instance would wait forever"),
     "vllm_gateway_timeout_server": (900, "no timeout at all: a stuck instance would hold its clients forever"),
     "vllm_gateway_timeout_client": (900, "no timeout at all: an idle client would hold its connection forever"),
-    "vllm_gateway_timeout_http_request": (30, "no timeout at all: a slow client could hold a connection by sending "
-                                              "its headers a byte at a time"),
+    "vllm_gateway_timeout_http_request": (
+        30,
+        "no timeout at all: a slow client could hold a connection by sending its headers a byte at a time",
+    ),
     "vllm_gateway_timeout_queue": (60, "no timeout at all: a queued request would wait forever"),
     "vllm_gateway_hard_stop_after": (900, "an old worker's streams cut at once on every reload"),
     "vllm_gateway_drain_timeout": (600, "a drain that does not wait for the instance's requests to end"),
 }
 # Positive whole numbers, with the default as the fix.
-COUNTS = {"vllm_gateway_health_interval_ms": 2000, "vllm_gateway_health_fall": 2, "vllm_gateway_health_rise": 2,
-          "vllm_gateway_maxconn": 4096}
+COUNTS = {
+    "vllm_gateway_health_interval_ms": 2000,
+    "vllm_gateway_health_fall": 2,
+    "vllm_gateway_health_rise": 2,
+    "vllm_gateway_maxconn": 4096,
+}
 # The strings that reach haproxy.cfg (or name what does); each must hold no control or format character.
-STRINGS = ("vllm_gateway_bind_address", "vllm_gateway_metrics_address", "vllm_gateway_backend_group",
-           "vllm_gateway_balance", "vllm_gateway_source_address")
-VAULT_FIX = ("fix: the one vllm_api_key of the group vllm_nodes, in its group_vars, from Ansible Vault (none in a "
-             "host's own vars)")
+STRINGS = (
+    "vllm_gateway_bind_address",
+    "vllm_gateway_metrics_address",
+    "vllm_gateway_backend_group",
+    "vllm_gateway_balance",
+    "vllm_gateway_source_address",
+)
+VAULT_FIX = (
+    "fix: the one vllm_api_key of the group vllm_nodes, in its group_vars, from Ansible Vault (none in a "
+    "host's own vars)"
+)
 
 
 def server_name(host: str, instance: str) -> str:
@@ -65,8 +79,10 @@ def server_name(host: str, instance: str) -> str:
     return _SERVER_UNSAFE.sub("-", f"{host}_{instance}")
 
 
-def servers(instances_by_host: Mapping[str, Iterable[Mapping[str, Any]]],
-            deployed_by_host: Mapping[str, Iterable[Mapping[str, Any]]] | None = None) -> list[dict[str, Any]]:
+def servers(
+    instances_by_host: Mapping[str, Iterable[Mapping[str, Any]]],
+    deployed_by_host: Mapping[str, Iterable[Mapping[str, Any]]] | None = None,
+) -> list[dict[str, Any]]:
     """One backend server per planned instance, sorted by host then instance; and one per instance a host runs now
     that its plan no longer has (``retiring``: it serves until the rollout drains and removes it)."""
     result = []
@@ -76,17 +92,29 @@ def servers(instances_by_host: Mapping[str, Iterable[Mapping[str, Any]]],
         names = {instance["name"] for instance in planned}
         retiring = [dict(i, retiring=True) for i in deployed_by_host.get(host) or [] if i["name"] not in names]
         for instance in sorted(planned + retiring, key=lambda i: i["name"]):
-            result.append({"name": server_name(host, instance["name"]), "host": host, "instance": instance["name"],
-                           "address": instance["address"], "port": instance["port"],
-                           "retiring": bool(instance.get("retiring"))})
+            result.append(
+                {
+                    "name": server_name(host, instance["name"]),
+                    "host": host,
+                    "instance": instance["name"],
+                    "address": instance["address"],
+                    "port": instance["port"],
+                    "retiring": bool(instance.get("retiring")),
+                }
+            )
     return result
 
 
 def tenants(api_keys: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The tenants as the gateway keeps them: name, the key's SHA-256 (hex) and the requests per minute."""
-    return [{"tenant": str(entry["tenant"]),
-             "key_sha256": hashlib.sha256(str(entry["key"]).encode()).hexdigest(),
-             "requests_per_minute": int(entry.get("requests_per_minute") or 0)} for entry in api_keys]
+    return [
+        {
+            "tenant": str(entry["tenant"]),
+            "key_sha256": hashlib.sha256(str(entry["key"]).encode()).hexdigest(),
+            "requests_per_minute": int(entry.get("requests_per_minute") or 0),
+        }
+        for entry in api_keys
+    ]
 
 
 def _text(value: Any) -> str | None:
@@ -115,8 +143,10 @@ def _control(host: str, name: str, value: Any, secret: bool = False) -> list[str
     if text is None or not inputs.CONTROL.search(text):
         return []
     shown = " (value not shown)" if secret else f"={inputs.short(text)}"
-    return [f"{host}: {name}{shown} holds a control or format character (a line break, an invisible character); "
-            "fix: remove it" + (" and encrypt the value again with ansible-vault" if secret else "")]
+    return [
+        f"{host}: {name}{shown} holds a control or format character (a line break, an invisible character); "
+        "fix: remove it" + (" and encrypt the value again with ansible-vault" if secret else "")
+    ]
 
 
 def _certificates(host: str, value: Any) -> tuple[list[x509.Certificate], list[str]]:
@@ -131,17 +161,24 @@ def _certificates(host: str, value: Any) -> tuple[list[x509.Certificate], list[s
     found, errors = [], []
     for number, block in enumerate(blocks, 1):
         if block.group(1) != "CERTIFICATE":
-            what = "a private key, which belongs in vllm_gateway_tls_key" if "PRIVATE KEY" in block.group(1) \
+            what = (
+                "a private key, which belongs in vllm_gateway_tls_key"
+                if "PRIVATE KEY" in block.group(1)
                 else f"a {block.group(1)}"
-            errors.append(f"{host}: {name} is not a PEM CERTIFICATE: its block {number} of {len(blocks)} is {what}; "
-                          f"{fix}, and nothing else")
+            )
+            errors.append(
+                f"{host}: {name} is not a PEM CERTIFICATE: its block {number} of {len(blocks)} is {what}; "
+                f"{fix}, and nothing else"
+            )
             continue
         try:
             found.append(x509.load_pem_x509_certificate(block.group(0).encode()))
         except ValueError as exc:
-            errors.append(f"{host}: {name}'s certificate {number} of {len(blocks)} does not parse "
-                          f"({inputs.short(str(exc), 160, str)}); {fix}, each "
-                          "block as issued (`openssl x509 -in FILE -noout -text` reads each)")
+            errors.append(
+                f"{host}: {name}'s certificate {number} of {len(blocks)} does not parse "
+                f"({inputs.short(str(exc), 160, str)}); {fix}, each "
+                "block as issued (`openssl x509 -in FILE -noout -text` reads each)"
+            )
     return found, errors
 
 
@@ -149,9 +186,11 @@ def _private_key(host: str, value: Any) -> tuple[Any, list[str]]:
     """The private key, or the errors of vllm_gateway_tls_key (its value never shown)."""
     name = "vllm_gateway_tls_key"
     fix = "fix: the certificate's private key in PEM (PKCS#8, or PKCS#1 for RSA, or SEC1 for EC), from Ansible Vault"
-    encrypted = (f"{host}: {name} (value not shown) is encrypted with a passphrase, which HAProxy cannot read without "
-                 "it; fix: store it decrypted (`openssl pkey -in KEY -out KEY.plain`), encrypted by Ansible Vault "
-                 "instead")
+    encrypted = (
+        f"{host}: {name} (value not shown) is encrypted with a passphrase, which HAProxy cannot read without "
+        "it; fix: store it decrypted (`openssl pkey -in KEY -out KEY.plain`), encrypted by Ansible Vault "
+        "instead"
+    )
     text = _text(value) or ""
     if not text.strip():
         return None, [f"{host}: {name} is empty; {fix}"]
@@ -189,17 +228,24 @@ def _tls(host: str, values: Mapping[str, Any], now: datetime.datetime | None) ->
         subject = leaf.subject.rfc4514_string() or "no subject"
         expiry = leaf.not_valid_after_utc
         if expiry <= (now or datetime.datetime.now(datetime.timezone.utc)):
-            errors.append(f"{host}: vllm_gateway_tls_certificate's leaf ({subject}) expired on "
-                          f"{expiry:%Y-%m-%d %H:%M} UTC; fix: renew the gateway's certificate and give its new chain")
+            errors.append(
+                f"{host}: vllm_gateway_tls_certificate's leaf ({subject}) expired on "
+                f"{expiry:%Y-%m-%d %H:%M} UTC; fix: renew the gateway's certificate and give its new chain"
+            )
         if key is not None and not errors:
             mine = _public(key.public_key())
             if _public(leaf.public_key()) != mine:
                 later = [n for n, c in enumerate(chain[1:], 2) if _public(c.public_key()) == mine]
-                hint = (f" (it is the key of certificate {later[0]} of the chain: put that one first, the leaf "
-                        "first)") if later else ""
-                errors.append(f"{host}: vllm_gateway_tls_key (value not shown) is not the private key of "
-                              f"vllm_gateway_tls_certificate's leaf ({subject}){hint}; fix: the key the certificate "
-                              "was issued for, or a certificate issued for this key")
+                hint = (
+                    (f" (it is the key of certificate {later[0]} of the chain: put that one first, the leaf first)")
+                    if later
+                    else ""
+                )
+                errors.append(
+                    f"{host}: vllm_gateway_tls_key (value not shown) is not the private key of "
+                    f"vllm_gateway_tls_certificate's leaf ({subject}){hint}; fix: the key the certificate "
+                    "was issued for, or a certificate issued for this key"
+                )
     return errors
 
 
@@ -209,8 +255,10 @@ def _seconds(host: str, values: Mapping[str, Any]) -> list[str]:
         value = values.get(name)
         number = _whole(value)
         if value is not None and (number is None or number < 1):
-            errors.append(f"{host}: {name}={inputs.short(value)} must be a positive number of seconds, a whole number "
-                          f"of at least 1 (0 would be {zero}); fix: e.g. {default}")
+            errors.append(
+                f"{host}: {name}={inputs.short(value)} must be a positive number of seconds, a whole number "
+                f"of at least 1 (0 would be {zero}); fix: e.g. {default}"
+            )
     for name, default in COUNTS.items():
         value = values.get(name)
         number = _whole(value)
@@ -235,9 +283,11 @@ def backend_api_key(host: str, backends: Mapping[str, Any]) -> tuple[str, list[s
     else:
         other = next(n for n in with_key if keys[n] != keys[with_key[0]])
         what = f"{with_key[0]} and {other} have different vllm_api_key values"
-    return "", [f"{host}: its backend hosts do not share the one vllm_api_key the gateway sends them: {what}; "
-                f"{len(with_key)} of {len(names)} have a key, {len(set(keys.values()) - {''})} different one(s) "
-                f"(no key is shown); {VAULT_FIX}"]
+    return "", [
+        f"{host}: its backend hosts do not share the one vllm_api_key the gateway sends them: {what}; "
+        f"{len(with_key)} of {len(names)} have a key, {len(set(keys.values()) - {''})} different one(s) "
+        f"(no key is shown); {VAULT_FIX}"
+    ]
 
 
 def check(host: str, values: Mapping[str, Any], now: datetime.datetime | None = None) -> list[str]:
@@ -246,10 +296,12 @@ def check(host: str, values: Mapping[str, Any], now: datetime.datetime | None = 
     errors: list[str] = _tls(host, values, now)
     old = values.get("vllm_gateway_backend_api_key")
     if old:
-        errors.append(f"{host}: vllm_gateway_backend_api_key is set (value not shown), but the gateway no longer "
-                      "reads it: it sends its backend hosts their own vllm_api_key; fix: remove "
-                      "vllm_gateway_backend_api_key from the inventory (and its Vault entry), and give the group "
-                      "vllm_nodes one vllm_api_key")
+        errors.append(
+            f"{host}: vllm_gateway_backend_api_key is set (value not shown), but the gateway no longer "
+            "reads it: it sends its backend hosts their own vllm_api_key; fix: remove "
+            "vllm_gateway_backend_api_key from the inventory (and its Vault entry), and give the group "
+            "vllm_nodes one vllm_api_key"
+        )
     unsafe = set()
     for name in STRINGS:
         found = _control(host, name, values.get(name))
@@ -257,18 +309,23 @@ def check(host: str, values: Mapping[str, Any], now: datetime.datetime | None = 
         errors += found
     balance = values.get("vllm_gateway_balance")
     if balance is not None and "vllm_gateway_balance" not in unsafe and balance not in BALANCE:
-        errors.append(f"{host}: vllm_gateway_balance={inputs.short(balance)} is not a balance algorithm the gateway "
-                      f"offers ({', '.join(BALANCE)}); fix: leastconn (a streamed answer holds its connection for its "
-                      "whole length, so the open connections are the load)")
+        errors.append(
+            f"{host}: vllm_gateway_balance={inputs.short(balance)} is not a balance algorithm the gateway "
+            f"offers ({', '.join(BALANCE)}); fix: leastconn (a streamed answer holds its connection for its "
+            "whole length, so the open connections are the load)"
+        )
     group = values.get("vllm_gateway_backend_group")
     if group is not None and "vllm_gateway_backend_group" not in unsafe and not (_text(group) or "").strip():
-        errors.append(f"{host}: vllm_gateway_backend_group={inputs.short(group)} must name an inventory group; fix: "
-                      "vllm_nodes")
+        errors.append(
+            f"{host}: vllm_gateway_backend_group={inputs.short(group)} must name an inventory group; fix: vllm_nodes"
+        )
     errors += _seconds(host, values)
     keys = values.get("vllm_gateway_api_keys")
     if not isinstance(keys, list) or not keys:
-        errors.append(f"{host}: vllm_gateway_api_keys is empty: the gateway would refuse every request; fix: one "
-                      "entry per tenant, {tenant: NAME, key: from Vault, requests_per_minute: 0 or a limit}")
+        errors.append(
+            f"{host}: vllm_gateway_api_keys is empty: the gateway would refuse every request; fix: one "
+            "entry per tenant, {tenant: NAME, key: from Vault, requests_per_minute: 0 or a limit}"
+        )
         keys = []
     seen_tenants: set[str] = set()
     seen_keys: set[str] = set()
@@ -280,8 +337,10 @@ def check(host: str, values: Mapping[str, Any], now: datetime.datetime | None = 
         tenant = entry.get("tenant")
         # The tenant's name is written into the gateway's maps and logs: letters, digits and _ . - only.
         if not (isinstance(tenant, str) and TENANT.fullmatch(tenant)):
-            errors.append(f"{where}.tenant={inputs.short(tenant)} must be 1 to 64 letters, digits, _ . - (no space, "
-                          "control or format character); fix: for example team-a")
+            errors.append(
+                f"{where}.tenant={inputs.short(tenant)} must be 1 to 64 letters, digits, _ . - (no space, "
+                "control or format character); fix: for example team-a"
+            )
         elif tenant in seen_tenants:
             errors.append(f"{where}.tenant={tenant!r} is given twice; fix: one entry per tenant")
         else:
@@ -290,9 +349,11 @@ def check(host: str, values: Mapping[str, Any], now: datetime.datetime | None = 
         if key is not None and inputs.CONTROL.search(key):
             errors += _control(host, f"vllm_gateway_api_keys[{index}].key", key, secret=True)
         elif key is None or len(key) < MIN_KEY_LENGTH or any(c.isspace() for c in key):
-            errors.append(f"{where}.key (value not shown) must be at least {MIN_KEY_LENGTH} characters without spaces; "
-                          "fix: a random key from Ansible Vault, e.g. `openssl rand -hex 24 | ansible-vault "
-                          "encrypt_string`")
+            errors.append(
+                f"{where}.key (value not shown) must be at least {MIN_KEY_LENGTH} characters without spaces; "
+                "fix: a random key from Ansible Vault, e.g. `openssl rand -hex 24 | ansible-vault "
+                "encrypt_string`"
+            )
         elif key in seen_keys:
             errors.append(f"{where}.key (value not shown) is also another tenant's key; fix: one key per tenant")
         else:
@@ -306,8 +367,9 @@ def check(host: str, values: Mapping[str, Any], now: datetime.datetime | None = 
     for name in ("vllm_gateway_port", "vllm_gateway_metrics_port"):
         port = values.get(name)
         if port is not None and not 1 <= (_whole(port) or 0) <= 65535:
-            errors.append(f"{host}: {name}={inputs.short(port)} must be a port number from 1 to 65535; fix: e.g. 443 "
-                          "and 8405")
+            errors.append(
+                f"{host}: {name}={inputs.short(port)} must be a port number from 1 to 65535; fix: e.g. 443 and 8405"
+            )
     for name in ("vllm_gateway_bind_address", "vllm_gateway_metrics_address"):
         address = values.get(name)
         if address is None or name in unsafe:
@@ -315,8 +377,9 @@ def check(host: str, values: Mapping[str, Any], now: datetime.datetime | None = 
         try:
             ipaddress.ip_address(str(address))
         except ValueError:
-            errors.append(f"{host}: {name}={inputs.short(address)} is not an IP address; fix: the gateway's address, "
-                          "or 0.0.0.0")
+            errors.append(
+                f"{host}: {name}={inputs.short(address)} is not an IP address; fix: the gateway's address, or 0.0.0.0"
+            )
     try:
         inputs.networks(host, "vllm_gateway_metrics_allow", values.get("vllm_gateway_metrics_allow") or [])
     except ValueError as exc:
@@ -326,10 +389,12 @@ def check(host: str, values: Mapping[str, Any], now: datetime.datetime | None = 
         if "vllm_gateway_source_address" not in unsafe:
             ipaddress.ip_address(source)
     except ValueError:
-        errors.append(f"{host}: vllm_gateway_source_address={inputs.short(source)} (by default its ansible_host, "
-                      "else its name) is not an IP address: the vLLM hosts admit the gateways by address "
-                      "(vllm_firewall); fix: set vllm_gateway_source_address to the address the gateway's connections "
-                      "to vLLM come from, or vllm_firewall: false on the vLLM hosts")
+        errors.append(
+            f"{host}: vllm_gateway_source_address={inputs.short(source)} (by default its ansible_host, "
+            "else its name) is not an IP address: the vLLM hosts admit the gateways by address "
+            "(vllm_firewall); fix: set vllm_gateway_source_address to the address the gateway's connections "
+            "to vLLM come from, or vllm_firewall: false on the vLLM hosts"
+        )
     return errors
 
 
@@ -353,8 +418,12 @@ def source_address(source: Any, ansible_host: Any, name: str) -> str:
     return str(source or ansible_host or name)
 
 
-def clients(gateways: Mapping[str, Mapping[str, Any]], allowed: Any, host: str,
-            monitoring: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, list[str]]:
+def clients(
+    gateways: Mapping[str, Mapping[str, Any]],
+    allowed: Any,
+    host: str,
+    monitoring: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, list[str]]:
     """Who may reach a vLLM host's port besides the host itself: the gateways ({name: its settings}, each by its
     source address), the monitoring hosts (likewise, by their ansible_host) and ``allowed`` (vllm_allowed_clients:
     addresses or networks), as {"ipv4": [...], "ipv6": [...]} of normalised networks, sorted and unique. ValueError
@@ -366,5 +435,7 @@ def clients(gateways: Mapping[str, Mapping[str, Any]], allowed: Any, host: str,
     for name, values in sorted((monitoring or {}).items()):
         source = source_address(None, values.get("ansible_host"), name)
         found += inputs.networks(host, f"the monitoring host {name}'s ansible_host", [source])
-    return {family: [str(n) for n in sorted({n for n in found if n.version == version})]
-            for family, version in (("ipv4", 4), ("ipv6", 6))}
+    return {
+        family: [str(n) for n in sorted({n for n in found if n.version == version})]
+        for family, version in (("ipv4", 4), ("ipv6", 6))
+    }

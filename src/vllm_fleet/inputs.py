@@ -71,13 +71,35 @@ def plain(value: Any) -> Any:
 
 
 # Every variable these checks read; the filter plugin fills the vllm role's defaults where the inventory is silent.
-UNIT_VARS = ("vllm_user", "vllm_group", "vllm_state_dir", "vllm_cache_dir", "vllm_home", "vllm_config_dir",
-             "vllm_instance", "vllm_bind_address", "vllm_port", "vllm_device_allow", "vllm_environment",
-             "vllm_environment_allow", "vllm_api_key", "vllm_hf_token",
-             "vllm_install_source", "vllm_wheelhouse_url", "vllm_keep_releases", "vllm_model_source",
-             "vllm_model_url", "vllm_model_src", "vllm_draft_model_source", "vllm_draft_model_url",
-             "vllm_draft_model_src", "vllm_syscall_filter", "vllm_shutdown_timeout", "vllm_timeout_stop_sec",
-             "vllm_allowed_clients")
+UNIT_VARS = (
+    "vllm_user",
+    "vllm_group",
+    "vllm_state_dir",
+    "vllm_cache_dir",
+    "vllm_home",
+    "vllm_config_dir",
+    "vllm_instance",
+    "vllm_bind_address",
+    "vllm_port",
+    "vllm_device_allow",
+    "vllm_environment",
+    "vllm_environment_allow",
+    "vllm_api_key",
+    "vllm_hf_token",
+    "vllm_install_source",
+    "vllm_wheelhouse_url",
+    "vllm_keep_releases",
+    "vllm_model_source",
+    "vllm_model_url",
+    "vllm_model_src",
+    "vllm_draft_model_source",
+    "vllm_draft_model_url",
+    "vllm_draft_model_src",
+    "vllm_syscall_filter",
+    "vllm_shutdown_timeout",
+    "vllm_timeout_stop_sec",
+    "vllm_allowed_clients",
+)
 
 # Unicode's control (Cc), format (Cf), line separator (Zl) and paragraph separator (Zp) characters: a newline, U+0085
 # NEXT LINE, U+2028 or U+2029 ends a line for some reader of a unit, an environment file, a HAProxy or Prometheus
@@ -87,10 +109,29 @@ UNIT_VARS = ("vllm_user", "vllm_group", "vllm_state_dir", "vllm_cache_dir", "vll
 CONTROL_CATEGORIES = ("Cc", "Cf", "Zl", "Zp")
 _CONTROL_UNICODE = "14.0.0"
 _CONTROL_RANGES = (
-    (0x0000, 0x001F), (0x007F, 0x009F), (0x00AD, 0x00AD), (0x0600, 0x0605), (0x061C, 0x061C), (0x06DD, 0x06DD),
-    (0x070F, 0x070F), (0x0890, 0x0891), (0x08E2, 0x08E2), (0x180E, 0x180E), (0x200B, 0x200F), (0x2028, 0x202E),
-    (0x2060, 0x2064), (0x2066, 0x206F), (0xFEFF, 0xFEFF), (0xFFF9, 0xFFFB), (0x110BD, 0x110BD), (0x110CD, 0x110CD),
-    (0x13430, 0x13438), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0001, 0xE0001), (0xE0020, 0xE007F),
+    (0x0000, 0x001F),
+    (0x007F, 0x009F),
+    (0x00AD, 0x00AD),
+    (0x0600, 0x0605),
+    (0x061C, 0x061C),
+    (0x06DD, 0x06DD),
+    (0x070F, 0x070F),
+    (0x0890, 0x0891),
+    (0x08E2, 0x08E2),
+    (0x180E, 0x180E),
+    (0x200B, 0x200F),
+    (0x2028, 0x202E),
+    (0x2060, 0x2064),
+    (0x2066, 0x206F),
+    (0xFEFF, 0xFEFF),
+    (0xFFF9, 0xFFFB),
+    (0x110BD, 0x110BD),
+    (0x110CD, 0x110CD),
+    (0x13430, 0x13438),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0001, 0xE0001),
+    (0xE0020, 0xE007F),
 )
 
 
@@ -112,10 +153,13 @@ def _character_class(ranges: tuple[tuple[int, int], ...]) -> str:
     return "[" + "".join(f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges) + "]"
 
 
-CONTROL = re.compile(_character_class(
-    _CONTROL_RANGES if unicodedata.unidata_version == _CONTROL_UNICODE else control_ranges()))
+CONTROL = re.compile(
+    _character_class(_CONTROL_RANGES if unicodedata.unidata_version == _CONTROL_UNICODE else control_ranges())
+)
 # For messages: what such a character can do where the value is written.
-CONTROL_WHAT = "a control or format character (a line or paragraph separator, a newline, a zero-width or direction mark)"
+CONTROL_WHAT = (
+    "a control or format character (a line or paragraph separator, a newline, a zero-width or direction mark)"
+)
 
 
 def control_character(value: Any) -> str | None:
@@ -136,15 +180,33 @@ DEVICE = re.compile(r"(/dev/[A-Za-z0-9._/+-]+|char-[A-Za-z0-9._-]+|block-[A-Za-z
 SYSCALL = re.compile(r"~?@?[a-z0-9_-]+(:[A-Za-z0-9_]+)?")  # a call or @group, ~ for a deny list, :errno
 
 # What templates/vllm.env.j2 sets from the role's own settings: a second assignment would silently win.
-TEMPLATE_ENV = ("VLLM_TARGET_DEVICE", "HOME", "VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR",
-                "TRITON_CACHE_DIR", "HF_HOME", "VLLM_API_KEY")
+TEMPLATE_ENV = (
+    "VLLM_TARGET_DEVICE",
+    "HOME",
+    "VLLM_CACHE_ROOT",
+    "XDG_CACHE_HOME",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+    "HF_HOME",
+    "VLLM_API_KEY",
+)
 # What the plan's placement gives each instance (vllm_fleet.placement): its own cards.
 PLACEMENT_ENV = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 # The site's guarantees (nothing leaves it) and what changes which code the service loads: only with an
 # explicit opt-in (vllm_environment_allow), since a later assignment wins over the template's own.
-GUARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK",
-               "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP",
-               "PYTHONUSERBASE")
+GUARDED_ENV = (
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "VLLM_NO_USAGE_STATS",
+    "DO_NOT_TRACK",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONSTARTUP",
+    "PYTHONUSERBASE",
+)
 
 
 def _path(host: str, name: str, value: Any) -> list[str]:
@@ -152,11 +214,15 @@ def _path(host: str, name: str, value: Any) -> list[str]:
     if not isinstance(value, str) or not value:
         return [f"{host}: {name}={value!r} must be a path; {fix}"]
     if CONTROL.search(value):
-        return [f"{host}: {name}={value!r} holds {CONTROL_WHAT}, {control_character(value)}, which would add a line "
-                f"to the unit or hide what it holds; {fix}"]
+        return [
+            f"{host}: {name}={value!r} holds {CONTROL_WHAT}, {control_character(value)}, which would add a line "
+            f"to the unit or hide what it holds; {fix}"
+        ]
     if UNSAFE_IN_UNIT_PATH.search(value):
-        return [f"{host}: {name}={value!r} holds whitespace, %, a quote, ; or a backslash, which the unit cannot "
-                f"hold as written; {fix}"]
+        return [
+            f"{host}: {name}={value!r} holds whitespace, %, a quote, ; or a backslash, which the unit cannot "
+            f"hold as written; {fix}"
+        ]
     if not value.startswith("/") or posixpath.normpath(value) != value or value == "/":
         return [f"{host}: {name}={value!r} is not an absolute, normalised path; {fix}"]
     return []
@@ -170,8 +236,10 @@ def _text(host: str, name: str, value: Any, secret: bool = False) -> list[str]:
         return [f"{host}: {name} {shown} must be a string; fix: quote it in the inventory"]
     if CONTROL.search(str(value)):
         which = "" if secret else f", {control_character(str(value))},"
-        return [f"{host}: {name} {shown} holds {CONTROL_WHAT}{which} which would add a line to the environment file "
-                "or hide what it holds; fix: remove it" + (" and re-encrypt the value with ansible-vault" if secret else "")]
+        return [
+            f"{host}: {name} {shown} holds {CONTROL_WHAT}{which} which would add a line to the environment file "
+            "or hide what it holds; fix: remove it" + (" and re-encrypt the value with ansible-vault" if secret else "")
+        ]
     return []
 
 
@@ -183,25 +251,34 @@ def _release(host: str, values: Mapping[str, Any], draft: bool) -> list[str]:
     for name in ("vllm_wheelhouse_url", "vllm_model_url", "vllm_draft_model_url"):
         # Words of the install's command line and the staging's requests: a line break would split or end them.
         if control_character(values.get(name)):
-            errors.append(f"{host}: {name}={values[name]!r} holds {CONTROL_WHAT}, {control_character(values[name])}; "
-                          "fix: remove it (a URL or path has none)")
+            errors.append(
+                f"{host}: {name}={values[name]!r} holds {CONTROL_WHAT}, {control_character(values[name])}; "
+                "fix: remove it (a URL or path has none)"
+            )
     if values.get("vllm_install_source") == "wheelhouse" and not values.get("vllm_wheelhouse_url"):
-        errors.append(f"{host}: vllm_install_source=wheelhouse needs vllm_wheelhouse_url, which is empty; fix: the URL "
-                      "or path of a wheelhouse built by scripts/wheelhouse.sh (wheels plus requirements.lock)")
+        errors.append(
+            f"{host}: vllm_install_source=wheelhouse needs vllm_wheelhouse_url, which is empty; fix: the URL "
+            "or path of a wheelhouse built by scripts/wheelhouse.sh (wheels plus requirements.lock)"
+        )
     keep = values.get("vllm_keep_releases")
     if keep is not None and (isinstance(keep, bool) or not str(keep).strip().isdigit() or int(str(keep)) < 2):
-        errors.append(f"{host}: vllm_keep_releases={keep!r} must be at least 2 (the running release and one to roll "
-                      "back to); fix: 3")
+        errors.append(
+            f"{host}: vllm_keep_releases={keep!r} must be at least 2 (the running release and one to roll "
+            "back to); fix: 3"
+        )
     for prefix in ("vllm_model", "vllm_draft_model") if draft else ("vllm_model",):
         source = values.get(f"{prefix}_source")
         # A location the inventory builds from the plan's own output is not in `values`: the role checks it.
         if source == "url" and f"{prefix}_url" in values and not values[f"{prefix}_url"]:
-            errors.append(f"{host}: {prefix}_source=url needs {prefix}_url, which is empty; fix: the base URL of the "
-                          "model's files and manifest on the site's mirror")
+            errors.append(
+                f"{host}: {prefix}_source=url needs {prefix}_url, which is empty; fix: the base URL of the "
+                "model's files and manifest on the site's mirror"
+            )
         elif source in ("controller", "path") and f"{prefix}_src" in values and not values[f"{prefix}_src"]:
             where = "on the controller" if source == "controller" else "on the host"
-            errors.append(f"{host}: {prefix}_source={source} needs {prefix}_src, which is empty; fix: the model's "
-                          f"folder {where}")
+            errors.append(
+                f"{host}: {prefix}_source={source} needs {prefix}_src, which is empty; fix: the model's folder {where}"
+            )
         elif source in ("controller", "path"):
             errors += _path(host, f"{prefix}_src", values[f"{prefix}_src"]) if source == "path" else []
     return errors
@@ -214,15 +291,19 @@ def check(host: str, values: Mapping[str, Any], draft: bool = False) -> list[str
     for name in ("vllm_user", "vllm_group"):
         value = values.get(name)
         if value is not None and not (isinstance(value, str) and NAME.fullmatch(value)):
-            errors.append(f"{host}: {name}={value!r} is not a valid user or group name; fix: lower-case letters, "
-                          "digits, _ and -, starting with a letter or _, at most 32 characters (for example vllm)")
+            errors.append(
+                f"{host}: {name}={value!r} is not a valid user or group name; fix: lower-case letters, "
+                "digits, _ and -, starting with a letter or _, at most 32 characters (for example vllm)"
+            )
     for name in ("vllm_state_dir", "vllm_cache_dir", "vllm_home", "vllm_config_dir"):
         if values.get(name) is not None:
             errors += _path(host, name, values[name])
     instance = values.get("vllm_instance")
     if instance is not None and not (isinstance(instance, str) and INSTANCE.fullmatch(instance)):
-        errors.append(f"{host}: vllm_instance={instance!r} must be letters, digits, _ and - (it names the unit "
-                      "vllm@<instance>.service and its files); fix: for example main or gpu0")
+        errors.append(
+            f"{host}: vllm_instance={instance!r} must be letters, digits, _ and - (it names the unit "
+            "vllm@<instance>.service and its files); fix: for example main or gpu0"
+        )
     port = values.get("vllm_port")
     if port is not None:
         try:
@@ -236,8 +317,10 @@ def check(host: str, values: Mapping[str, Any], draft: bool = False) -> list[str
         try:
             ipaddress.ip_address(str(address))
         except ValueError:
-            errors.append(f"{host}: vllm_bind_address={address!r} is not an IP address; fix: the host's internal "
-                          "address, 127.0.0.1, or 0.0.0.0 for every interface")
+            errors.append(
+                f"{host}: vllm_bind_address={address!r} is not an IP address; fix: the host's internal "
+                "address, 127.0.0.1, or 0.0.0.0 for every interface"
+            )
     errors += _stop(host, values.get("vllm_shutdown_timeout"), values.get("vllm_timeout_stop_sec"))
     allowed = values.get("vllm_allowed_clients")
     if allowed is not None:
@@ -248,18 +331,24 @@ def check(host: str, values: Mapping[str, Any], draft: bool = False) -> list[str
     devices = values.get("vllm_device_allow")
     if devices is not None:
         if not isinstance(devices, (list, tuple)):
-            errors.append(f"{host}: vllm_device_allow={devices!r} must be a list of device paths; fix: for example "
-                          "['/dev/nvidiactl', '/dev/nvidia0']")
+            errors.append(
+                f"{host}: vllm_device_allow={devices!r} must be a list of device paths; fix: for example "
+                "['/dev/nvidiactl', '/dev/nvidia0']"
+            )
         else:
             for device in devices:
                 if not (isinstance(device, str) and DEVICE.fullmatch(device)):
-                    errors.append(f"{host}: vllm_device_allow entry {device!r} is not a /dev path or a char-/block- "
-                                  "device class; fix: for example /dev/nvidia0 or char-nvidia-uvm")
+                    errors.append(
+                        f"{host}: vllm_device_allow entry {device!r} is not a /dev path or a char-/block- "
+                        "device class; fix: for example /dev/nvidia0 or char-nvidia-uvm"
+                    )
     filters = values.get("vllm_syscall_filter")
     for entry in filters if isinstance(filters, (list, tuple)) else []:
         if not (isinstance(entry, str) and SYSCALL.fullmatch(entry)):
-            errors.append(f"{host}: vllm_syscall_filter entry {entry!r} is not a system call or @group; fix: for "
-                          "example @system-service, or ~@privileged to deny a group")
+            errors.append(
+                f"{host}: vllm_syscall_filter entry {entry!r} is not a system call or @group; fix: for "
+                "example @system-service, or ~@privileged to deny a group"
+            )
     errors += _environment(host, values.get("vllm_environment"), values.get("vllm_environment_allow"))
     errors += _release(host, values, draft)
     for name in ("vllm_api_key", "vllm_hf_token"):
@@ -272,51 +361,71 @@ def networks(host: str, setting: str, entries: Any) -> list[ipaddress.IPv4Networ
     """The addresses or networks of a list setting (vllm_allowed_clients), normalised; ValueError names the host,
     the setting, the value and the fix."""
     if isinstance(entries, (str, bytes, Mapping)) or not hasattr(entries, "__iter__"):
-        raise ValueError(f"{host}: {setting}={entries!r} must be a list of addresses or networks; fix: the "
-                         "monitoring hosts, e.g. [10.0.20.5, 10.0.21.0/24]")
+        raise ValueError(
+            f"{host}: {setting}={entries!r} must be a list of addresses or networks; fix: the "
+            "monitoring hosts, e.g. [10.0.20.5, 10.0.21.0/24]"
+        )
     result = []
     for entry in entries:
         try:
             result.append(ipaddress.ip_network(str(entry), strict=False))
         except ValueError:
-            raise ValueError(f"{host}: {setting} has {entry!r}, not an IP address or network; fix: an address "
-                             "such as 10.0.20.5 or a network such as 10.0.20.0/24") from None
+            raise ValueError(
+                f"{host}: {setting} has {entry!r}, not an IP address or network; fix: an address "
+                "such as 10.0.20.5 or a network such as 10.0.20.0/24"
+            ) from None
     return result
 
 
 def _environment(host: str, environment: Any, allow: Any) -> list[str]:
-    if allow is not None and not (isinstance(allow, (list, tuple)) and all(
-            isinstance(name, str) and ENV_KEY.fullmatch(name) for name in allow)):
-        return [f"{host}: vllm_environment_allow={short(allow)} must be a list of variable names; fix: for example "
-                "[PYTHONPATH], the keys of vllm_environment you opt in knowingly"]
+    if allow is not None and not (
+        isinstance(allow, (list, tuple)) and all(isinstance(name, str) and ENV_KEY.fullmatch(name) for name in allow)
+    ):
+        return [
+            f"{host}: vllm_environment_allow={short(allow)} must be a list of variable names; fix: for example "
+            "[PYTHONPATH], the keys of vllm_environment you opt in knowingly"
+        ]
     if environment is None:
         return []
     if not isinstance(environment, Mapping):
-        return [f"{host}: vllm_environment={environment!r} must be a dict of NAME: value; fix: for example "
-                "{OMP_NUM_THREADS: \"8\"}"]
+        return [
+            f"{host}: vllm_environment={environment!r} must be a dict of NAME: value; fix: for example "
+            '{OMP_NUM_THREADS: "8"}'
+        ]
     allowed = set(allow or [])
     errors = []
     for key, value in environment.items():
         key = str(key)
         if not ENV_KEY.fullmatch(key):
-            errors.append(f"{host}: vllm_environment key {key!r} is not a variable name; fix: letters, digits and _, "
-                          "not starting with a digit")
+            errors.append(
+                f"{host}: vllm_environment key {key!r} is not a variable name; fix: letters, digits and _, "
+                "not starting with a digit"
+            )
             continue
         if key in PLACEMENT_ENV:
-            errors.append(f"{host}: vllm_environment.{key} would override the cards the plan gives each instance (one "
-                          "per GPU or tensor-parallel group, by UUID); fix: remove it, and set vllm_gpu.count or the "
-                          "profile's tensor_parallel_size to place the instances")
+            errors.append(
+                f"{host}: vllm_environment.{key} would override the cards the plan gives each instance (one "
+                "per GPU or tensor-parallel group, by UUID); fix: remove it, and set vllm_gpu.count or the "
+                "profile's tensor_parallel_size to place the instances"
+            )
             continue
         if key in TEMPLATE_ENV:
-            errors.append(f"{host}: vllm_environment.{key} would override what the unit's environment file sets "
-                          f"from the role's own settings; fix: remove it and set "
-                          f"{'vllm_api_key' if key == 'VLLM_API_KEY' else 'vllm_state_dir, vllm_cache_dir or vllm_target_device'}")
+            errors.append(
+                f"{host}: vllm_environment.{key} would override what the unit's environment file sets "
+                f"from the role's own settings; fix: remove it and set "
+                f"{'vllm_api_key' if key == 'VLLM_API_KEY' else 'vllm_state_dir, vllm_cache_dir or vllm_target_device'}"
+            )
             continue
         if key in GUARDED_ENV and key not in allowed:
-            what = ("changes which code the service loads" if key.startswith(("LD_", "PYTHON"))
-                    else "turns off one of the site's guarantees (offline, no usage statistics)")
-            errors.append(f"{host}: vllm_environment.{key} {what}; fix: remove it, or opt in knowingly with "
-                          f"vllm_environment_allow: [{key}]")
+            what = (
+                "changes which code the service loads"
+                if key.startswith(("LD_", "PYTHON"))
+                else "turns off one of the site's guarantees (offline, no usage statistics)"
+            )
+            errors.append(
+                f"{host}: vllm_environment.{key} {what}; fix: remove it, or opt in knowingly with "
+                f"vllm_environment_allow: [{key}]"
+            )
             continue
         secret = any(word in key.upper() for word in ("KEY", "TOKEN", "SECRET", "PASSWORD"))
         errors += _text(host, f"vllm_environment.{key}", value, secret=secret)
@@ -336,7 +445,9 @@ def _stop(host: str, shutdown: Any, stop: Any) -> list[str]:
             return [f"{host}: {name}={value!r} must be a whole number of seconds, 0 or more; fix: for example 30"]
         numbers[name] = value
     if len(numbers) == 2 and numbers["vllm_shutdown_timeout"] + STOP_MARGIN_SECONDS > numbers["vllm_timeout_stop_sec"]:
-        return [f"{host}: vllm_timeout_stop_sec={stop} does not outlast vllm_shutdown_timeout={shutdown} by "
-                f"{STOP_MARGIN_SECONDS} s: systemd would kill the requests vLLM is letting finish; fix: "
-                f"vllm_timeout_stop_sec: {shutdown + STOP_MARGIN_SECONDS + 20} or more, or a smaller vllm_shutdown_timeout"]
+        return [
+            f"{host}: vllm_timeout_stop_sec={stop} does not outlast vllm_shutdown_timeout={shutdown} by "
+            f"{STOP_MARGIN_SECONDS} s: systemd would kill the requests vLLM is letting finish; fix: "
+            f"vllm_timeout_stop_sec: {shutdown + STOP_MARGIN_SECONDS + 20} or more, or a smaller vllm_shutdown_timeout"
+        ]
     return []

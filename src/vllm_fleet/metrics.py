@@ -158,9 +158,7 @@ class MetricsFacts:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "MetricsFacts":
         if not isinstance(data, Mapping) or "families" not in data:
-            raise TypeError(
-                "expected metrics facts (the output of vllm_fleet.metrics.parse), got %s" % short(data, 80)
-            )
+            raise TypeError("expected metrics facts (the output of vllm_fleet.metrics.parse), got %s" % short(data, 80))
         return cls(
             families=dict(data.get("families") or {}),
             empty=list(data.get("empty") or []),
@@ -361,8 +359,14 @@ def is_speculative(profile: Mapping[str, Any] | None, args: Iterable[str] | None
         return True
     for arg in args or ():
         flag = str(arg).split("=", 1)[0]
-        if flag in ("--speculative-config", "-sc", "--speculative-model", "--spec-model", "--spec-method",
-                    "--spec-tokens"):
+        if flag in (
+            "--speculative-config",
+            "-sc",
+            "--speculative-model",
+            "--spec-model",
+            "--spec-method",
+            "--spec-tokens",
+        ):
             return True
     return False
 

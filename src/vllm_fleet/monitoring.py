@@ -14,8 +14,13 @@ from typing import Any, Iterable, Mapping
 from . import inputs, metrics
 
 # The counters the day-2 findings read (vllm_fleet.metrics.findings), without their _total suffix.
-FINDING_COUNTERS = ("vllm:num_preemptions", "vllm:prefix_cache_hits", "vllm:prefix_cache_queries",
-                    "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens")
+FINDING_COUNTERS = (
+    "vllm:num_preemptions",
+    "vllm:prefix_cache_hits",
+    "vllm:prefix_cache_queries",
+    "vllm:spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens",
+)
 
 
 def targets(plans: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -28,11 +33,19 @@ def targets(plans: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
         for instance in entry.get("instances") or []:
             address = str(instance["address"])
             address = f"[{address}]" if ":" in address and not address.startswith("[") else address
-            out.append({"targets": [f"{address}:{instance['port']}"],
-                        "labels": {"instance": f"{host}/{instance['name']}", "host": host,
-                                   "vllm_instance": instance["name"], "profile": str(entry.get("profile") or ""),
-                                   "card": str((entry.get("gpu") or {}).get("name") or ""),
-                                   "vllm_release": str(entry.get("vllm_version") or "")}})
+            out.append(
+                {
+                    "targets": [f"{address}:{instance['port']}"],
+                    "labels": {
+                        "instance": f"{host}/{instance['name']}",
+                        "host": host,
+                        "vllm_instance": instance["name"],
+                        "profile": str(entry.get("profile") or ""),
+                        "card": str((entry.get("gpu") or {}).get("name") or ""),
+                        "vllm_release": str(entry.get("vllm_version") or ""),
+                    },
+                }
+            )
     return out
 
 
@@ -74,24 +87,33 @@ def rules(shipped: Mapping[str, Any], pending: Mapping[str, str] | None = None) 
 
 
 def alert_names(shipped: Mapping[str, Any]) -> list[str]:
-    return sorted(rule["alert"] for group in shipped.get("groups") or [] for rule in group.get("rules") or []
-                  if rule.get("alert"))
+    return sorted(
+        rule["alert"] for group in shipped.get("groups") or [] for rule in group.get("rules") or [] if rule.get("alert")
+    )
 
 
-def window_findings(increases: Mapping[str, float | None], window: str, prefix_caching: bool | None = None,
-                    thresholds: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
+def window_findings(
+    increases: Mapping[str, float | None],
+    window: str,
+    prefix_caching: bool | None = None,
+    thresholds: Mapping[str, float] | None = None,
+) -> list[dict[str, Any]]:
     """The day-2 findings of a window: the counters' increases over it (Prometheus' ``increase()``, one per name
     of FINDING_COUNTERS; None where the instance does not export it) judged as the rollout's verification judges
     its two scrapes (vllm_fleet.metrics.findings), each finding's ``basis`` naming the window."""
     present = {name: float(value) for name, value in increases.items() if value is not None}
     before = metrics.MetricsFacts(counters=dict.fromkeys(present, 0.0))
-    after = metrics.MetricsFacts(counters=present, cache_config={"enable_prefix_caching": prefix_caching}
-                                 if prefix_caching is not None else {})
+    after = metrics.MetricsFacts(
+        counters=present, cache_config={"enable_prefix_caching": prefix_caching} if prefix_caching is not None else {}
+    )
     found = metrics.findings(before, after, **dict(thresholds or {}))
     for finding in found:
         finding["basis"] = f"the last {window}" if finding.get("basis") == "window" else finding.get("basis")
-        finding["message"] = (finding["message"].replace("between the two scrapes", f"in the last {window}")
-                              .replace(", window)", f", the last {window})"))
+        finding["message"] = (
+            finding["message"]
+            .replace("between the two scrapes", f"in the last {window}")
+            .replace(", window)", f", the last {window})")
+        )
     return found
 
 
@@ -124,16 +146,32 @@ def series_by_instance(results: Iterable[Mapping[str, Any]], names: Iterable[str
 # --- Plan-time checks of a monitoring host's settings (roles/vllm_monitoring/tasks/preflight.yml) ------------------
 
 # Every setting ``check`` reads; the filter plugin fills the role's defaults where the inventory is silent.
-SETTINGS = ("vllm_monitoring_packages", "vllm_monitoring_listen_address", "vllm_monitoring_prometheus_port",
-            "vllm_monitoring_alertmanager_port", "vllm_monitoring_allow", "vllm_monitoring_backend_group",
-            "vllm_monitoring_node_exporters", "vllm_monitoring_scrape_interval", "vllm_monitoring_evaluation_interval",
-            "vllm_monitoring_retention_time", "vllm_monitoring_retention_size", "vllm_monitoring_alert_pending",
-            "vllm_monitoring_receivers", "vllm_monitoring_route", "vllm_monitoring_smtp_smarthost",
-            "vllm_monitoring_smtp_from", "vllm_monitoring_smtp_auth_username", "vllm_monitoring_smtp_auth_password",
-            "vllm_monitoring_resolve_timeout")
+SETTINGS = (
+    "vllm_monitoring_packages",
+    "vllm_monitoring_listen_address",
+    "vllm_monitoring_prometheus_port",
+    "vllm_monitoring_alertmanager_port",
+    "vllm_monitoring_allow",
+    "vllm_monitoring_backend_group",
+    "vllm_monitoring_node_exporters",
+    "vllm_monitoring_scrape_interval",
+    "vllm_monitoring_evaluation_interval",
+    "vllm_monitoring_retention_time",
+    "vllm_monitoring_retention_size",
+    "vllm_monitoring_alert_pending",
+    "vllm_monitoring_receivers",
+    "vllm_monitoring_route",
+    "vllm_monitoring_smtp_smarthost",
+    "vllm_monitoring_smtp_from",
+    "vllm_monitoring_smtp_auth_username",
+    "vllm_monitoring_smtp_auth_password",
+    "vllm_monitoring_resolve_timeout",
+)
 # Prometheus' and Alertmanager's durations (their model.ParseDuration): units largest first, each at most once.
-DURATION = re.compile(r"(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?"
-                      r"(?:([0-9]+)ms)?")
+DURATION = re.compile(
+    r"(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?"
+    r"(?:([0-9]+)ms)?"
+)
 _UNIT_SECONDS = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1, 0.001)
 SIZE = re.compile(r"[0-9]+(B|KB|MB|GB|TB|PB|EB)")
 LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -172,8 +210,10 @@ def _control(host: str, name: str, value: Any, secret: bool = False) -> list[str
     if not isinstance(value, str) or not inputs.CONTROL.search(value):
         return []
     shown = " (value not shown)" if secret else f"={inputs.short(value)}"
-    return [f"{host}: {name}{shown} holds a control or format character (a line break, an invisible character); "
-            "fix: remove it" + (" and encrypt the value again with ansible-vault" if secret else "")]
+    return [
+        f"{host}: {name}{shown} holds a control or format character (a line break, an invisible character); "
+        "fix: remove it" + (" and encrypt the value again with ansible-vault" if secret else "")
+    ]
 
 
 def _strings(host: str, name: str, value: Any, secret: bool = False) -> list[str]:
@@ -191,11 +231,15 @@ def _strings(host: str, name: str, value: Any, secret: bool = False) -> list[str
 def _duration(host: str, name: str, value: Any, default: str, positive: bool, zero: str = "") -> list[str]:
     number = seconds(value)
     if number is None:
-        return [f"{host}: {name}={inputs.short(value)} is not a duration (a number and a unit: ms, s, m, h, d, w, y; "
-                f"e.g. 1h30m); fix: e.g. {default}"]
+        return [
+            f"{host}: {name}={inputs.short(value)} is not a duration (a number and a unit: ms, s, m, h, d, w, y; "
+            f"e.g. 1h30m); fix: e.g. {default}"
+        ]
     if positive and number < 1:
-        return [f"{host}: {name}={inputs.short(value)} must be at least 1s ({zero or 'zero means never'}); "
-                f"fix: e.g. {default}"]
+        return [
+            f"{host}: {name}={inputs.short(value)} must be at least 1s ({zero or 'zero means never'}); "
+            f"fix: e.g. {default}"
+        ]
     return []
 
 
@@ -212,14 +256,18 @@ def _receivers(host: str, receivers: Any, smtp: bool) -> tuple[list[str], list[s
     if receivers is None:
         return [], []
     if not isinstance(receivers, (list, tuple)):
-        return [f"{host}: vllm_monitoring_receivers must be a list of {{name, webhook_url}} or {{name, email_to}}; "
-                "fix: e.g. [{name: ops, email_to: ops@example.org}]"], []
+        return [
+            f"{host}: vllm_monitoring_receivers must be a list of {{name, webhook_url}} or {{name, email_to}}; "
+            "fix: e.g. [{name: ops, email_to: ops@example.org}]"
+        ], []
     errors, names = [], []
     for index, receiver in enumerate(receivers):
         where = f"{host}: vllm_monitoring_receivers[{index}]"
         if not isinstance(receiver, Mapping):
-            errors.append(f"{where} is not a mapping; fix: {{name: NAME, webhook_url: URL}} or {{name: NAME, "
-                          "email_to: ADDRESS}}")
+            errors.append(
+                f"{where} is not a mapping; fix: {{name: NAME, webhook_url: URL}} or {{name: NAME, "
+                "email_to: ADDRESS}}"
+            )
             continue
         unknown = sorted(str(k) for k in receiver if k not in RECEIVER_KEYS)
         if unknown:
@@ -235,28 +283,35 @@ def _receivers(host: str, receivers: Any, smtp: bool) -> tuple[list[str], list[s
         else:
             names.append(name)
         if ("webhook_url" in receiver) == ("email_to" in receiver):
-            errors.append(f"{where} (name {inputs.short(name)}) must have exactly one of webhook_url or email_to; "
-                          "fix: one receiver per destination")
+            errors.append(
+                f"{where} (name {inputs.short(name)}) must have exactly one of webhook_url or email_to; "
+                "fix: one receiver per destination"
+            )
         if "webhook_url" in receiver:
             url = receiver["webhook_url"]
             found = _control(host, f"vllm_monitoring_receivers[{index}].webhook_url", url, secret=True)
             if found:
                 errors += found
             elif not (isinstance(url, str) and URL.fullmatch(url)):
-                errors.append(f"{where}.webhook_url (value not shown: it may hold a token) is not an http(s) URL "
-                              "without spaces; fix: the receiver's URL, e.g. https://chat.example.org/hooks/..., "
-                              "from Ansible Vault when it holds a token")
+                errors.append(
+                    f"{where}.webhook_url (value not shown: it may hold a token) is not an http(s) URL "
+                    "without spaces; fix: the receiver's URL, e.g. https://chat.example.org/hooks/..., "
+                    "from Ansible Vault when it holds a token"
+                )
         if "email_to" in receiver:
             to = receiver["email_to"]
             found = _control(host, f"vllm_monitoring_receivers[{index}].email_to", to)
             if found:
                 errors += found
             elif not (isinstance(to, str) and ADDRESS.fullmatch(to)):
-                errors.append(f"{where}.email_to={inputs.short(to)} is not an e-mail address; fix: e.g. "
-                              "ops@example.org")
+                errors.append(
+                    f"{where}.email_to={inputs.short(to)} is not an e-mail address; fix: e.g. ops@example.org"
+                )
             if not smtp:
-                errors.append(f"{where}.email_to needs vllm_monitoring_smtp_smarthost and vllm_monitoring_smtp_from, "
-                              "which are empty; fix: the site's SMTP relay (host:port) and the sender's address")
+                errors.append(
+                    f"{where}.email_to needs vllm_monitoring_smtp_smarthost and vllm_monitoring_smtp_from, "
+                    "which are empty; fix: the site's SMTP relay (host:port) and the sender's address"
+                )
     return errors, names
 
 
@@ -271,25 +326,36 @@ def _route(host: str, route: Any, names: list[str], name: str = "vllm_monitoring
     top = name == "vllm_monitoring_route"
     unknown = sorted(str(k) for k in route if k not in ROUTE_KEYS) if top else []
     if unknown:
-        errors.append(f"{host}: {name} has unknown keys {unknown}, which the role does not write; fix: only "
-                      f"{', '.join(ROUTE_KEYS)} (child routes under routes)")
+        errors.append(
+            f"{host}: {name} has unknown keys {unknown}, which the role does not write; fix: only "
+            f"{', '.join(ROUTE_KEYS)} (child routes under routes)"
+        )
     receiver = route.get("receiver")
     if (receiver is not None or not top) and receiver not in names:
-        errors.append(f"{host}: {name}.receiver={inputs.short(receiver)} is not one of vllm_monitoring_receivers "
-                      f"({', '.join(names) or 'none'}); fix: the name of one of them")
+        errors.append(
+            f"{host}: {name}.receiver={inputs.short(receiver)} is not one of vllm_monitoring_receivers "
+            f"({', '.join(names) or 'none'}); fix: the name of one of them"
+        )
     for key, (default, positive) in ROUTE_DURATIONS.items():
         if route.get(key) is not None:
-            errors += _duration(host, f"{name}.{key}", route[key], default, positive,
-                                "Alertmanager refuses 0" if positive else "")
+            errors += _duration(
+                host, f"{name}.{key}", route[key], default, positive, "Alertmanager refuses 0" if positive else ""
+            )
     group_by = route.get("group_by")
-    if group_by is not None and (not isinstance(group_by, (list, tuple)) or not all(
-            isinstance(label, str) and (label == "..." or LABEL.fullmatch(label)) for label in group_by)):
-        errors.append(f"{host}: {name}.group_by={inputs.short(group_by)} must be a list of label names (or ['...']); "
-                      "fix: e.g. [alertname, instance]")
+    if group_by is not None and (
+        not isinstance(group_by, (list, tuple))
+        or not all(isinstance(label, str) and (label == "..." or LABEL.fullmatch(label)) for label in group_by)
+    ):
+        errors.append(
+            f"{host}: {name}.group_by={inputs.short(group_by)} must be a list of label names (or ['...']); "
+            "fix: e.g. [alertname, instance]"
+        )
     routes = route.get("routes")
     if routes is not None and not isinstance(routes, (list, tuple)):
-        errors.append(f"{host}: {name}.routes must be a list of routes; fix: e.g. [{{receiver: ops, matchers: "
-                      "['severity=\"warning\"']}]")
+        errors.append(
+            f"{host}: {name}.routes must be a list of routes; fix: e.g. [{{receiver: ops, matchers: "
+            "['severity=\"warning\"']}]"
+        )
     for index, child in enumerate(routes if isinstance(routes, (list, tuple)) else []):
         errors += _route(host, child, names, f"{name}.routes[{index}]")
     return errors
@@ -313,20 +379,25 @@ def check(host: str, values: Mapping[str, Any]) -> list[str]:
             continue
         port = _port(value)
         if port is None or not 1 <= port <= 65535:
-            errors.append(f"{host}: {name}={inputs.short(value)} must be a port number from 1 to 65535; fix: e.g. "
-                          f"{default}")
+            errors.append(
+                f"{host}: {name}={inputs.short(value)} must be a port number from 1 to 65535; fix: e.g. {default}"
+            )
         else:
             ports[name] = port
     if len(ports) == 2 and len(set(ports.values())) == 1:
-        errors.append(f"{host}: vllm_monitoring_prometheus_port and vllm_monitoring_alertmanager_port are both "
-                      f"{ports['vllm_monitoring_prometheus_port']}; fix: two different ports, e.g. 9090 and 9093")
+        errors.append(
+            f"{host}: vllm_monitoring_prometheus_port and vllm_monitoring_alertmanager_port are both "
+            f"{ports['vllm_monitoring_prometheus_port']}; fix: two different ports, e.g. 9090 and 9093"
+        )
     address = values.get("vllm_monitoring_listen_address")
     if address is not None and "vllm_monitoring_listen_address" not in unsafe:
         try:
             ipaddress.ip_address(str(address))
         except ValueError:
-            errors.append(f"{host}: vllm_monitoring_listen_address={inputs.short(address)} is not an IP address; "
-                          "fix: the host's address, or 0.0.0.0 for every interface")
+            errors.append(
+                f"{host}: vllm_monitoring_listen_address={inputs.short(address)} is not an IP address; "
+                "fix: the host's address, or 0.0.0.0 for every interface"
+            )
     if values.get("vllm_monitoring_allow") is not None and "vllm_monitoring_allow" not in unsafe:
         try:
             inputs.networks(host, "vllm_monitoring_allow", values["vllm_monitoring_allow"])
@@ -334,46 +405,68 @@ def check(host: str, values: Mapping[str, Any]) -> list[str]:
             errors.append(str(exc))
     group = values.get("vllm_monitoring_backend_group")
     if group is not None and not (isinstance(group, str) and group.strip()):
-        errors.append(f"{host}: vllm_monitoring_backend_group={inputs.short(group)} must name an inventory group; "
-                      "fix: vllm_nodes")
+        errors.append(
+            f"{host}: vllm_monitoring_backend_group={inputs.short(group)} must name an inventory group; fix: vllm_nodes"
+        )
     exporters = values.get("vllm_monitoring_node_exporters")
     if exporters is not None and "vllm_monitoring_node_exporters" not in unsafe:
         if not isinstance(exporters, (list, tuple)):
-            errors.append(f"{host}: vllm_monitoring_node_exporters={inputs.short(exporters)} must be a list of "
-                          "host:port; fix: e.g. ['10.0.0.11:9100']")
+            errors.append(
+                f"{host}: vllm_monitoring_node_exporters={inputs.short(exporters)} must be a list of "
+                "host:port; fix: e.g. ['10.0.0.11:9100']"
+            )
         else:
             for index, target in enumerate(exporters):
                 found = HOST_PORT.fullmatch(target) if isinstance(target, str) else None
                 if not found or not 1 <= int(found.group(2)) <= 65535:
-                    errors.append(f"{host}: vllm_monitoring_node_exporters[{index}]={inputs.short(target)} is not "
-                                  "host:port; fix: e.g. 10.0.0.11:9100 or [fd00::11]:9100")
+                    errors.append(
+                        f"{host}: vllm_monitoring_node_exporters[{index}]={inputs.short(target)} is not "
+                        "host:port; fix: e.g. 10.0.0.11:9100 or [fd00::11]:9100"
+                    )
     for name, (default, zero) in POSITIVE_DURATIONS.items():
         if values.get(name) is not None and name not in unsafe:
             errors += _duration(host, name, values[name], default, True, zero)
     size = values.get("vllm_monitoring_retention_size")
-    if size is not None and "vllm_monitoring_retention_size" not in unsafe and not (
-            isinstance(size, str) and SIZE.fullmatch(size)):
-        errors.append(f"{host}: vllm_monitoring_retention_size={inputs.short(size)} is not a size (a number and B, "
-                      "KB, MB, GB, TB, PB or EB); fix: e.g. 20GB")
+    if (
+        size is not None
+        and "vllm_monitoring_retention_size" not in unsafe
+        and not (isinstance(size, str) and SIZE.fullmatch(size))
+    ):
+        errors.append(
+            f"{host}: vllm_monitoring_retention_size={inputs.short(size)} is not a size (a number and B, "
+            "KB, MB, GB, TB, PB or EB); fix: e.g. 20GB"
+        )
     pending = values.get("vllm_monitoring_alert_pending")
     if pending is not None and "vllm_monitoring_alert_pending" not in unsafe:
         if not isinstance(pending, Mapping):
-            errors.append(f"{host}: vllm_monitoring_alert_pending={inputs.short(pending)} must be a mapping of alert "
-                          "name to pending period; fix: e.g. {VllmInstanceDown: 1m}")
+            errors.append(
+                f"{host}: vllm_monitoring_alert_pending={inputs.short(pending)} must be a mapping of alert "
+                "name to pending period; fix: e.g. {VllmInstanceDown: 1m}"
+            )
         else:
             # 0s is a choice there: the alert fires at its first evaluation.
             for alert, period in pending.items():
                 errors += _duration(host, f"vllm_monitoring_alert_pending.{alert}", period, "5m", False)
     smarthost = values.get("vllm_monitoring_smtp_smarthost") or ""
     sender = values.get("vllm_monitoring_smtp_from") or ""
-    if smarthost and "vllm_monitoring_smtp_smarthost" not in unsafe and not (
-            isinstance(smarthost, str) and HOST_PORT.fullmatch(smarthost)):
-        errors.append(f"{host}: vllm_monitoring_smtp_smarthost={inputs.short(smarthost)} is not host:port; fix: the "
-                      "site's SMTP relay, e.g. smtp.example.org:587")
-    if sender and "vllm_monitoring_smtp_from" not in unsafe and not (
-            isinstance(sender, str) and ADDRESS.fullmatch(sender)):
-        errors.append(f"{host}: vllm_monitoring_smtp_from={inputs.short(sender)} is not an e-mail address; fix: e.g. "
-                      "alerts@example.org")
+    if (
+        smarthost
+        and "vllm_monitoring_smtp_smarthost" not in unsafe
+        and not (isinstance(smarthost, str) and HOST_PORT.fullmatch(smarthost))
+    ):
+        errors.append(
+            f"{host}: vllm_monitoring_smtp_smarthost={inputs.short(smarthost)} is not host:port; fix: the "
+            "site's SMTP relay, e.g. smtp.example.org:587"
+        )
+    if (
+        sender
+        and "vllm_monitoring_smtp_from" not in unsafe
+        and not (isinstance(sender, str) and ADDRESS.fullmatch(sender))
+    ):
+        errors.append(
+            f"{host}: vllm_monitoring_smtp_from={inputs.short(sender)} is not an e-mail address; fix: e.g. "
+            "alerts@example.org"
+        )
     found, names = _receivers(host, values.get("vllm_monitoring_receivers"), bool(smarthost and sender))
     errors += found
     errors += _route(host, values.get("vllm_monitoring_route"), names)

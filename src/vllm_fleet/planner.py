@@ -22,8 +22,15 @@ from .sizing import fit_hint, gib, size_instance
 DEFAULT_TYPICAL_PROMPT_TOKENS = 512
 DEFAULT_TYPICAL_OUTPUT_TOKENS = 256
 CAPACITY_KEYS = (
-    "gpu_memory_bytes", "weights_bytes", "draft_weights_bytes", "kv_bytes_per_token", "kv_cache_bytes",
-    "kv_cache_tokens", "max_concurrency_at_max_len", "decode_ceiling_tokens_per_s", "fits",
+    "gpu_memory_bytes",
+    "weights_bytes",
+    "draft_weights_bytes",
+    "kv_bytes_per_token",
+    "kv_cache_bytes",
+    "kv_cache_tokens",
+    "max_concurrency_at_max_len",
+    "decode_ceiling_tokens_per_s",
+    "fits",
 )
 
 
@@ -43,13 +50,17 @@ def _validate_gpu(host: str, gpu: Any) -> list[str]:
         value = gpu.get(key)
         if value is None:
             errors.append(f"{host}: vllm_gpu.{key} is missing; {fix}")
-        elif not profiles._kind(value, kind) or (kind != "str" and (value < 0 if cpu and key == "count" else value <= 0)):
+        elif not profiles._kind(value, kind) or (
+            kind != "str" and (value < 0 if cpu and key == "count" else value <= 0)
+        ):
             wanted = {"str": "a name", "int": "a positive integer", "number": "a positive number"}[kind]
             errors.append(f"{host}: vllm_gpu.{key}={value!r} must be {wanted}; {fix}")
     cap = gpu.get("compute_cap")
     if cap not in (None, "") and (isinstance(cap, bool) or not re.fullmatch(r"\d+\.\d+", str(cap))):
-        errors.append(f"{host}: vllm_gpu.compute_cap={cap!r} must be a compute capability such as \"8.9\" (a quoted "
-                      "string; nvidia-smi --query-gpu=compute_cap prints it), or be left out")
+        errors.append(
+            f'{host}: vllm_gpu.compute_cap={cap!r} must be a compute capability such as "8.9" (a quoted '
+            "string; nvidia-smi --query-gpu=compute_cap prints it), or be left out"
+        )
     return errors
 
 
@@ -66,8 +77,13 @@ def detected_gpu(assumed: Any, detected: Mapping[str, Any]) -> dict[str, Any]:
         bandwidth = detected["bandwidth_gb_s"]
     else:
         bandwidth = assumed.get("bandwidth_gb_s", 0)
-    gpu = {"name": detected.get("name"), "memory_mib": detected.get("memory_mib"), "count": detected.get("count"),
-           "compute_cap": detected.get("compute_cap", ""), "bandwidth_gb_s": bandwidth}
+    gpu = {
+        "name": detected.get("name"),
+        "memory_mib": detected.get("memory_mib"),
+        "count": detected.get("count"),
+        "compute_cap": detected.get("compute_cap", ""),
+        "bandwidth_gb_s": bandwidth,
+    }
     if isinstance(detected.get("gpus"), list) and detected["gpus"]:
         gpu["cards"] = detected["gpus"]  # each card (index, UUID, minor, NUMA node...): vllm_fleet.placement
     return gpu
@@ -117,14 +133,17 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
     spec = profile.get("speculative") if isinstance(profile.get("speculative"), Mapping) else {}
     unit_values = {name: hostvars[name] for name in inputs.UNIT_VARS if name in hostvars}
     unit_values["vllm_draft_model_source"] = deploy_inputs(hostvars)["vllm_draft_model_source"]
-    errors += inputs.check(host, unit_values,
-                           draft=bool(spec.get("model")) and spec.get("method") not in profiles.MODEL_FREE_METHODS)
+    errors += inputs.check(
+        host, unit_values, draft=bool(spec.get("model")) and spec.get("method") not in profiles.MODEL_FREE_METHODS
+    )
     release = None
     if version is None:
-        errors.append(f"{host}: vllm_version is not set; fix: set it in group_vars, e.g. vllm_version: \"0.33.0\"")
+        errors.append(f'{host}: vllm_version is not set; fix: set it in group_vars, e.g. vllm_version: "0.33.0"')
     elif not isinstance(version, str):
-        errors.append(f"{host}: vllm_version={inputs.short(version)} is a {type(version).__name__}, not a string; "
-                      "fix: quote it, e.g. \"0.33.0\"")
+        errors.append(
+            f"{host}: vllm_version={inputs.short(version)} is a {type(version).__name__}, not a string; "
+            'fix: quote it, e.g. "0.33.0"'
+        )
     else:
         try:
             release = render.parse_version(version)
@@ -132,8 +151,10 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
             errors.append(f"{host}: {exc}")
     for config in ("vllm_model_config", "vllm_draft_model_config"):
         if hostvars.get(config) not in (None, "") and not isinstance(hostvars.get(config), str):
-            errors.append(f"{host}: {config}={inputs.short(hostvars[config])} is not a path; fix: the controller path "
-                          "of the model's config.json (or of its folder), or leave it out for a catalogued model")
+            errors.append(
+                f"{host}: {config}={inputs.short(hostvars[config])} is not a path; fix: the controller path "
+                "of the model's config.json (or of its folder), or leave it out for a catalogued model"
+            )
     # The one gate of the operator's arguments: nothing a setting of its own manages (the role's below included).
     errors += render.extra_args_errors(host, hostvars.get("vllm_extra_args"), release)
     extra = hostvars.get("vllm_extra_args") or {}
@@ -158,16 +179,25 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
     if card_errors:
         errors += card_errors
         return entry
-    tp = _tensor_parallel_size(host, profile, gpu, extra, hostvars, prompt_tokens, output_tokens, len(host_cards),
-                               device)
+    tp = _tensor_parallel_size(
+        host, profile, gpu, extra, hostvars, prompt_tokens, output_tokens, len(host_cards), device
+    )
     if tp != profile.get("tensor_parallel_size", 1):
         profile = dict(profile, tensor_parallel_size=tp)
         entry["profile_effective"] = profile
     entry["tensor_parallel_size"] = tp
     bind = deploy["vllm_bind_address"]
-    laid = placement.place(host, host_cards, tp, device=device, base_name=str(deploy["vllm_instance"] or "main"),
-                           base_port=int(deploy["vllm_port"] or 8000), bind=bind,
-                           inventory_address=str(hostvars.get("ansible_host") or host), one_card=len(all_cards) == 1)
+    laid = placement.place(
+        host,
+        host_cards,
+        tp,
+        device=device,
+        base_name=str(deploy["vllm_instance"] or "main"),
+        base_port=int(deploy["vllm_port"] or 8000),
+        bind=bind,
+        inventory_address=str(hostvars.get("ansible_host") or host),
+        one_card=len(all_cards) == 1,
+    )
     errors += laid["errors"]
     warnings += laid["warnings"]
     needs = placement.tp_needs(str(gpu["name"]), tp) if device == "gpu" else placement.tp_needs("", 1)
@@ -176,14 +206,28 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
     rendered = None
     for instance in laid["instances"]:
         # The role's own arguments: keys of render.MANAGED_EXTRA_ARGS, which the gate refused in `extra`.
-        own = {key: value for key, value in (("host", bind), ("port", instance["port"]),
-                                             ("shutdown_timeout", deploy["vllm_shutdown_timeout"]))
-               if value not in (None, "", 0)}
+        own = {
+            key: value
+            for key, value in (
+                ("host", bind),
+                ("port", instance["port"]),
+                ("shutdown_timeout", deploy["vllm_shutdown_timeout"]),
+            )
+            if value not in (None, "", 0)
+        }
         try:
             rendered = render.render_args(
-                profile, version, model_path=model_path(profile.get("model"), deploy["vllm_model_source"],
-                                                        deploy["vllm_model_src"], deploy["vllm_state_dir"]),
-                draft_model_path=draft_model_path(profile, deploy), extra_args={**needs["args"], **extra, **own})
+                profile,
+                version,
+                model_path=model_path(
+                    profile.get("model"),
+                    deploy["vllm_model_source"],
+                    deploy["vllm_model_src"],
+                    deploy["vllm_state_dir"],
+                ),
+                draft_model_path=draft_model_path(profile, deploy),
+                extra_args={**needs["args"], **extra, **own},
+            )
         except ValueError as exc:
             errors.append(f"{host}: {exc}")
             return entry
@@ -199,9 +243,17 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def _tensor_parallel_size(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], extra: Mapping[str, Any],
-                          hostvars: Mapping[str, Any], prompt_tokens: int, output_tokens: int, cards: int,
-                          device: str) -> int:
+def _tensor_parallel_size(
+    host: str,
+    profile: Mapping[str, Any],
+    gpu: Mapping[str, Any],
+    extra: Mapping[str, Any],
+    hostvars: Mapping[str, Any],
+    prompt_tokens: int,
+    output_tokens: int,
+    cards: int,
+    device: str,
+) -> int:
     """The profile's tensor_parallel_size; where it sets none, the smallest of placement.TP_SIZES (within the host's
     cards, dividing the model's heads) at which the model fits one group of cards. When none fits, the largest
     of them: the plan then says why it does not fit, and the smallest placement that would."""
@@ -210,8 +262,16 @@ def _tensor_parallel_size(host: str, profile: Mapping[str, Any], gpu: Mapping[st
     candidates = [tp for tp in placement.TP_SIZES if tp <= cards] or [1]
     for tp in candidates:
         scratch: list[str] = []
-        size = size_instance(host, dict(profile, tensor_parallel_size=tp), dict(gpu, count=cards), extra, hostvars,
-                     prompt_tokens, output_tokens, scratch)
+        size = size_instance(
+            host,
+            dict(profile, tensor_parallel_size=tp),
+            dict(gpu, count=cards),
+            extra,
+            hostvars,
+            prompt_tokens,
+            output_tokens,
+            scratch,
+        )
         if size is None:
             continue  # a size that does not divide the heads: the next one
         if size.fits and not (size.max_len and size.kv_tokens < size.max_len):
@@ -222,9 +282,18 @@ def _tensor_parallel_size(host: str, profile: Mapping[str, Any], gpu: Mapping[st
 # Where the vllm role puts things and what it binds, read by the plan so that its arguments are the ones the
 # unit runs. The values the role's defaults give (roles/vllm/defaults/main.yml) reach the planner through the
 # filter plugin, which reads that file; a host's inventory overrides them.
-DEPLOY_VARS = ("vllm_state_dir", "vllm_model_source", "vllm_model_src", "vllm_draft_model_source",
-               "vllm_draft_model_src", "vllm_bind_address", "vllm_port", "vllm_instance", "vllm_shutdown_timeout",
-               "vllm_gpus")
+DEPLOY_VARS = (
+    "vllm_state_dir",
+    "vllm_model_source",
+    "vllm_model_src",
+    "vllm_draft_model_source",
+    "vllm_draft_model_src",
+    "vllm_bind_address",
+    "vllm_port",
+    "vllm_instance",
+    "vllm_shutdown_timeout",
+    "vllm_gpus",
+)
 
 
 def instances(host: str, hostvars: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -248,11 +317,18 @@ def unplanned(host: str, hostvars: Mapping[str, Any], exc: BaseException) -> dic
     return {
         "profile": name if isinstance(name, str) and name else "custom",
         "vllm_version": version if isinstance(version, str) else None,
-        "args": [], "dropped": [], "warnings": [], "notes": [], "instances": [], "capacity": _empty_capacity(),
-        "errors": [f"{host}: the plan could not be made from the host's settings ({type(exc).__name__} in "
-                   f"{frames[-1] if frames else '?'}): one of them has a kind or shape the plan did not expect; fix: "
-                   "check the host's vllm_* settings against the README's variables table, and report this message "
-                   "so that the plan names the setting"],
+        "args": [],
+        "dropped": [],
+        "warnings": [],
+        "notes": [],
+        "instances": [],
+        "capacity": _empty_capacity(),
+        "errors": [
+            f"{host}: the plan could not be made from the host's settings ({type(exc).__name__} in "
+            f"{frames[-1] if frames else '?'}): one of them has a kind or shape the plan did not expect; fix: "
+            "check the host's vllm_* settings against the README's variables table, and report this message "
+            "so that the plan names the setting"
+        ],
     }
 
 
@@ -282,12 +358,21 @@ def draft_model_path(profile: Mapping[str, Any], deploy: Mapping[str, Any]) -> s
     spec = profile.get("speculative") or {}
     if not spec.get("model") or spec.get("method") in profiles.MODEL_FREE_METHODS:
         return None
-    return model_path(spec["model"], deploy["vllm_draft_model_source"], deploy["vllm_draft_model_src"],
-                      deploy["vllm_state_dir"])
+    return model_path(
+        spec["model"], deploy["vllm_draft_model_source"], deploy["vllm_draft_model_src"], deploy["vllm_state_dir"]
+    )
 
 
-def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], extra: Mapping[str, Any],
-              hostvars: Mapping[str, Any], prompt_tokens: int, output_tokens: int, entry: dict[str, Any]) -> None:
+def _capacity(
+    host: str,
+    profile: Mapping[str, Any],
+    gpu: Mapping[str, Any],
+    extra: Mapping[str, Any],
+    hostvars: Mapping[str, Any],
+    prompt_tokens: int,
+    output_tokens: int,
+    entry: dict[str, Any],
+) -> None:
     """Size the host's instance (capacity, estimates), then judge it with ERROR_RULES and WARNING_RULES."""
     size = size_instance(host, profile, gpu, extra, hostvars, prompt_tokens, output_tokens, entry["errors"])
     if size is None:
@@ -295,19 +380,24 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
     if size.device == "gpu" and (not size.fits or (size.max_len and size.kv_tokens < size.max_len)):
         size.fit_hint = fit_hint(size, hostvars)
     bandwidth = gpu["bandwidth_gb_s"] * 1e9 * size.tp
-    entry["capacity"].update({
-        "gpu_memory_bytes": size.gpu_bytes,
-        "weights_bytes": size.weights,
-        "draft_weights_bytes": size.draft_weights,
-        "kv_bytes_per_token": size.kv_per_token,
-        "kv_cache_bytes": size.kv_bytes,
-        "kv_cache_tokens": size.kv_tokens,
-        "max_concurrency_at_max_len": size.kv_tokens // size.max_len if size.max_len else 0,
-        "decode_ceiling_tokens_per_s": int(bandwidth // (size.weights + size.draft_weights)),
-        "fits": size.fits,
-    })
-    entry["estimates"] = {"activation_peak_bytes": size.activation, "runtime_reserve_bytes": size.runtime,
-                          "cuda_graph_reserve_bytes": size.graphs * size.tp}
+    entry["capacity"].update(
+        {
+            "gpu_memory_bytes": size.gpu_bytes,
+            "weights_bytes": size.weights,
+            "draft_weights_bytes": size.draft_weights,
+            "kv_bytes_per_token": size.kv_per_token,
+            "kv_cache_bytes": size.kv_bytes,
+            "kv_cache_tokens": size.kv_tokens,
+            "max_concurrency_at_max_len": size.kv_tokens // size.max_len if size.max_len else 0,
+            "decode_ceiling_tokens_per_s": int(bandwidth // (size.weights + size.draft_weights)),
+            "fits": size.fits,
+        }
+    )
+    entry["estimates"] = {
+        "activation_peak_bytes": size.activation,
+        "runtime_reserve_bytes": size.runtime,
+        "cuda_graph_reserve_bytes": size.graphs * size.tp,
+    }
     for rule in ERROR_RULES:
         entry["errors"] += rule(size)
     if size.device == "gpu":
@@ -321,10 +411,12 @@ def _capacity(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], ext
     levels = service_levels(size)
     if levels is not None:
         target = match_card(GUIDE_TARGETS, gpu)
-        entry["service_levels"] = dict(levels, guide=(service_levels(size, target["users"], target["prompt_tokens"])
-                                                      if target else None),
-                                       target=dict(target) if target else None,
-                                       warnings=misses_target(size))
+        entry["service_levels"] = dict(
+            levels,
+            guide=(service_levels(size, target["users"], target["prompt_tokens"]) if target else None),
+            target=dict(target) if target else None,
+            warnings=misses_target(size),
+        )
 
 
 def plan_hosts(hosts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -342,8 +434,19 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
     estimate misses (``slo``: estimates, which do not stop a rollout). Up to ``max_rows`` hosts: one row each and
     each host's messages. A larger fleet: a summary first, one row per group of hosts that plan alike, every
     error, and each warning once with the hosts it concerns."""
-    header = ("host", "profile", "vllm", "instances", "weights", "draft", "KV cache", "KV tokens", "conc@len",
-              "decode t/s", "status")
+    header = (
+        "host",
+        "profile",
+        "vllm",
+        "instances",
+        "weights",
+        "draft",
+        "KV cache",
+        "KV tokens",
+        "conc@len",
+        "decode t/s",
+        "status",
+    )
     hosts = plan["hosts"]
     grouped = len(hosts) > max_rows
     groups: dict[tuple, list[str]] = {}
@@ -351,7 +454,9 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
     warnings: dict[str, list[str]] = {}
     dropped: dict[tuple[str, str], list[str]] = {}
     placed: dict[str, list[str]] = {}  # what the placement set for the cards, and why (once, with its hosts)
-    levels: dict[str, list[str]] = {}  # the tuning reference's service levels the estimate misses (not deployment warnings)
+    levels: dict[
+        str, list[str]
+    ] = {}  # the tuning reference's service levels the estimate misses (not deployment warnings)
     for host, e in hosts.items():
         c = e["capacity"]
         status = "ERROR" if e["errors"] else ("warn" if e["warnings"] else "ok")
@@ -360,10 +465,15 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
             return "-" if c.get(key) is None else fmt(c[key])
 
         row = (
-            e["profile"], str(e["vllm_version"]), _instances_cell(e),
-            num("weights_bytes", gib), num("draft_weights_bytes", lambda v: gib(v) if v else "-"),
-            num("kv_cache_bytes", gib), num("kv_cache_tokens", lambda v: f"{v:,}"),
-            num("max_concurrency_at_max_len", str), num("decode_ceiling_tokens_per_s", str),
+            e["profile"],
+            str(e["vllm_version"]),
+            _instances_cell(e),
+            num("weights_bytes", gib),
+            num("draft_weights_bytes", lambda v: gib(v) if v else "-"),
+            num("kv_cache_bytes", gib),
+            num("kv_cache_tokens", lambda v: f"{v:,}"),
+            num("max_concurrency_at_max_len", str),
+            num("decode_ceiling_tokens_per_s", str),
             f"{status} ({len(e['errors'])}E {len(e['warnings'])}W)" if status != "ok" else "ok",
         )
         groups.setdefault(row if grouped else (host, *row), []).append(host)
@@ -390,8 +500,11 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
     if grouped:
         failed = sum(bool(e["errors"]) for e in hosts.values())
         warned = sum(bool(e["warnings"]) and not e["errors"] for e in hosts.values())
-        lines[:0] = [f"{len(hosts)} hosts: {len(hosts) - failed - warned} ok, {warned} with warnings, {failed} with "
-                     f"errors; {len(groups)} groups of hosts that plan alike (every host's entry is in plan.json)", ""]
+        lines[:0] = [
+            f"{len(hosts)} hosts: {len(hosts) - failed - warned} ok, {warned} with warnings, {failed} with "
+            f"errors; {len(groups)} groups of hosts that plan alike (every host's entry is in plan.json)",
+            "",
+        ]
     notes = [f"ERROR {m}" for m in errors]
     for tag, messages in (("warn ", warnings), ("slo  ", levels)):
         for text, members in messages.items():
@@ -403,8 +516,10 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
     for (flag, reason), members in dropped.items():
         notes.append(f"note  dropped {flag} ({len(members)} host{'s' if len(members) > 1 else ''}): {reason}")
     for text, members in placed.items():
-        notes.append(f"note  ({len(members)} host{'s' if len(members) > 1 else ''}: {', '.join(members[:3])}"
-                     f"{f' and {len(members) - 3} more' if len(members) > 3 else ''}) {text}")
+        notes.append(
+            f"note  ({len(members)} host{'s' if len(members) > 1 else ''}: {', '.join(members[:3])}"
+            f"{f' and {len(members) - 3} more' if len(members) > 3 else ''}) {text}"
+        )
     return lines + ([""] + notes if notes else [])
 
 

@@ -10,6 +10,7 @@ windows are kept with their times relative to the loop's start. The result is pr
 with ``--run-dir``, written as one ``rollout`` fragment per host into ``<run-dir>/hosts/`` for
 ``python -m vllm_fleet.report --merge``. Point it only at your own hosts: loopback or the lab's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,7 +68,8 @@ class HostProbe:
             else:
                 self.discover_model()
                 status, body = self._request(
-                    "/v1/completions", {"model": self.model, "prompt": "Hello", "max_tokens": 2}, timeout)
+                    "/v1/completions", {"model": self.model, "prompt": "Hello", "max_tokens": 2}, timeout
+                )
                 if status != 200 or not body.get("choices"):
                     error = f"completion {status}"
         except urllib.error.HTTPError as exc:
@@ -101,8 +103,14 @@ class HostProbe:
         }
 
 
-def run(probes: list[HostProbe], interval: float, max_seconds: float, max_requests: int,
-        stop_file: Path | None, timeout: float) -> dict[str, Any]:
+def run(
+    probes: list[HostProbe],
+    interval: float,
+    max_seconds: float,
+    max_requests: int,
+    stop_file: Path | None,
+    timeout: float,
+) -> dict[str, Any]:
     start = time.monotonic()
     lock = threading.Lock()
     sent = [0]
@@ -139,8 +147,13 @@ def run(probes: list[HostProbe], interval: float, max_seconds: float, max_reques
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vllm_fleet.probe", description=__doc__.splitlines()[0])
-    parser.add_argument("--target", action="append", required=True, metavar="NAME=URL",
-                        help="a host and its base URL, e.g. lab-1=http://10.89.77.11:8000 (repeat)")
+    parser.add_argument(
+        "--target",
+        action="append",
+        required=True,
+        metavar="NAME=URL",
+        help="a host and its base URL, e.g. lab-1=http://10.89.77.11:8000 (repeat)",
+    )
     parser.add_argument("--model", help="served model name (default: read from /v1/models)")
     parser.add_argument("--api-key", help="bearer token for /v1 (prefer the VLLM_API_KEY environment variable)")
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between a host's requests")

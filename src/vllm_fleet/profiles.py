@@ -58,17 +58,25 @@ PROFILE_KEYS: dict[str, tuple[str, str]] = {
     "calculate_kv_scales": ("bool", "compute FP8 KV scales at start (removed in recent vLLM)"),
     "swap_space": ("number", "GiB of CPU swap for preempted requests (removed in recent vLLM)"),
     "tensor_parallel_size": ("int", "GPUs one instance spans"),
-    "speculative": ("dict", "speculative decoding: model, method, num_speculative_tokens, draft_tensor_parallel_size, "
-                            "use_heterogeneous_vocab"),
-    "model_config": ("str", "controller path to the model's config.json (or its folder), for models outside the catalogue"),
+    "speculative": (
+        "dict",
+        "speculative decoding: model, method, num_speculative_tokens, draft_tensor_parallel_size, "
+        "use_heterogeneous_vocab",
+    ),
+    "model_config": (
+        "str",
+        "controller path to the model's config.json (or its folder), for models outside the catalogue",
+    ),
 }
 SPECULATIVE_KEYS: dict[str, tuple[str, str]] = {
     "model": ("str", "the draft model id (or EAGLE/Medusa head)"),
     "method": ("str", f"one of {', '.join(SPECULATIVE_METHODS)}"),
     "num_speculative_tokens": ("int", "tokens proposed per step"),
     "draft_tensor_parallel_size": ("int", "GPUs of the draft model"),
-    "use_heterogeneous_vocab": ("bool", "the draft's vocab_size differs from the target's: vLLM maps the shared "
-                                        "tokens (greedy drafts only)"),
+    "use_heterogeneous_vocab": (
+        "bool",
+        "the draft's vocab_size differs from the target's: vLLM maps the shared tokens (greedy drafts only)",
+    ),
 }
 _CHOICES = {"dtype": DTYPES, "kv_cache_dtype": KV_CACHE_DTYPES, "quantization": QUANTIZATIONS}
 
@@ -122,12 +130,19 @@ def resolve(host: str, name: str | None, overrides: Mapping[str, Any] | None = N
 
 
 def _type_error(host: str, key: str, value: Any, kind: str, meaning: str) -> str:
-    wanted = {"int": "an integer", "number": "a number", "bool": "true or false", "str": "a non-empty string",
-              "dict": "a mapping"}[kind]
+    wanted = {
+        "int": "an integer",
+        "number": "a number",
+        "bool": "true or false",
+        "str": "a non-empty string",
+        "dict": "a mapping",
+    }[kind]
     if key == "speculative":
-        return (f"{host}: {key}={inputs.short(value)} must be {wanted} ({meaning}); fix: give vllm_profile.speculative "
-                "as a mapping, e.g. {model: Qwen/Qwen2.5-0.5B-Instruct, num_speculative_tokens: 5}, or set it to null "
-                "to turn speculative decoding off")
+        return (
+            f"{host}: {key}={inputs.short(value)} must be {wanted} ({meaning}); fix: give vllm_profile.speculative "
+            "as a mapping, e.g. {model: Qwen/Qwen2.5-0.5B-Instruct, num_speculative_tokens: 5}, or set it to null "
+            "to turn speculative decoding off"
+        )
     return f"{host}: {key}={value!r} must be {wanted} ({meaning}); fix: set {key} to {wanted}"
 
 
@@ -136,8 +151,10 @@ def _control_error(host: str, key: str, value: str) -> list[str]:
     end its line or hide what it says."""
     if not inputs.CONTROL.search(value):
         return []
-    return [f"{host}: {key}={inputs.short(value)} holds {inputs.CONTROL_WHAT}, {inputs.control_character(value)}, "
-            f"which would end the unit's command line or hide what it says; fix: remove it from vllm_profile.{key}"]
+    return [
+        f"{host}: {key}={inputs.short(value)} holds {inputs.CONTROL_WHAT}, {inputs.control_character(value)}, "
+        f"which would end the unit's command line or hide what it says; fix: remove it from vllm_profile.{key}"
+    ]
 
 
 def validate(host: str, profile: Mapping[str, Any]) -> list[str]:
@@ -191,7 +208,11 @@ def validate(host: str, profile: Mapping[str, Any]) -> list[str]:
             "scales only exist for an FP8 KV cache; fix: set kv_cache_dtype: fp8 or drop calculate_kv_scales"
         )
     quant = profile.get("quantization")
-    if quant in ("awq", "awq_marlin", "gptq", "gptq_marlin") and profile.get("dtype") in ("bfloat16", "float", "float32"):
+    if quant in ("awq", "awq_marlin", "gptq", "gptq_marlin") and profile.get("dtype") in (
+        "bfloat16",
+        "float",
+        "float32",
+    ):
         errors.append(
             f"{host}: dtype={profile['dtype']!r} with quantization={quant!r}: vLLM's {quant} kernels run in "
             "float16; fix: set dtype: auto (or float16)"
@@ -205,9 +226,7 @@ def _validate_speculative(host: str, spec: Mapping[str, Any]) -> list[str]:
     errors = []
     for key, value in spec.items():
         if key not in SPECULATIVE_KEYS:
-            errors.append(
-                f"{host}: unknown key speculative.{key}={value!r}; fix: use {', '.join(SPECULATIVE_KEYS)}"
-            )
+            errors.append(f"{host}: unknown key speculative.{key}={value!r}; fix: use {', '.join(SPECULATIVE_KEYS)}")
             continue
         kind, meaning = SPECULATIVE_KEYS[key]
         if not _kind(value, kind):
@@ -228,7 +247,9 @@ def _validate_speculative(host: str, spec: Mapping[str, Any]) -> list[str]:
         )
     tokens = spec.get("num_speculative_tokens")
     if tokens is None:
-        errors.append(f"{host}: speculative.num_speculative_tokens is missing; fix: set it (the tuning reference uses 5)")
+        errors.append(
+            f"{host}: speculative.num_speculative_tokens is missing; fix: set it (the tuning reference uses 5)"
+        )
     elif not 1 <= tokens <= 16:
         errors.append(
             f"{host}: speculative.num_speculative_tokens={tokens} is outside 1-16; fix: use 3-6 for a draft model"

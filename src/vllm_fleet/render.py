@@ -27,8 +27,14 @@ from . import datafiles, inputs, placement, profiles
 
 # Profile keys rendered as `--flag value`, in this order (model, booleans and speculative aside).
 _VALUE_KEYS = (
-    "dtype", "quantization", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
-    "max_num_batched_tokens", "kv_cache_dtype", "tensor_parallel_size",
+    "dtype",
+    "quantization",
+    "gpu_memory_utilization",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "kv_cache_dtype",
+    "tensor_parallel_size",
 )
 # Profile keys that are not vLLM arguments.
 _NOT_ARGUMENTS = ("model_config",)
@@ -66,16 +72,16 @@ def parse_version(version: Any) -> Version:
     minimum, newest = Version(table()["min_version"]), table()["newest_series"]
     if not isinstance(version, str):
         raise ValueError(
-            f"vllm_version={version!r} is a {type(version).__name__}, not a string; fix: quote it, e.g. \"0.33.0\""
+            f'vllm_version={version!r} is a {type(version).__name__}, not a string; fix: quote it, e.g. "0.33.0"'
         )
     try:
         parsed = Version(version)
     except InvalidVersion:
-        raise ValueError(f"vllm_version={version!r} is not a release number; fix: use one like \"0.33.0\"") from None
+        raise ValueError(f'vllm_version={version!r} is not a release number; fix: use one like "0.33.0"') from None
     if len(parsed.release) != 3 or parsed.local or parsed.epoch:
         raise ValueError(
             f"vllm_version={version!r} is not a full release number (pip and the virtualenv name pin X.Y.Z); "
-            f"fix: the release as PyPI lists it, e.g. \"{'.'.join(map(str, (parsed.release + (0, 0))[:3]))}\""
+            f'fix: the release as PyPI lists it, e.g. "{".".join(map(str, (parsed.release + (0, 0))[:3]))}"'
         )
     if parsed < minimum:
         raise ValueError(
@@ -129,8 +135,7 @@ def _negative(name: str, form: str) -> list[str]:
     return ["--no-" + name.replace("_", "-")]
 
 
-def _speculative(spec: Mapping[str, Any], version: Version, draft_model_path: str | None,
-                 result: RenderResult) -> None:
+def _speculative(spec: Mapping[str, Any], version: Version, draft_model_path: str | None, result: RenderResult) -> None:
     entry = era("speculative", version)
     model = draft_model_path or spec.get("model")
     if entry["form"] == "json":
@@ -144,10 +149,12 @@ def _speculative(spec: Mapping[str, Any], version: Version, draft_model_path: st
     if method == "ngram":
         model = "[ngram]"
     elif method not in (None, "draft_model", "eagle", "medusa", "mlp_speculator"):
-        result.dropped.append({
-            "flag": f"speculative.method={method}",
-            "reason": f"vLLM {version} has no --speculative-config; method {method} cannot be expressed with its flags",
-        })
+        result.dropped.append(
+            {
+                "flag": f"speculative.method={method}",
+                "reason": f"vLLM {version} has no --speculative-config; method {method} cannot be expressed with its flags",
+            }
+        )
         return
     if method in ("eagle", "medusa", "mlp_speculator"):
         result.warnings.append(
@@ -177,8 +184,11 @@ MANAGED_EXTRA_ARGS: dict[str, str] = {
     "api_key": "vllm_api_key",
     "device": "vllm_target_device",
     # What the plan's placement decides: the instances, their cards, and what the cards need.
-    **{key: "the plan's placement (vllm_fleet.placement.TP_NEEDS)"
-       for _, needs in placement.TP_NEEDS for key in needs["args"]},
+    **{
+        key: "the plan's placement (vllm_fleet.placement.TP_NEEDS)"
+        for _, needs in placement.TP_NEEDS
+        for key in needs["args"]
+    },
     "pipeline_parallel_size": "vllm_gpus and vllm_profile.tensor_parallel_size",
     "data_parallel_size": "vllm_gpus",
     "data_parallel_size_local": "vllm_gpus",
@@ -204,20 +214,20 @@ MANAGED_EXTRA_ARGS: dict[str, str] = {
 _MANAGED_WHY = {
     "host": "the unit passes --host from it, and the firewall, the gateway and the health checks use it",
     "port": "each instance's --port is vllm_port plus its place on the cards, and the firewall, the gateway and the "
-            "health checks use it",
+    "health checks use it",
     "uds": "a socket makes vLLM ignore --host and --port, where the gateway and the health checks reach it",
     "shutdown_timeout": "the unit passes --shutdown-timeout from it, and its TimeoutStopSec must outlast it",
     "api_key": "a key on the command line is readable by every local user through ps and /proc, while the "
-               "root-only environment file carries vllm_api_key",
+    "root-only environment file carries vllm_api_key",
     "device": "the environment file sets VLLM_TARGET_DEVICE from it",
     "pipeline_parallel_size": "the plan places one instance per card or tensor-parallel group and sizes it so; it "
-                              "does not plan pipeline parallelism",
+    "does not plan pipeline parallelism",
     "data_parallel_size": "the plan runs one instance per card or tensor-parallel group, and the gateway balances them",
     "data_parallel_size_local": "the plan runs one instance per card or tensor-parallel group, and the gateway "
-                                "balances them",
+    "balances them",
     "device_ids": "each instance's cards are its CUDA_VISIBLE_DEVICES, from the placement",
     "disable_custom_all_reduce": "it is set for the cards whose tensor parallelism hangs without it; a card that "
-                                 "needs it too belongs in TP_NEEDS",
+    "needs it too belongs in TP_NEEDS",
     "config": "a --config file sets options that the plan can neither see nor check",
     "model": "or pick a shipped profile with vllm_profile_name",
 }
@@ -235,21 +245,32 @@ def _managed_problem(name: str, value: Any, version: Version | None, show: bool 
     shown = _shown(name, value) if show else ""
     why = _MANAGED_WHY.get(name)
     if name in _LEGACY_SPECULATIVE and version is not None and era("speculative", version)["form"] == "json":
-        return (f"vllm_extra_args.{name}{shown}: {' '.join(era('speculative', version)['reason'].split())}; fix: set "
-                f"{setting} instead (vllm_profile.speculative, with its model and num_speculative_tokens, renders "
-                f"--speculative-config) and remove vllm_extra_args.{name}")
+        return (
+            f"vllm_extra_args.{name}{shown}: {' '.join(era('speculative', version)['reason'].split())}; fix: set "
+            f"{setting} instead (vllm_profile.speculative, with its model and num_speculative_tokens, renders "
+            f"--speculative-config) and remove vllm_extra_args.{name}"
+        )
     if setting.startswith("vllm_profile."):
-        given = f"its {shown.removeprefix('=')} " if shown.startswith("=") else (
-            "its value (not shown) " if shown else "it ")
-        return (f"vllm_extra_args.{name} duplicates a profile key: {given}would fight {setting}, which the profile "
-                f"renders and the plan sizes the host with; fix: set it in vllm_profile instead, as {setting}"
-                f"{' (' + why + ')' if why else ''}, and remove vllm_extra_args.{name}")
+        given = (
+            f"its {shown.removeprefix('=')} "
+            if shown.startswith("=")
+            else ("its value (not shown) " if shown else "it ")
+        )
+        return (
+            f"vllm_extra_args.{name} duplicates a profile key: {given}would fight {setting}, which the profile "
+            f"renders and the plan sizes the host with; fix: set it in vllm_profile instead, as {setting}"
+            f"{' (' + why + ')' if why else ''}, and remove vllm_extra_args.{name}"
+        )
     if not setting.startswith("vllm_"):
-        return (f"vllm_extra_args.{name}{shown} is set by {setting}{' (' + why + ')' if why else ''}; fix: remove "
-                f"vllm_extra_args.{name}")
+        return (
+            f"vllm_extra_args.{name}{shown} is set by {setting}{' (' + why + ')' if why else ''}; fix: remove "
+            f"vllm_extra_args.{name}"
+        )
     vault = ", encrypted with ansible-vault" if name == "api_key" else ""
-    return (f"vllm_extra_args.{name}{shown} is managed by {setting}{' (' + why + ')' if why else ''}; fix: remove "
-            f"vllm_extra_args.{name} and set {setting} instead{vault}")
+    return (
+        f"vllm_extra_args.{name}{shown} is managed by {setting}{' (' + why + ')' if why else ''}; fix: remove "
+        f"vllm_extra_args.{name} and set {setting} instead{vault}"
+    )
 
 
 def _gone(name: str, value: Any, version: Version, show: bool = True) -> str | None:
@@ -259,9 +280,11 @@ def _gone(name: str, value: Any, version: Version, show: bool = True) -> str | N
     entry = era(name, version)
     setting = MANAGED_EXTRA_ARGS.get(name)
     had = "no longer has" if entry["form"] == "removed" else "does not have"
-    return (f"vllm_extra_args.{name}{_shown(name, value) if show else ''}: vLLM {version} {had} {_flag(name)}: "
-            f"{' '.join(entry['reason'].split())}; fix: remove vllm_extra_args.{name}"
-            + (f" ({setting} is its setting, for the releases that have it)" if setting else ""))
+    return (
+        f"vllm_extra_args.{name}{_shown(name, value) if show else ''}: vLLM {version} {had} {_flag(name)}: "
+        f"{' '.join(entry['reason'].split())}; fix: remove vllm_extra_args.{name}"
+        + (f" ({setting} is its setting, for the releases that have it)" if setting else "")
+    )
 
 
 def _unknown_option(name: str, version: Version, flags: list[str], shown: str = "") -> str | None:
@@ -270,14 +293,19 @@ def _unknown_option(name: str, version: Version, flags: list[str], shown: str = 
     missing = [f for f in flags if f not in known]
     if not missing:
         return None
-    where = (f"vLLM {release}'s serve parser (data/serve_options.yml)" if release
-             else f"the serve parser of any captured release ({', '.join(map(str, sorted(serve_options())))})")
+    where = (
+        f"vLLM {release}'s serve parser (data/serve_options.yml)"
+        if release
+        else f"the serve parser of any captured release ({', '.join(map(str, sorted(serve_options())))})"
+    )
     near = difflib.get_close_matches(missing[0], sorted(known), n=3, cutoff=0.75)
     hint = f" (options with a like name: {', '.join(near)})" if near else ""
     others = [str(v) for v, options in sorted(serve_options().items()) if missing[0] in options]
     had = f" (vLLM {', '.join(others)} had it: the option was renamed or removed)" if release and others else ""
-    return (f"vllm_extra_args.{name}{shown}: {' '.join(missing)} is not an option of {where}{had}{hint}; fix: use the "
-            f"release's spelling (`vllm serve --help=all`), or remove it")
+    return (
+        f"vllm_extra_args.{name}{shown}: {' '.join(missing)} is not an option of {where}{had}{hint}; fix: use the "
+        f"release's spelling (`vllm serve --help=all`), or remove it"
+    )
 
 
 def _extra_flags(name: str, value: Any, version: Version, shown: str = "") -> tuple[list[str], str | None]:
@@ -320,8 +348,9 @@ def _value_problem(name: str, value: Any) -> str | None:
     (a date, a list of mappings, a mapping that is not JSON), or a control or format character."""
     shown = _shown(name, value)
     scalar = (str, int, float, type(None))
-    fits = (isinstance(value, scalar) or (isinstance(value, (list, tuple)) and all(
-        isinstance(v, scalar) and v is not None for v in value)))
+    fits = isinstance(value, scalar) or (
+        isinstance(value, (list, tuple)) and all(isinstance(v, scalar) and v is not None for v in value)
+    )
     if isinstance(value, Mapping):
         try:
             json.dumps(value, sort_keys=True, allow_nan=False)
@@ -329,14 +358,18 @@ def _value_problem(name: str, value: Any) -> str | None:
         except (TypeError, ValueError):
             fits = False
     if not fits:
-        return (f"vllm_extra_args.{name}{shown} is not a value a vLLM argument takes; fix: a string, a number, "
-                "true or false, a list of strings or numbers, or a mapping with string keys (a JSON object); quote "
-                "a date or a version")
+        return (
+            f"vllm_extra_args.{name}{shown} is not a value a vLLM argument takes; fix: a string, a number, "
+            "true or false, a list of strings or numbers, or a mapping with string keys (a JSON object); quote "
+            "a date or a version"
+        )
     for text in _strings(value):
         if inputs.CONTROL.search(text):
             which = "" if shown.startswith(" (value not shown)") else f", {inputs.control_character(text)},"
-            return (f"vllm_extra_args.{name}{shown} holds {inputs.CONTROL_WHAT}{which} which would end the unit's "
-                    f"command line or hide what it says; fix: remove it")
+            return (
+                f"vllm_extra_args.{name}{shown} holds {inputs.CONTROL_WHAT}{which} which would end the unit's "
+                f"command line or hide what it says; fix: remove it"
+            )
     return None
 
 
@@ -349,14 +382,18 @@ def extra_args_errors(host: str, extra_args: Any, version: Version | None) -> li
     if extra_args is None:
         return []
     if not isinstance(extra_args, Mapping):
-        return [f"{host}: vllm_extra_args={inputs.short(extra_args)} is not a dict; fix: give a mapping of argument: "
-                "value, e.g. {enforce_eager: true}"]
+        return [
+            f"{host}: vllm_extra_args={inputs.short(extra_args)} is not a dict; fix: give a mapping of argument: "
+            "value, e.g. {enforce_eager: true}"
+        ]
     errors = []
     for name in sorted(extra_args, key=str):
         value = extra_args[name]
         if not isinstance(name, str) or not _EXTRA_NAME.fullmatch(name):
-            errors.append(f"{host}: vllm_extra_args key {inputs.short(name)} is not a snake_case vLLM argument name; "
-                          "fix: write it like max_num_partial_prefills (no leading dashes)")
+            errors.append(
+                f"{host}: vllm_extra_args key {inputs.short(name)} is not a snake_case vLLM argument name; "
+                "fix: write it like max_num_partial_prefills (no leading dashes)"
+            )
             continue
         problem = _gone(name, value, version) if version is not None else None
         if problem is None and name in MANAGED_EXTRA_ARGS:
@@ -370,8 +407,7 @@ def extra_args_errors(host: str, extra_args: Any, version: Version | None) -> li
     return errors
 
 
-def _extra(extra_args: Mapping[str, Any], profile: Mapping[str, Any], version: Version,
-           result: RenderResult) -> None:
+def _extra(extra_args: Mapping[str, Any], profile: Mapping[str, Any], version: Version, result: RenderResult) -> None:
     """Render the plan's further arguments (the operator's, through extra_args_errors first, and the role's own)."""
     if not isinstance(extra_args, Mapping):
         raise ValueError(f"vllm_extra_args={extra_args!r} is not a dict; fix: give a mapping of argument: value")
@@ -387,8 +423,10 @@ def _extra(extra_args: Mapping[str, Any], profile: Mapping[str, Any], version: V
         if _gone(name, value, version):
             entry = era(name, version)
             result.dropped.append({"flag": _flag(name), "reason": " ".join(entry["reason"].split())})
-            result.warnings.append(f"vllm_extra_args.{name} dropped: vLLM {version} "
-                                   f"{'no longer has' if entry['form'] == 'removed' else 'does not have'} {_flag(name)}")
+            result.warnings.append(
+                f"vllm_extra_args.{name} dropped: vLLM {version} "
+                f"{'no longer has' if entry['form'] == 'removed' else 'does not have'} {_flag(name)}"
+            )
             continue
         flags, problem = _extra_flags(name, value, version)
         if problem:
@@ -402,8 +440,13 @@ def served_model_name(profile: Mapping[str, Any]) -> str:
     return str(profile.get("served_model_name") or profile["model"])
 
 
-def render_args(profile: Mapping[str, Any], version: str, model_path: str | None = None,
-                draft_model_path: str | None = None, extra_args: Mapping[str, Any] | None = None) -> RenderResult:
+def render_args(
+    profile: Mapping[str, Any],
+    version: str,
+    model_path: str | None = None,
+    draft_model_path: str | None = None,
+    extra_args: Mapping[str, Any] | None = None,
+) -> RenderResult:
     """The `vllm serve` arguments of a resolved, valid profile for vLLM `version`.
 
     model_path / draft_model_path: where the host has the (draft) model; the model argument is then
@@ -443,9 +486,20 @@ def render_args(profile: Mapping[str, Any], version: str, model_path: str | None
 
     if "speculative" in profile:
         _speculative(profile["speculative"], parsed, draft_model_path, result)
-    unknown = set(profile) - set(_VALUE_KEYS) - {
-        "model", "served_model_name", "enable_chunked_prefill", "enable_prefix_caching",
-        "calculate_kv_scales", "swap_space", "speculative", *_NOT_ARGUMENTS}
+    unknown = (
+        set(profile)
+        - set(_VALUE_KEYS)
+        - {
+            "model",
+            "served_model_name",
+            "enable_chunked_prefill",
+            "enable_prefix_caching",
+            "calculate_kv_scales",
+            "swap_space",
+            "speculative",
+            *_NOT_ARGUMENTS,
+        }
+    )
     if unknown:
         raise ValueError(f"profile keys {sorted(unknown)} are not profile keys; fix: validate the profile first")
     if extra_args:

@@ -49,20 +49,34 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     hosts: Mapping[str, Mapping[str, Any]] = report.get("hosts") or {}
     summary = report.get("summary") or {}
     lines = ["# vLLM rollout report: %s" % (report.get("run_id") or "run"), ""]
-    lines.append("Generated %s. Hosts: %d; verified ok: %d; failed: %s; rolled back: %s; findings: %d." % (
-        report.get("generated_at") or "-",
-        summary.get("hosts", len(hosts)),
-        len(summary.get("ok") or []),
-        ", ".join(summary.get("failed") or []) or "none",
-        ", ".join(summary.get("rolled_back") or []) or "none",
-        summary.get("findings", 0),
-    ))
+    lines.append(
+        "Generated %s. Hosts: %d; verified ok: %d; failed: %s; rolled back: %s; findings: %d."
+        % (
+            report.get("generated_at") or "-",
+            summary.get("hosts", len(hosts)),
+            len(summary.get("ok") or []),
+            ", ".join(summary.get("failed") or []) or "none",
+            ", ".join(summary.get("rolled_back") or []) or "none",
+            summary.get("findings", 0),
+        )
+    )
     for key, value in sorted((report.get("meta") or {}).items()):
         lines.append("- %s: %s" % (key, _cell(value)))
     lines.append("")
     with_rollout = any(e.get("rollout") for e in hosts.values())
-    header = ["instance", "result", "vLLM", "profile", "start-up", "restarts", "smoke latency",
-              "TTFT", "KV tokens", "planner error", "findings"]
+    header = [
+        "instance",
+        "result",
+        "vLLM",
+        "profile",
+        "start-up",
+        "restarts",
+        "smoke latency",
+        "TTFT",
+        "KV tokens",
+        "planner error",
+        "findings",
+    ]
     if with_rollout:
         header += ["unhealthy window", "failed requests"]
     lines.append("| " + " | ".join(header) + " |")
@@ -89,9 +103,12 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         ]
         if with_rollout:
             rollout = e.get("rollout") or {}
-            row += [_fmt(rollout.get("unhealthy_seconds"), " s", 1),
-                    "%s / %s" % (_fmt(rollout.get("failed_requests")), _fmt(rollout.get("total_requests")))
-                    if rollout else "-"]
+            row += [
+                _fmt(rollout.get("unhealthy_seconds"), " s", 1),
+                "%s / %s" % (_fmt(rollout.get("failed_requests")), _fmt(rollout.get("total_requests")))
+                if rollout
+                else "-",
+            ]
         lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
     lines.append("")
 
@@ -108,41 +125,76 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             lines.append("- result: %s (checked %s)" % ("ok" if e["ok"] else "FAILED", e.get("checked_at")))
             lines.append("- endpoint: %s, unit %s" % (_fmt(e.get("url")), _fmt(e.get("unit"))))
             lines.append("- vLLM: %s (pinned %s)" % (_fmt(version.get("reported")), _fmt(version.get("pinned"))))
-            lines.append("- profile: %s; read-back: %s; speculative decoding: %s" % (
-                _fmt(profile.get("name")), profile.get("readback", "-"), _fmt(profile.get("speculative"))))
-            lines.append("- health: %s; start-up %s; waited %s (%s probes); %s restarts, unit %s" % (
-                "healthy" if health.get("ok") else "NOT healthy", _startup_cell(health),
-                _fmt(health.get("waited_s"), " s", 1), _fmt(health.get("attempts")),
-                _fmt(health.get("restarts")), _fmt(health.get("active_state"))))
-            lines.append("- served model: %s (listed: %s)" % (
-                _fmt(e.get("served_model_name")), ", ".join(e.get("models") or []) or "-"))
+            lines.append(
+                "- profile: %s; read-back: %s; speculative decoding: %s"
+                % (_fmt(profile.get("name")), profile.get("readback", "-"), _fmt(profile.get("speculative")))
+            )
+            lines.append(
+                "- health: %s; start-up %s; waited %s (%s probes); %s restarts, unit %s"
+                % (
+                    "healthy" if health.get("ok") else "NOT healthy",
+                    _startup_cell(health),
+                    _fmt(health.get("waited_s"), " s", 1),
+                    _fmt(health.get("attempts")),
+                    _fmt(health.get("restarts")),
+                    _fmt(health.get("active_state")),
+                )
+            )
+            lines.append(
+                "- served model: %s (listed: %s)"
+                % (_fmt(e.get("served_model_name")), ", ".join(e.get("models") or []) or "-")
+            )
             lines.append(
                 "- smoke request: HTTP %s, %s prompt / %s completion tokens, latency %s (budget %s); "
                 "server side over %s request(s): e2e %s, TTFT %s, queue %s, prefill %s, decode %s, "
-                "inter-token %s; client %s" % (
-                    _fmt(smoke.get("status")), _fmt(smoke.get("prompt_tokens")),
-                    _fmt(smoke.get("completion_tokens")), _fmt(smoke.get("latency_s"), " s"),
-                    _fmt(smoke.get("budget_s"), " s"), _fmt(server.get("requests")),
-                    _fmt(server.get("e2e_s"), " s", 4), _fmt(server.get("ttft_s"), " s", 4),
-                    _fmt(server.get("queue_s"), " s", 4), _fmt(server.get("prefill_s"), " s", 4),
-                    _fmt(server.get("decode_s"), " s", 4), _fmt(server.get("inter_token_s"), " s", 4),
-                    _fmt(smoke.get("client_elapsed_s"), " s (whole seconds)")))
+                "inter-token %s; client %s"
+                % (
+                    _fmt(smoke.get("status")),
+                    _fmt(smoke.get("prompt_tokens")),
+                    _fmt(smoke.get("completion_tokens")),
+                    _fmt(smoke.get("latency_s"), " s"),
+                    _fmt(smoke.get("budget_s"), " s"),
+                    _fmt(server.get("requests")),
+                    _fmt(server.get("e2e_s"), " s", 4),
+                    _fmt(server.get("ttft_s"), " s", 4),
+                    _fmt(server.get("queue_s"), " s", 4),
+                    _fmt(server.get("prefill_s"), " s", 4),
+                    _fmt(server.get("decode_s"), " s", 4),
+                    _fmt(server.get("inter_token_s"), " s", 4),
+                    _fmt(smoke.get("client_elapsed_s"), " s (whole seconds)"),
+                )
+            )
             lines.append(
                 "- KV cache: %s tokens, %s blocks of %s, dtype %s, %s bytes, max concurrency %s, "
-                "prefix caching %s, gpu_memory_utilization %s; planner predicted %s (error %s)" % (
-                    _fmt(kv.get("tokens")), _fmt(kv.get("num_gpu_blocks")), _fmt(kv.get("block_size")),
-                    _fmt(kv.get("cache_dtype")), _fmt(kv.get("memory_bytes")), _fmt(kv.get("max_concurrency"), "", 2),
-                    _fmt(kv.get("enable_prefix_caching")), _fmt(kv.get("gpu_memory_utilization")),
-                    _fmt(kv.get("predicted_tokens")), _fmt(kv.get("prediction_error_pct"), " %", 2)))
+                "prefix caching %s, gpu_memory_utilization %s; planner predicted %s (error %s)"
+                % (
+                    _fmt(kv.get("tokens")),
+                    _fmt(kv.get("num_gpu_blocks")),
+                    _fmt(kv.get("block_size")),
+                    _fmt(kv.get("cache_dtype")),
+                    _fmt(kv.get("memory_bytes")),
+                    _fmt(kv.get("max_concurrency"), "", 2),
+                    _fmt(kv.get("enable_prefix_caching")),
+                    _fmt(kv.get("gpu_memory_utilization")),
+                    _fmt(kv.get("predicted_tokens")),
+                    _fmt(kv.get("prediction_error_pct"), " %", 2),
+                )
+            )
             rates = e.get("rates") or {}
             if rates:
                 lines.append(
                     "- rates: prefix cache hit rate %s (%s queried tokens, %s), speculative acceptance %s "
-                    "(%s), preemptions +%s (total %s)" % (
-                        _fmt(rates.get("prefix_cache_hit_rate"), "", 3), _fmt(rates.get("prefix_cache_queries")),
-                        rates.get("prefix_cache_basis", "-"), _fmt(rates.get("spec_acceptance_rate"), "", 3),
-                        rates.get("spec_acceptance_basis", "-"), _fmt(rates.get("preemptions_increase")),
-                        _fmt(rates.get("preemptions_total"))))
+                    "(%s), preemptions +%s (total %s)"
+                    % (
+                        _fmt(rates.get("prefix_cache_hit_rate"), "", 3),
+                        _fmt(rates.get("prefix_cache_queries")),
+                        rates.get("prefix_cache_basis", "-"),
+                        _fmt(rates.get("spec_acceptance_rate"), "", 3),
+                        rates.get("spec_acceptance_basis", "-"),
+                        _fmt(rates.get("preemptions_increase")),
+                        _fmt(rates.get("preemptions_total")),
+                    )
+                )
             for title, items in (("Errors", e.get("errors")), ("Warnings", e.get("warnings"))):
                 if items:
                     lines.append("")
@@ -151,15 +203,20 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             if e.get("findings"):
                 lines.append("")
                 lines.append("Findings:")
-                lines.extend("- %s: %s. %s." % (f.get("id"), f.get("message"), f.get("advice"))
-                             for f in e["findings"])
+                lines.extend("- %s: %s. %s." % (f.get("id"), f.get("message"), f.get("advice")) for f in e["findings"])
             attempts = e.get("verify_attempts") or []
             if len(attempts) > 1:
                 lines.append("")
                 lines.append("Verification attempts:")
-                lines.extend("- %s: %s%s" % (a.get("checked_at"), "ok" if a.get("ok") else "FAILED",
-                                             ": " + "; ".join(a["errors"]) if a.get("errors") else "")
-                             for a in attempts)
+                lines.extend(
+                    "- %s: %s%s"
+                    % (
+                        a.get("checked_at"),
+                        "ok" if a.get("ok") else "FAILED",
+                        ": " + "; ".join(a["errors"]) if a.get("errors") else "",
+                    )
+                    for a in attempts
+                )
         else:
             lines.append("- not verified in this run")
         if e.get("rollout"):
@@ -171,9 +228,15 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             lines.append("Rollback events:")
             for ev in e["rollback"]:
                 rest = {k: v for k, v in ev.items() if k not in ("at", "action", "reason")}
-                lines.append("- %s %s: %s%s" % (
-                    ev.get("at"), ev.get("action", "rollback"), _cell(ev.get("reason") or "-"),
-                    " (%s)" % ", ".join("%s=%s" % (k, _cell(v)) for k, v in sorted(rest.items())) if rest else ""))
+                lines.append(
+                    "- %s %s: %s%s"
+                    % (
+                        ev.get("at"),
+                        ev.get("action", "rollback"),
+                        _cell(ev.get("reason") or "-"),
+                        " (%s)" % ", ".join("%s=%s" % (k, _cell(v)) for k, v in sorted(rest.items())) if rest else "",
+                    )
+                )
         for kind, events in sorted((e.get("events") or {}).items()):
             lines.append("")
             lines.append("%s events:" % kind)
@@ -222,9 +285,11 @@ def main(argv: list[str] | None = None) -> int:
     json_path, md_path = write_report(report, args.out or run_dir)
     if args.show:
         sys.stdout.write(render_markdown(report))
-    print("wrote %s, %s and report.html (%d hosts, failed: %s)" % (
-        json_path, md_path, report["summary"]["hosts"], ", ".join(report["summary"]["failed"]) or "none"),
-        file=sys.stderr)
+    print(
+        "wrote %s, %s and report.html (%d hosts, failed: %s)"
+        % (json_path, md_path, report["summary"]["hosts"], ", ".join(report["summary"]["failed"]) or "none"),
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -39,8 +39,10 @@ def _png(fig: Any) -> str:
 
 
 def _figure(fig: Any, caption: str) -> str:
-    return (f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{_png(fig)}">'
-            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+    return (
+        f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{_png(fig)}">'
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+    )
 
 
 def _bars(names: list[str], series: Mapping[str, list[Any]], ylabel: str, title: str) -> Any:
@@ -63,11 +65,17 @@ def _kv_plot(hosts: Mapping[str, Mapping[str, Any]]) -> str:
     if not rows:
         return ""
     names = [n for n, _ in rows]
-    fig = _bars(names, {"planned": [kv.get("predicted_tokens") for _, kv in rows],
-                        "engine": [kv.get("tokens") for _, kv in rows]},
-                "KV cache tokens", "The planner's KV cache against the engine's")
-    return _figure(fig, "KV-cache tokens the planner predicted for each instance and what its engine sized "
-                        "(vllm:cache_config_info / kv_cache_size_tokens).")
+    fig = _bars(
+        names,
+        {"planned": [kv.get("predicted_tokens") for _, kv in rows], "engine": [kv.get("tokens") for _, kv in rows]},
+        "KV cache tokens",
+        "The planner's KV cache against the engine's",
+    )
+    return _figure(
+        fig,
+        "KV-cache tokens the planner predicted for each instance and what its engine sized "
+        "(vllm:cache_config_info / kv_cache_size_tokens).",
+    )
 
 
 def _smoke_plot(hosts: Mapping[str, Mapping[str, Any]]) -> str:
@@ -75,18 +83,28 @@ def _smoke_plot(hosts: Mapping[str, Mapping[str, Any]]) -> str:
     rows = [(n, s) for n, s in rows if s.get("e2e_s") is not None]
     if not rows:
         return ""
-    fig = _bars([n for n, _ in rows], {key: [(s.get(key) or 0) * 1000 for _, s in rows]
-                                       for key in ("ttft_s", "e2e_s")}, "ms", "The smoke request, server side")
-    return _figure(fig, "Time to first token and end-to-end latency of each instance's smoke request, from the "
-                        "histograms around it.")
+    fig = _bars(
+        [n for n, _ in rows],
+        {key: [(s.get(key) or 0) * 1000 for _, s in rows] for key in ("ttft_s", "e2e_s")},
+        "ms",
+        "The smoke request, server side",
+    )
+    return _figure(
+        fig,
+        "Time to first token and end-to-end latency of each instance's smoke request, from the histograms around it.",
+    )
 
 
 def _rollout_plot(hosts: Mapping[str, Mapping[str, Any]]) -> str:
     rows = [(n, e["rollout"]) for n, e in hosts.items() if e.get("rollout")]
     if not rows:
         return ""
-    fig = _bars([n for n, _ in rows], {"unhealthy s": [r.get("unhealthy_seconds") for _, r in rows]}, "seconds",
-                "Unhealthy during the rollout, seen by the request loop")
+    fig = _bars(
+        [n for n, _ in rows],
+        {"unhealthy s": [r.get("unhealthy_seconds") for _, r in rows]},
+        "seconds",
+        "Unhealthy during the rollout, seen by the request loop",
+    )
     return _figure(fig, "Seconds each instance did not answer the rollout's bounded request loop (its restart).")
 
 
@@ -99,11 +117,23 @@ def _benchmark_plots(hosts: Mapping[str, Mapping[str, Any]]) -> str:
     out = []
     for key, title in (("ttft_ms", "Time to first token"), ("itl_ms", "Inter-token latency")):
         series = {q: [((b["load"].get(key) or {}).get(q)) for _, b in rows] for q in ("p50", "p90", "p99")}
-        out.append(_figure(_bars(names, series, "ms", f"{title} under the benchmark's load"),
-                           f"{title} percentiles of each instance's bounded load (playbooks/benchmark.yml)."))
-    out.append(_figure(_bars(names, {"output tok/s": [b["load"].get("output_tokens_per_s") for _, b in rows]},
-                             "tokens/s", "Output throughput"),
-                       "Output tokens per second of each instance under the benchmark's load."))
+        out.append(
+            _figure(
+                _bars(names, series, "ms", f"{title} under the benchmark's load"),
+                f"{title} percentiles of each instance's bounded load (playbooks/benchmark.yml).",
+            )
+        )
+    out.append(
+        _figure(
+            _bars(
+                names,
+                {"output tok/s": [b["load"].get("output_tokens_per_s") for _, b in rows]},
+                "tokens/s",
+                "Output throughput",
+            ),
+            "Output tokens per second of each instance under the benchmark's load.",
+        )
+    )
     return "".join(out)
 
 
@@ -113,12 +143,14 @@ def _window_plots(hosts: Mapping[str, Mapping[str, Any]]) -> str:
     if not diagnosed:
         return ""
     out = []
-    for key, title, ylabel in (("kv_cache_usage", "KV-cache usage", "share of the cache"),
-                               ("preemptions", "Preemptions", "preemptions per minute")):
+    for key, title, ylabel in (
+        ("kv_cache_usage", "KV-cache usage", "share of the cache"),
+        ("preemptions", "Preemptions", "preemptions per minute"),
+    ):
         fig, ax = plt.subplots(figsize=(8, 3.2))
         drawn = False
         for name, d in diagnosed:
-            points = (d["series"].get(key) or [])
+            points = d["series"].get(key) or []
             if points:
                 t0 = points[0][0]
                 ax.plot([(t - t0) / 60 for t, _ in points], [v for _, v in points], label=name)
@@ -147,9 +179,12 @@ def _instance_table(name: str, e: Mapping[str, Any]) -> str:
     if "ok" in e:
         rows.append(("result", f'<span class="{"ok" if e["ok"] else "failed"}">{"ok" if e["ok"] else "FAILED"}</span>'))
     for label, value in (
-        ("vLLM", (e.get("version") or {}).get("reported")), ("profile", (e.get("profile") or {}).get("name")),
-        ("read-back", (e.get("profile") or {}).get("readback")), ("card", (e.get("gpu") or {}).get("name")),
-        ("port", (e.get("placement") or {}).get("port")), ("KV tokens", (e.get("kv_cache") or {}).get("tokens")),
+        ("vLLM", (e.get("version") or {}).get("reported")),
+        ("profile", (e.get("profile") or {}).get("name")),
+        ("read-back", (e.get("profile") or {}).get("readback")),
+        ("card", (e.get("gpu") or {}).get("name")),
+        ("port", (e.get("placement") or {}).get("port")),
+        ("KV tokens", (e.get("kv_cache") or {}).get("tokens")),
         ("planner error %", (e.get("kv_cache") or {}).get("prediction_error_pct")),
     ):
         if value not in (None, ""):
@@ -158,8 +193,14 @@ def _instance_table(name: str, e: Mapping[str, Any]) -> str:
         rows.append(("error", _cell(error)))
     findings = list(e.get("findings") or [])
     for event in ((e.get("events") or {}).get("diagnose") or [])[-1:]:
-        rows.append(("day-2 window", _cell(f"the last {event.get('window')}"
-                                           + ("" if event.get("scraped") else " (Prometheus has no samples)"))))
+        rows.append(
+            (
+                "day-2 window",
+                _cell(
+                    f"the last {event.get('window')}" + ("" if event.get("scraped") else " (Prometheus has no samples)")
+                ),
+            )
+        )
         findings += event.get("findings") or []
     for finding in findings:
         rows.append(("finding", _cell(f"{finding.get('message')}: {finding.get('advice')}")))
@@ -176,14 +217,17 @@ def render_html(report: Mapping[str, Any]) -> str:
     hosts: Mapping[str, Mapping[str, Any]] = report.get("hosts") or {}
     summary = report.get("summary") or {}
     title = f"vLLM fleet report: {report.get('run_id') or 'run'}"
-    parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
-             f"<p>Generated {html.escape(str(report.get('generated_at') or '-'))}. Instances: {len(hosts)}; verified "
-             f"ok: {len(summary.get('ok') or [])}; failed: {html.escape(', '.join(summary.get('failed') or []) or 'none')};"
-             f" rolled back: {html.escape(', '.join(summary.get('rolled_back') or []) or 'none')}; findings: "
-             f"{summary.get('findings', 0)}.</p>"]
-    plots = "".join((_kv_plot(hosts), _smoke_plot(hosts), _rollout_plot(hosts), _benchmark_plots(hosts),
-                     _window_plots(hosts)))
+    parts = [
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
+        f"<p>Generated {html.escape(str(report.get('generated_at') or '-'))}. Instances: {len(hosts)}; verified "
+        f"ok: {len(summary.get('ok') or [])}; failed: {html.escape(', '.join(summary.get('failed') or []) or 'none')};"
+        f" rolled back: {html.escape(', '.join(summary.get('rolled_back') or []) or 'none')}; findings: "
+        f"{summary.get('findings', 0)}.</p>",
+    ]
+    plots = "".join(
+        (_kv_plot(hosts), _smoke_plot(hosts), _rollout_plot(hosts), _benchmark_plots(hosts), _window_plots(hosts))
+    )
     if plots:
         parts.append("<h2>Plots</h2>" + plots)
     parts.append("<h2>Instances</h2>" + "".join(_instance_table(n, e) for n, e in hosts.items()))

@@ -59,7 +59,7 @@ def parse_bytes(value: Any) -> int:
     number, suffix = float(match.group(1)), match.group(2)
     power = " kmgt".index(suffix.lower()) if suffix else 0
     base = 1024 if suffix.isupper() else 1000
-    return int(number * base ** power)
+    return int(number * base**power)
 
 
 def gib(value: int | float) -> str:
@@ -87,11 +87,21 @@ def fit_hint(s: Sizing, hostvars: Mapping[str, Any]) -> str:
         if tp <= s.tp:
             continue
         scratch: list[str] = []
-        size = size_instance(s.host, dict(s.profile, tensor_parallel_size=tp), dict(s.gpu, count=tp), s.extra, hostvars,
-                     s.prompt_tokens, s.output_tokens, scratch)
+        size = size_instance(
+            s.host,
+            dict(s.profile, tensor_parallel_size=tp),
+            dict(s.gpu, count=tp),
+            s.extra,
+            hostvars,
+            s.prompt_tokens,
+            s.output_tokens,
+            scratch,
+        )
         if size is not None and size.fits and not (size.max_len and size.kv_tokens < size.max_len):
-            return (f"the smallest placement that fits is {tp} x {s.gpu['name']} per instance "
-                    f"(tensor_parallel_size: {tp}; the host has {s.gpu.get('count')})")
+            return (
+                f"the smallest placement that fits is {tp} x {s.gpu['name']} per instance "
+                f"(tensor_parallel_size: {tp}; the host has {s.gpu.get('count')})"
+            )
     return f"no placement of up to {placement.TP_SIZES[-1]} x {s.gpu['name']} fits"
 
 
@@ -156,8 +166,16 @@ class Sizing:
         return "" if self.kv_elem == 1 else "kv_cache_dtype: fp8, "
 
 
-def size_instance(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any], extra: Mapping[str, Any],
-          hostvars: Mapping[str, Any], prompt_tokens: int, output_tokens: int, errors: list[str]) -> Sizing | None:
+def size_instance(
+    host: str,
+    profile: Mapping[str, Any],
+    gpu: Mapping[str, Any],
+    extra: Mapping[str, Any],
+    hostvars: Mapping[str, Any],
+    prompt_tokens: int,
+    output_tokens: int,
+    errors: list[str],
+) -> Sizing | None:
     """The host's Sizing, or None after adding to ``errors`` why it cannot be sized (unknown model, impossible
     tensor-parallel size or draft, a quantization the checkpoint lacks, an unreadable explicit KV size)."""
     model = profile["model"]
@@ -186,8 +204,9 @@ def size_instance(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any],
         return None
     pairing = _tensor_parallel_errors(host, "tensor_parallel_size", tp, arch)
     if draft:
-        pairing += _tensor_parallel_errors(host, "speculative.draft_tensor_parallel_size",
-                                           spec.get("draft_tensor_parallel_size", tp), draft)
+        pairing += _tensor_parallel_errors(
+            host, "speculative.draft_tensor_parallel_size", spec.get("draft_tensor_parallel_size", tp), draft
+        )
         pairing += _draft_errors(host, spec, arch, draft)
     if pairing:
         errors += pairing
@@ -206,13 +225,28 @@ def size_instance(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any],
         arch = _with_quant(arch, "fp8")
     kv_dtype = profile.get("kv_cache_dtype", "auto")
     size = Sizing(
-        host=host, profile=profile, gpu=gpu, extra=extra, version=hostvars["vllm_version"], arch=arch, draft=draft,
-        spec=spec, device=device, tp=tp, util=profile.get("gpu_memory_utilization", 0.92),
+        host=host,
+        profile=profile,
+        gpu=gpu,
+        extra=extra,
+        version=hostvars["vllm_version"],
+        arch=arch,
+        draft=draft,
+        spec=spec,
+        device=device,
+        tp=tp,
+        util=profile.get("gpu_memory_utilization", 0.92),
         max_len=profile.get("max_model_len") or arch.max_position_embeddings or 0,
-        seqs=profile.get("max_num_seqs", 256), budget=profile.get("max_num_batched_tokens", 2048),
-        chunked=profile.get("enable_chunked_prefill", True), act_bytes=act_bytes, kv_dtype=kv_dtype,
-        kv_elem=act_bytes if kv_dtype == "auto" else catalogue.DTYPE_BYTES[kv_dtype], block=reserve["block_size"],
-        prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+        seqs=profile.get("max_num_seqs", 256),
+        budget=profile.get("max_num_batched_tokens", 2048),
+        chunked=profile.get("enable_chunked_prefill", True),
+        act_bytes=act_bytes,
+        kv_dtype=kv_dtype,
+        kv_elem=act_bytes if kv_dtype == "auto" else catalogue.DTYPE_BYTES[kv_dtype],
+        block=reserve["block_size"],
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+    )
 
     # Sized per GPU, as each of the tensor-parallel group's workers sizes its own share (vLLM keeps the KV blocks
     # that every worker can hold): its share of the weights and of the activation peak, plus what every worker
@@ -228,17 +262,27 @@ def size_instance(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any],
         draft_kv = draft.kv_bytes_per_token(size.kv_elem, draft_tp)
         size.kv_per_token += draft_kv
         size.kv_per_token_gpu += -(-draft_kv // draft_tp)
-    size.activation = int((reserve["activation_vocab_hidden_factor"] * arch.vocab_size
-                           + reserve["activation_token_hidden_factor"] * size.budget)
-                          * arch.hidden_size * act_bytes) // tp * tp
+    size.activation = (
+        int(
+            (
+                reserve["activation_vocab_hidden_factor"] * arch.vocab_size
+                + reserve["activation_token_hidden_factor"] * size.budget
+            )
+            * arch.hidden_size
+            * act_bytes
+        )
+        // tp
+        * tp
+    )
     graph_layers = arch.num_hidden_layers + (draft.num_hidden_layers if draft else 0)
     eager = bool(profile.get("enforce_eager") or extra.get("enforce_eager"))
     reserved = not eager and cuda_graphs_reserved(size.version, spec, reserve)
     size.graphs = reserve["cuda_graph_bytes_per_layer"] * graph_layers if reserved else 0
     size.runtime = (reserve["non_torch_bytes"] + size.graphs) * tp
     # The most loaded worker's share: rank 0 holds a draft of a smaller tensor-parallel size.
-    size.others_gpu = (-(-size.weights // tp) + -(-size.draft_weights // draft_tp) + size.activation // tp
-                       + size.runtime // tp)
+    size.others_gpu = (
+        -(-size.weights // tp) + -(-size.draft_weights // draft_tp) + size.activation // tp + size.runtime // tp
+    )
 
     # An explicit KV size, as vLLM takes it: --kv-cache-memory-bytes, or on CPU VLLM_CPU_KVCACHE_SPACE (GiB).
     raw = None
@@ -253,7 +297,7 @@ def size_instance(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any],
     except ValueError:
         errors.append(
             f"{host}: {size.explicit_name}={raw!r} is not a size; fix: give bytes for kv_cache_memory_bytes "
-            "(1073741824 or 1G), GiB for VLLM_CPU_KVCACHE_SPACE (\"1\")"
+            '(1073741824 or 1G), GiB for VLLM_CPU_KVCACHE_SPACE ("1")'
         )
         return None
     if device == "cpu":
@@ -272,8 +316,9 @@ def size_instance(host: str, profile: Mapping[str, Any], gpu: Mapping[str, Any],
         size.fits = size.others_gpu + kv_gpu <= card_bytes
     else:
         limit = math.ceil(card_bytes * size.util)
-        size.limit_text = (f"{gpu['name']} {gib(card_bytes)} x gpu_memory_utilization {size.util} = {gib(limit)}"
-                           + (f" on each of {tp} GPUs" if tp > 1 else ""))
+        size.limit_text = f"{gpu['name']} {gib(card_bytes)} x gpu_memory_utilization {size.util} = {gib(limit)}" + (
+            f" on each of {tp} GPUs" if tp > 1 else ""
+        )
         kv_gpu = limit - size.others_gpu
         size.fits = kv_gpu > 0
     size.kv_bytes = kv_gpu * tp
@@ -292,8 +337,10 @@ def _tensor_parallel_errors(host: str, name: str, tp: int, arch: catalogue.Archi
     if heads % tp == 0 and (kv_heads % tp == 0 or tp % kv_heads == 0):
         return []
     sizes = [d for d in _divisors(heads) if kv_heads % d == 0 or d % kv_heads == 0]
-    return [f"{host}: {name}={tp} does not divide {arch.name}'s {heads} attention heads and {kv_heads} KV heads: "
-            f"vLLM refuses to start; fix: one of {', '.join(map(str, sizes[:6]))}"]
+    return [
+        f"{host}: {name}={tp} does not divide {arch.name}'s {heads} attention heads and {kv_heads} KV heads: "
+        f"vLLM refuses to start; fix: one of {', '.join(map(str, sizes[:6]))}"
+    ]
 
 
 # The tokenizer a checkpoint's model_type implies: a draft must propose tokens of the target's tokenizer.
@@ -304,8 +351,9 @@ _TOKENIZER_FAMILY = {"qwen2": "Qwen", "qwen3": "Qwen", "llama": "Llama", "mistra
 VOCAB_PADDING_SHARE = 0.01
 
 
-def _draft_errors(host: str, spec: Mapping[str, Any], arch: catalogue.Architecture,
-                  draft: catalogue.Architecture) -> list[str]:
+def _draft_errors(
+    host: str, spec: Mapping[str, Any], arch: catalogue.Architecture, draft: catalogue.Architecture
+) -> list[str]:
     """A draft must be smaller than its target and speak its tokenizer."""
     errors = []
     target_params, draft_params = arch.parameters(), draft.parameters()
@@ -341,8 +389,7 @@ def cuda_graphs_reserved(version: str, spec: Mapping[str, Any], reserve: Mapping
     if era["reserved"]:
         return True
     method = (spec or {}).get("method") or ("draft_model" if (spec or {}).get("model") else None)
-    return bool(method and era.get("v1_fallback_reserved")
-                and method not in reserve["v2_runner_speculative_methods"])
+    return bool(method and era.get("v1_fallback_reserved") and method not in reserve["v2_runner_speculative_methods"])
 
 
 def _with_quant(arch: catalogue.Architecture, method: str) -> catalogue.Architecture:

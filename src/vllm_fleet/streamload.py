@@ -12,6 +12,7 @@ finish reason and ``[DONE]``. The result, printed as JSON: totals, the errors by
 each request's start, end and outcome (seconds since the loop began). Standard library only; point it only at
 your own hosts (loopback or the lab's).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,9 @@ from vllm_fleet.bench import Events, percentile
 class Stream:
     """One streamed chat completion: its outcome and timings."""
 
-    def __init__(self, url: str, key: str, model: str, max_tokens: int, context: ssl.SSLContext | None,
-                 timeout: float) -> None:
+    def __init__(
+        self, url: str, key: str, model: str, max_tokens: int, context: ssl.SSLContext | None, timeout: float
+    ) -> None:
         parts = urllib.parse.urlsplit(url.rstrip("/"))
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"--url {url!r} is not an http(s) URL")
@@ -42,13 +44,20 @@ class Stream:
 
     def _connection(self) -> http.client.HTTPConnection:
         if self.parts.scheme == "https":
-            return http.client.HTTPSConnection(self.parts.hostname, self.parts.port, timeout=self.timeout,
-                                               context=self.context)
+            return http.client.HTTPSConnection(
+                self.parts.hostname, self.parts.port, timeout=self.timeout, context=self.context
+            )
         return http.client.HTTPConnection(self.parts.hostname, self.parts.port, timeout=self.timeout)
 
     def send(self, prompt: str, clock=time.monotonic) -> dict[str, Any]:
-        body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "stream": True,
-                "max_tokens": self.max_tokens, "temperature": 0, "ignore_eos": True}
+        body = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "stream": True,
+            "max_tokens": self.max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
         headers = {"Content-Type": "application/json"}
         if self.key:
             headers["Authorization"] = "Bearer " + self.key
@@ -87,13 +96,21 @@ class Stream:
         return result
 
 
-def run(stream: Stream, concurrency: int, max_seconds: float, max_requests: int, stop_file: str | None,
-        prompt: str = "Count slowly from one to one hundred, one number per line.",
-        think_seconds: float = 0.0) -> dict[str, Any]:
-    if not (1 <= concurrency <= 64 and 0 < max_seconds <= 7200 and 1 <= max_requests <= 100000
-            and 0 <= think_seconds <= 60):
-        raise ValueError("bounds: concurrency 1-64, max-seconds up to 7200, max-requests up to 100000, "
-                         "think-seconds up to 60")
+def run(
+    stream: Stream,
+    concurrency: int,
+    max_seconds: float,
+    max_requests: int,
+    stop_file: str | None,
+    prompt: str = "Count slowly from one to one hundred, one number per line.",
+    think_seconds: float = 0.0,
+) -> dict[str, Any]:
+    if not (
+        1 <= concurrency <= 64 and 0 < max_seconds <= 7200 and 1 <= max_requests <= 100000 and 0 <= think_seconds <= 60
+    ):
+        raise ValueError(
+            "bounds: concurrency 1-64, max-seconds up to 7200, max-requests up to 100000, think-seconds up to 60"
+        )
     began = time.monotonic()
     lock = threading.Lock()
     requests: list[dict[str, Any]] = []
@@ -136,10 +153,17 @@ def summarise(requests: list[dict[str, Any]], wall: float, concurrency: int) -> 
         if request["error"]:
             errors[request["error"]] = errors.get(request["error"], 0) + 1
     ttfts = [r["ttft"] * 1000 for r in requests if r["ttft"] is not None]
-    return {"requests": len(requests), "ok": outcomes["ok"], "failed": outcomes["failed"], "cut": outcomes["cut"],
-            "errors": errors, "concurrency": concurrency, "seconds": round(wall, 1),
-            "ttft_ms": {"p50": _round(percentile(ttfts, 50)), "p99": _round(percentile(ttfts, 99))},
-            "log": sorted(requests, key=lambda r: r["start"])}
+    return {
+        "requests": len(requests),
+        "ok": outcomes["ok"],
+        "failed": outcomes["failed"],
+        "cut": outcomes["cut"],
+        "errors": errors,
+        "concurrency": concurrency,
+        "seconds": round(wall, 1),
+        "ttft_ms": {"p50": _round(percentile(ttfts, 50)), "p99": _round(percentile(ttfts, 99))},
+        "log": sorted(requests, key=lambda r: r["start"]),
+    }
 
 
 def _round(value: float | None) -> float | None:
@@ -163,8 +187,17 @@ def main(argv: list[str] | None = None) -> int:
     key = open(args.key_file).read().strip() if args.key_file else ""
     context = ssl.create_default_context(cafile=args.cafile) if args.cafile else ssl.create_default_context()
     stream = Stream(args.url, key, args.model, args.max_tokens, context, args.timeout)
-    json.dump(run(stream, args.concurrency, args.max_seconds, args.max_requests, args.stop_file,
-                  think_seconds=args.think_seconds), sys.stdout)
+    json.dump(
+        run(
+            stream,
+            args.concurrency,
+            args.max_seconds,
+            args.max_requests,
+            args.stop_file,
+            think_seconds=args.think_seconds,
+        ),
+        sys.stdout,
+    )
     print()
     return 0
 

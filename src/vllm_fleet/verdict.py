@@ -111,11 +111,17 @@ def crashed_after_start(health: Mapping[str, Any], unit_after: Mapping[str, Any]
     after = int(unit_after.get("restarts") or 0)
     unit = unit_after.get("unit") or "the unit"
     if after > before:
-        return ("crashed after start: %s answered /health, then exited and was restarted %d time(s) during the "
-                "probes (Result=%s); see its journal" % (unit, after - before, unit_after.get("Result", "?")))
+        return (
+            "crashed after start: %s answered /health, then exited and was restarted %d time(s) during the "
+            "probes (Result=%s); see its journal" % (unit, after - before, unit_after.get("Result", "?"))
+        )
     if unit_after.get("ActiveState") not in (None, "active", "activating", "reloading"):
         return "crashed after start: %s answered /health, then stopped (%s/%s, Result=%s)" % (
-            unit, unit_after.get("ActiveState"), unit_after.get("SubState", "?"), unit_after.get("Result", "?"))
+            unit,
+            unit_after.get("ActiveState"),
+            unit_after.get("SubState", "?"),
+            unit_after.get("Result", "?"),
+        )
     return None
 
 
@@ -243,15 +249,21 @@ def _scrapes(probes: _Probes, out: _Lines) -> tuple[_metrics.MetricsFacts | None
     if before is None and "metrics_before" not in probes.not_probed:
         out.warnings.append("the first /metrics scrape failed: findings use totals since start")
     after = (
-        None if probes.health_failed and "metrics_after" in probes.not_probed
+        None
+        if probes.health_failed and "metrics_after" in probes.not_probed
         else _metrics_facts("/metrics", probes.results.get("metrics_after"), out.errors)
     )
     return before, after
 
 
-def _judge_readback(after: _metrics.MetricsFacts | None, speculative: bool, expect: Mapping[str, Any],
-                    profile: Mapping[str, Any] | None, plan: Mapping[str, Any] | None,
-                    out: _Lines) -> tuple[list[str], list[dict[str, Any]], str]:
+def _judge_readback(
+    after: _metrics.MetricsFacts | None,
+    speculative: bool,
+    expect: Mapping[str, Any],
+    profile: Mapping[str, Any] | None,
+    plan: Mapping[str, Any] | None,
+    out: _Lines,
+) -> tuple[list[str], list[dict[str, Any]], str]:
     """(missing families, drifts of cache_config_info against the profile, the read-back's state)."""
     missing: list[str] = []
     drifts: list[dict[str, Any]] = []
@@ -312,7 +324,7 @@ def running_arguments(cmdline: Any) -> list[str] | None:
     if isinstance(cmdline, str):
         cmdline = cmdline.rstrip("\0").split("\0")
     argv = [str(a) for a in cmdline or []]
-    return argv[argv.index("serve") + 1:] if "serve" in argv else None
+    return argv[argv.index("serve") + 1 :] if "serve" in argv else None
 
 
 def command_line_drift(expected: list[str], running: list[str]) -> list[str]:
@@ -323,8 +335,10 @@ def command_line_drift(expected: list[str], running: list[str]) -> list[str]:
     have_pos, have = _options([str(a) for a in running])
     drifts = []
     if want_pos != have_pos:
-        drifts.append("the model argument: expected %s, the process runs %s"
-                      % (" ".join(want_pos) or "(none)", " ".join(have_pos) or "(none)"))
+        drifts.append(
+            "the model argument: expected %s, the process runs %s"
+            % (" ".join(want_pos) or "(none)", " ".join(have_pos) or "(none)")
+        )
     for flag in sorted(set(want) | set(have)):
         if want.get(flag) == have.get(flag):
             continue
@@ -333,8 +347,9 @@ def command_line_drift(expected: list[str], running: list[str]) -> list[str]:
         elif flag not in want:
             drifts.append("%s %s runs but is not in what was deployed" % (flag, _shown(flag, have[flag])))
         else:
-            drifts.append("%s: expected %s, the process runs %s" % (flag, _shown(flag, want[flag]),
-                                                                  _shown(flag, have[flag])))
+            drifts.append(
+                "%s: expected %s, the process runs %s" % (flag, _shown(flag, want[flag]), _shown(flag, have[flag]))
+            )
     return drifts
 
 
@@ -353,18 +368,29 @@ def _judge_command_line(probes: _Probes, expect: Mapping[str, Any], out: _Lines)
     running = running_arguments(result)
     if running is None:
         where = expect.get("unit") or "the unit"
-        out.errors.append("command-line read-back: could not read the running command line of %s's main process "
-                          "(%s)" % (where, short((result or {}).get("msg") if isinstance(result, Mapping) else result,
-                                                 120, str)))
+        out.errors.append(
+            "command-line read-back: could not read the running command line of %s's main process "
+            "(%s)" % (where, short((result or {}).get("msg") if isinstance(result, Mapping) else result, 120, str))
+        )
         return {"state": "unreadable", "drifts": []}
     drifts = command_line_drift(list(expected), running)
     out.errors.extend("command-line read-back: %s" % d for d in drifts)
-    return {"state": "drift" if drifts else "matches", "drifts": drifts, "arguments": len(running),
-            "against": expect.get("args_source") or "plan"}
+    return {
+        "state": "drift" if drifts else "matches",
+        "drifts": drifts,
+        "arguments": len(running),
+        "against": expect.get("args_source") or "plan",
+    }
 
 
-def _judge_smoke(probes: _Probes, expect: Mapping[str, Any], served: str, before: _metrics.MetricsFacts | None,
-                 after: _metrics.MetricsFacts | None, out: _Lines) -> dict[str, Any]:
+def _judge_smoke(
+    probes: _Probes,
+    expect: Mapping[str, Any],
+    served: str,
+    before: _metrics.MetricsFacts | None,
+    after: _metrics.MetricsFacts | None,
+    out: _Lines,
+) -> dict[str, Any]:
     result = probes.results.get("smoke")
     body = _json_body(result) or {}
     usage = body.get("usage") or {} if isinstance(body, Mapping) else {}
@@ -374,9 +400,11 @@ def _judge_smoke(probes: _Probes, expect: Mapping[str, Any], served: str, before
     smoke_requests = int(expect.get("smoke_requests") or 1)
     client_elapsed = _num((result or {}).get("elapsed"))
     server_e2e = server.get("e2e_s")
-    latency = max(v for v in (server_e2e, client_elapsed) if v is not None) if (
-        server_e2e is not None or client_elapsed is not None
-    ) else None
+    latency = (
+        max(v for v in (server_e2e, client_elapsed) if v is not None)
+        if (server_e2e is not None or client_elapsed is not None)
+        else None
+    )
     error = probes.error("smoke chat completion", "smoke")
     if error:
         out.errors.append(error)
@@ -385,9 +413,7 @@ def _judge_smoke(probes: _Probes, expect: Mapping[str, Any], served: str, before
     elif not choices or not usage.get("completion_tokens"):
         out.errors.append("smoke chat completion: the answer has no generated tokens (%s)" % short(body, 160, _as_json))
     elif budget is not None and latency is not None and latency > budget:
-        out.errors.append(
-            "smoke chat completion took %.3f s, over the latency budget of %.3f s" % (latency, budget)
-        )
+        out.errors.append("smoke chat completion took %.3f s, over the latency budget of %.3f s" % (latency, budget))
     if server.get("requests") and server["requests"] > smoke_requests:
         out.warnings.append(
             "server-side latencies are the mean of %d requests finished between the scrapes, not the "
@@ -425,14 +451,20 @@ def _kv_cache(after: _metrics.MetricsFacts | None, plan: Mapping[str, Any] | Non
     }
 
 
-def _judge_findings(before: _metrics.MetricsFacts | None, after: _metrics.MetricsFacts | None,
-                    thresholds: Mapping[str, Any], fail: bool, out: _Lines) -> tuple[list[dict[str, Any]], dict]:
+def _judge_findings(
+    before: _metrics.MetricsFacts | None,
+    after: _metrics.MetricsFacts | None,
+    thresholds: Mapping[str, Any],
+    fail: bool,
+    out: _Lines,
+) -> tuple[list[dict[str, Any]], dict]:
     """(day-2 findings over the window of the two scrapes, the rates they come from)."""
     if after is None:
         return [], {}
     found = _metrics.findings(before, after, **thresholds)
-    rates = _metrics.rates(before, after,
-                           **{k: thresholds[k] for k in ("min_prefix_queries", "min_draft_tokens") if k in thresholds})
+    rates = _metrics.rates(
+        before, after, **{k: thresholds[k] for k in ("min_prefix_queries", "min_draft_tokens") if k in thresholds}
+    )
     if fail:
         out.errors.extend("finding: %s" % f["message"] for f in found)
     return found, rates

