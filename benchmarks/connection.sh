@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Which connection reaches the lab hosts faster: SSH with pipelining (the lab inventory's choice)
 # or the podman connection. Runs the same 16-task playbook both ways against lab-1, 3 times each,
-# and prints the median seconds. Needs the lab up (scripts/lab.sh up).
+# and prints the median seconds. Needs the lab up (lab/scripts/lab.sh up).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -18,7 +18,7 @@ pb=$(mktemp --suffix=.yml); trap 'rm -f "$pb"' EXIT
 measure() {
   local times=() t
   for _ in 1 2 3; do
-    t=$( { /usr/bin/time -f %e ansible-playbook -i inventories/lab "$pb" "$@" >/dev/null; } 2>&1 | tail -n 1)
+    t=$( { /usr/bin/time -f %e ansible-playbook -i lab/inventory "$pb" "$@" >/dev/null; } 2>&1 | tail -n 1)
     times+=("$t")
   done
   printf '%s\n' "${times[@]}" | sort -n | sed -n 2p

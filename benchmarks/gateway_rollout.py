@@ -3,7 +3,7 @@
 
     benchmarks/gateway_rollout.py [--rest-seconds 60] [--concurrency 4] [--max-tokens 48] [--bad]
 
-On the lab (scripts/lab.sh up: lab-1 and lab-2 behind lab-gw), a bounded loop of streamed chat completions
+On the lab (lab/scripts/lab.sh up: lab-1 and lab-2 behind lab-gw), a bounded loop of streamed chat completions
 (vllm_fleet.streamload) runs through the gateway, first at rest, then during a good rolling change of every lab
 instance (`site.yml` with max_num_seqs changed), and with --bad during a change that fails on the canary (a
 tokenizer path that does not exist) and is rolled back. Prints one row per phase: requests, failed, cut, p50 and
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 from vllm_fleet import streamload  # noqa: E402
 
-INVENTORY = ROOT / "inventories" / "lab"
+INVENTORY = ROOT / "lab" / "inventory"
 CACHE = Path(os.environ.get("CACHE_DIR", ROOT / ".cache"))
 
 
@@ -41,7 +41,7 @@ def check_route(bridge_address, target):
     route = subprocess.run(["ip", "-4", "-o", "route", "get", target], capture_output=True, text=True).stdout
     if f" {bridge_address}/" not in addresses or " via " in route:
         sys.exit(f"no route to the lab network from this machine (route to {target}: {route.strip()}); "
-                 "fix: scripts/lab.sh up")
+                 "fix: lab/scripts/lab.sh up")
 
 
 def loop(stream, concurrency, seconds, stop_file=None):

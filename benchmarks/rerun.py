@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Time re-runs of site.yml against the lab where nothing changes (the lab must be up: scripts/lab.sh up).
+"""Time re-runs of site.yml against the lab where nothing changes (the lab must be up: lab/scripts/lab.sh up).
 
     benchmarks/rerun.py                       # every case below, once each
     benchmarks/rerun.py --case fast-one --runs 3

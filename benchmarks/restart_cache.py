@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Restart-to-healthy seconds of a vLLM host with its persistent compile cache, against a cold cache.
 
-    benchmarks/restart_cache.py [-i inventories/lab] [--host lab-1] [--runs 3] [--eager]
+    benchmarks/restart_cache.py [-i lab/inventory] [--host lab-1] [--runs 3] [--eager]
 
 On the host (through Ansible, so any inventory works), each run stops vllm@main, for a cold run empties
 the cache folder (vllm_cache_dir: torch.compile, inductor and Triton caches), starts the unit and polls
@@ -69,7 +69,7 @@ def measure(inventory, host, mode, cache, port, limit):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-i", "--inventory", default="inventories/lab")
+    parser.add_argument("-i", "--inventory", default="lab/inventory")
     parser.add_argument("--host", default="lab-1")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--cache", default="/var/cache/vllm")

@@ -57,11 +57,11 @@ done_phase
 
 phase "podman configuration and base image ($LAB_IMAGE)"
 mkdir -p "$(dirname "$CONTAINERS_CONF")"
-cp scripts/containers.conf "$CONTAINERS_CONF"
+cp lab/scripts/containers.conf "$CONTAINERS_CONF"
 # Podman fixes its network backend when it first runs: a machine whose podman already ran with CNI keeps it
 # until `podman system reset`. Say so here rather than fail later with a lab that cannot be reached.
-scripts/check-podman.sh
+lab/scripts/check-podman.sh
 if [[ ${1:-} != --no-image ]]; then
-  scripts/build-image.sh
+  lab/scripts/build-image.sh
 fi
 done_phase

@@ -18,7 +18,7 @@ export PATH=$VENV/bin:$PATH
 # (cgroup v1 with the v2 hierarchy mounted beside it, at /sys/fs/cgroup/unified) Podman gives a container
 # only the v1 hierarchies, systemd there never learns that a stopped unit's cgroup is empty, and
 # KillMode=control-group waits out TimeoutStopSec. With the v2 hierarchy bound in, systemd runs in hybrid
-# mode and tracks processes there (scripts/check-podman.sh checks it). A pure cgroup v2 host needs
+# mode and tracks processes there (lab/scripts/check-podman.sh checks it). A pure cgroup v2 host needs
 # nothing: a harmless read-only bind of /dev/null stands in so that the container definitions stay the same.
 if [[ $(stat -fc %T /sys/fs/cgroup/unified 2>/dev/null) == cgroup2fs && $(stat -fc %T /sys/fs/cgroup) != cgroup2fs ]]; then
   export LAB_CGROUP_VOLUME=${LAB_CGROUP_VOLUME:-/sys/fs/cgroup/unified:/sys/fs/cgroup/unified:rw}

@@ -52,11 +52,11 @@ pytest_strict() {
 phase_bootstrap() {
   scripts/bootstrap.sh &&
   scripts/wheelhouse.sh &&
-  "$VENV/bin/python" scripts/build-tiny-model.py "$CACHE_DIR/mirror/models/lab/tiny-qwen2" &&
-  "$VENV/bin/python" scripts/apt-mirror.py &&
+  "$VENV/bin/python" lab/scripts/build-tiny-model.py "$CACHE_DIR/mirror/models/lab/tiny-qwen2" &&
+  "$VENV/bin/python" lab/scripts/apt-mirror.py &&
   scripts/vllm-parser-venv.sh &&
   # The Molecule scenarios that serve vLLM use the lab's network, mirror and SSH key.
-  ansible-playbook -i inventories/lab playbooks/lab.yml -e lab_mirror_only=true
+  ansible-playbook -i lab/inventory lab/playbooks/lab.yml -e lab_mirror_only=true
 }
 
 phase_lint() {
@@ -65,8 +65,8 @@ phase_lint() {
 
 phase_syntax() {
   local rc=0 pb inv
-  for inv in inventories/lab inventories/production; do
-    for pb in site.yml playbooks/*.yml; do
+  for inv in lab/inventory inventories/production; do
+    for pb in site.yml playbooks/*.yml $([[ $inv == lab/inventory ]] && echo lab/playbooks/*.yml); do
       ansible-playbook -i "$inv" --syntax-check "$pb" >/dev/null || { echo "syntax-check failed: $pb -i $inv"; rc=1; }
     done
   done
@@ -90,7 +90,7 @@ phase_parser() {
 phase_molecule() {
   local rc=0 s
   # Also when the bootstrap phase is not run: a machine set up by hand must not hide a missing install step.
-  scripts/check-podman.sh || return 1
+  lab/scripts/check-podman.sh || return 1
   for s in $MOLECULE_SCENARIOS; do
     [[ -f molecule/$s/molecule.yml ]] || continue
     local start=$SECONDS

@@ -22,12 +22,12 @@ import serving  # noqa: E402
 INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
 REPORTS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"
 HOSTS = {"fleet-1": "10.89.77.21", "fleet-2": "10.89.77.22"}
-# Each lab host's two CPU slots: the plan's instances and their ports (inventories/lab/group_vars/lab_nodes.yml).
+# Each lab host's two CPU slots: the plan's instances and their ports (lab/inventory/group_vars/lab_nodes.yml).
 INSTANCES = {"cpu0": 8000, "cpu1": 8001}
 GATEWAY_HOST = "fleet-gw"
 MONITORING_HOST = "fleet-mon"
 PROMETHEUS = "http://10.89.77.23:9090"
-# Where the lab's Alertmanager sends (inventories/lab/group_vars/vllm_monitoring.yml): this machine's address on the
+# Where the lab's Alertmanager sends (lab/inventory/group_vars/vllm_monitoring.yml): this machine's address on the
 # lab network, the network's gateway.
 RECEIVER = ("10.89.77.1", 9099)
 GATEWAY = "https://10.89.77.20"

@@ -1,7 +1,7 @@
-"""scripts/gpu-host/site.sh: what its site.yml runs set passes the plan and changes what each step says (site2 a
-first-class setting that restarts the service, site3 a fault the plan accepts), and scripts/gpu-host/evidence.py,
+"""gpu/host/site.sh: what its site.yml runs set passes the plan and changes what each step says (site2 a
+first-class setting that restarts the service, site3 a fault the plan accepts), and gpu/host/evidence.py,
 which each step's verdict rests on, read against the real outputs of run C on the H200 host
-(docs/gpu-host-site/2026-12-01/run-c) and against outputs that must not count."""
+(results/gpu-host-site/2026-12-01/run-c) and against outputs that must not count."""
 import json
 import shutil
 import subprocess
@@ -11,11 +11,11 @@ import yaml
 
 from conftest import ROOT, load_source
 
-SITE = ROOT / "scripts" / "gpu-host" / "site.sh"
-RUN_C = ROOT / "docs" / "gpu-host-site" / "2026-12-01" / "run-c"
+SITE = ROOT / "gpu" / "host" / "site.sh"
+RUN_C = ROOT / "results" / "gpu-host-site" / "2026-12-01" / "run-c"
 RELEASE_2 = "20261201T163443Z-d55755f1"
 
-evidence = load_source("gpu_host_evidence", ROOT / "scripts" / "gpu-host" / "evidence.py")
+evidence = load_source("gpu_host_evidence", ROOT / "gpu" / "host" / "evidence.py")
 
 
 def site_settings():
@@ -31,7 +31,7 @@ def site_settings():
 def plan(settings):
     """The gpu-host's plan with site.sh's -e settings over the inventory, as the plan play makes it."""
     plugin = load_source("vllm_plan_filter_for_site", ROOT / "plugins" / "filter" / "vllm_plan.py")
-    hostvars = yaml.safe_load((ROOT / "inventories" / "gpu-host" / "group_vars" / "h200_nodes.yml").read_text())
+    hostvars = yaml.safe_load((ROOT / "gpu" / "inventory" / "group_vars" / "h200_nodes.yml").read_text())
     hostvars.update(settings)
     return plugin.vllm_plan_host(hostvars, "gpu-host")
 
@@ -67,7 +67,7 @@ def test_the_faults_site3_does_not_use_are_refused_by_the_plan():
 
 
 def test_the_site3_fault_folder_is_not_the_inventory_tokenizer():
-    inventory = yaml.safe_load((ROOT / "inventories" / "gpu-host" / "group_vars" / "h200_nodes.yml").read_text())
+    inventory = yaml.safe_load((ROOT / "gpu" / "inventory" / "group_vars" / "h200_nodes.yml").read_text())
     assert site_settings()[3] != inventory["vllm_extra_args"]["tokenizer"]
 
 
@@ -81,7 +81,7 @@ def test_reports_are_packed_from_where_the_run_writes_them():
 
 @pytest.mark.parametrize("script", ["site.sh", "namespace.sh"])
 def test_scripts_parse(script):
-    subprocess.run(["bash", "-n", str(ROOT / "scripts" / "gpu-host" / script)], check=True)
+    subprocess.run(["bash", "-n", str(ROOT / "gpu" / "host" / script)], check=True)
 
 
 def test_report_of_run_c_rollback_counts_for_site3():
@@ -161,7 +161,7 @@ def test_args_with_and_without(tmp_path):
 
 
 def test_command_line_exit_codes(tmp_path):
-    cli = [str(ROOT / "scripts" / "gpu-host" / "evidence.py")]
+    cli = [str(ROOT / "gpu" / "host" / "evidence.py")]
     ok = subprocess.run(cli + ["restored", str(RUN_C / "site3.log"), RELEASE_2], capture_output=True, text=True)
     assert ok.returncode == 0 and "restored vllm-0.26.0" in ok.stdout
     missing = subprocess.run(cli + ["report", str(tmp_path), "gpu-host", "--ok"], capture_output=True, text=True)

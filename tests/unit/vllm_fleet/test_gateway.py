@@ -139,7 +139,7 @@ def test_a_certificate_and_its_own_key_pass(certificate_pem, key_pem):
 
 
 def test_the_labs_certificate_passes():
-    """As playbooks/lab_hosts.yml makes it: a P-256 key (`openssl req -nodes`: PKCS#8), the leaf alone, signed by
+    """As lab/playbooks/lab_hosts.yml makes it: a P-256 key (`openssl req -nodes`: PKCS#8), the leaf alone, signed by
     the lab's CA for 825 days, read from files whose last newline the file lookup strips."""
     leaf = certificate(EC_KEY, "lab-gw", issuer_key=CA_KEY, issuer="vllm-fleet lab CA", valid=(0, 825))
     assert gateway.check("gw1", tls(leaf.rstrip("\n"), pem(EC_KEY).rstrip("\n"))) == []

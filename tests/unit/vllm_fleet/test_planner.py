@@ -134,7 +134,7 @@ def test_h200_calibration_point():
 
 
 # Measured on the H200 with vLLM 0.26.0, second run (docs/gpu-results.md;
-# docs/gpu/2026-11-29-run2-ada-emulation/summary.json):
+# results/gpu/2026-11-29-run2-ada-emulation/summary.json):
 # the engine's kv_cache_size_tokens, on the budget vLLM had (CUDA's 143,156 MiB x the emulated
 # utilization), with the harness's Ada emulation (attention_config flash_attn_version 2).
 # (name, profile, overrides, emulated gpu_memory_utilization, engine KV tokens)
@@ -225,7 +225,7 @@ def test_cpu_lab_that_gives_more_kv_than_its_budget_does_not_fit():
 
 
 def test_cpu_lab_as_the_lab_inventory_gives_it():
-    """inventories/lab: count 0 (no GPU), a 1 GiB KV budget, VLLM_CPU_KVCACHE_SPACE=1 in the environment."""
+    """lab/inventory: count 0 (no GPU), a 1 GiB KV budget, VLLM_CPU_KVCACHE_SPACE=1 in the environment."""
     gpu = {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0}
     entry = plan("cpu-lab-tiny", gpu=gpu, version="0.32.0", vllm_extra_args={"enforce_eager": True},
                  vllm_environment={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1"})

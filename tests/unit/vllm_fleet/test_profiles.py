@@ -137,7 +137,7 @@ def test_model_free_speculation_needs_no_model():
 
 def test_measured_numbers_in_the_profiles_are_the_committed_gpu_results():
     """Each shipped GPU profile's `measured` block says what the summary of its run says
-    (docs/gpu/2026-11-29-run2-ada-emulation/summary.json, or the folder its `results` names), the tuned and
+    (results/gpu/2026-11-29-run2-ada-emulation/summary.json, or the folder its `results` names), the tuned and
     default loads from the same run; the experiment it names
     (fid-<profile>, or the candidate that ran these settings) ran exactly the shipped settings where the run's
     plan recorded them."""
@@ -150,7 +150,7 @@ def test_measured_numbers_in_the_profiles_are_the_committed_gpu_results():
     compared = []
     for name in gpu_profiles:
         measured = shipped[name]["measured"]
-        folder = repo / measured.get("results", "docs/gpu/2026-11-29-run2-ada-emulation")
+        folder = repo / measured.get("results", "results/gpu/2026-11-29-run2-ada-emulation")
         summary = json.loads((folder / "summary.json").read_text())
         experiment = measured.get("experiment", f"fid-{name}")
         ran = {e["name"]: e for e in json.loads((folder / "experiments.json").read_text())["experiments"]}[experiment]

@@ -1,5 +1,5 @@
 """plugins/modules/nvidia_gpu_facts.py, run by Ansible on this machine with a stand-in `nvidia-smi` that prints the
-fixtures (no GPU here; the module ran against a real H200's nvidia-smi: docs/gpu-host-driver-check/)."""
+fixtures (no GPU here; the module ran against a real H200's nvidia-smi: results/gpu-host-driver-check/)."""
 
 import pytest
 

@@ -1,0 +1,246 @@
+"""gpu/bench/summarize.py over the committed runs (results/gpu/). A current run keeps its raw results, and its
+summary.json is what summarize.py makes of them and the plan it ran with; a superseded run keeps only its plan and
+its summary (made by the same summarize.py before its raw results left the tree). The findings of each run hold."""
+
+from __future__ import annotations
+
+import json
+
+from gpu_modules import ROOT, load as _load, plan_mod
+
+GPU_RUNS = ROOT / "results" / "gpu"
+# Runs 1 to 5 (2026-11-29) are superseded by runs 6 to 9 (docs/gpu-results.md); their raw results are in the
+# project's history, not in the tree.
+SUPERSEDED = ("2026-11-29-run1-hopper-kernels", "2026-11-29-run2-ada-emulation", "2026-11-29-run3-l40-comparison",
+              "2026-11-29-run4-rtx4090-bf16", "2026-11-29-run5-jit-cache")
+
+
+def committed_run(name):
+    """A current run (results/gpu/<name>): summarize.py, its folder, the plan it ran with, and the summary that
+    summarize.py makes of its results, asserted equal to the committed summary.json."""
+    summarize = _load("summarize")
+    folder = GPU_RUNS / name
+    plan = json.loads((folder / "experiments.json").read_text())
+    summary = summarize.summarise(plan, summarize.load_results(folder))
+    assert json.loads(json.dumps(summary)) == json.loads((folder / "summary.json").read_text())
+    return summarize, folder, plan, summary
+
+
+def superseded_run(name):
+    """A superseded run: summarize.py, the plan it ran with and its committed summary.json."""
+    folder = GPU_RUNS / name
+    return (_load("summarize"), json.loads((folder / "experiments.json").read_text()),
+            json.loads((folder / "summary.json").read_text()))
+
+
+def test_every_run_is_current_or_superseded():
+    """A current run carries its raw results (results-roundN.json, raw-roundN.tar.gz); a superseded one only its
+    plan and summary, so the tree keeps what the results page and the profiles cite and no more."""
+    runs = sorted(p.name for p in GPU_RUNS.iterdir() if p.is_dir())
+    assert set(SUPERSEDED) < set(runs)
+    for name in runs:
+        files = {p.name for p in (GPU_RUNS / name).iterdir()}
+        if name in SUPERSEDED:
+            assert files == {"experiments.json", "summary.json"}, name
+        else:
+            assert {"experiments.json", "summary.json", "results-round1.json", "raw-round1.tar.gz"} <= files, name
+
+
+def test_summary_of_the_committed_gpu_results():
+    """results/gpu/2026-11-29-run2-ada-emulation: all nine experiments of the plan under an emulation of the cards'
+    memory and of Ada's kernel choice."""
+    summarize, plan, summary = superseded_run("2026-11-29-run2-ada-emulation")
+    rows = {r["experiment"]: r for r in summary["fidelity"]}
+    assert len(rows) == 8 and all(abs(r["error_budget_pct"]) < 5 for r in rows.values())
+    assert rows["fid-rtx4090-7b-decode"]["engine_kv_tokens"] == 148_736
+    assert rows["fid-l40-14b-awq-prefill"]["engine_source"] == "cache_config_info"
+    assert [r["experiment"] for r in summary["refusals"]] == ["refuse-rtx4090-7b-decode"]
+    assert "vocabulary size" in summary["refusals"][0]["vllm_said"] and summary["refusals"][0]["planner_errors_now"]
+    assert [v["as_expected"] for v in summary["verification"]] == [True, True]
+    assert {r["experiment"]: r["ratio_pct"] for r in summary["single_stream"]}["fid-rtx4090-7b-prefill"] == 71.0
+    verdicts = {c["card"]: c["verdict"] for c in summary["comparisons"]}
+    assert verdicts == {"RTX 4090": "goal not met", "L40": "not compared"}
+    assert summary["not_run"] == [{"experiment": "default-l40-14b-awq", "action": "guide-128u", "reason": "call time"}]
+    assert "| fid-rtx4090-7b-prefill | guide-64u | 192 |" in summarize.tables(summary)
+
+
+def test_summary_of_run_3():
+    """results/gpu/2026-11-29-run3-l40-comparison: the L40 pair in one run (goal met), the same KV sizes as the second
+    run, and the bf16 4090 start that the old 300 s bound cut off, its KV size read from the start-up log."""
+    summarize, plan, summary = superseded_run("2026-11-29-run3-l40-comparison")
+    rows = {r["experiment"]: r for r in summary["fidelity"]}
+    assert all(abs(r["error_budget_pct"]) < 5 and abs(r["error_card_pct"]) < 5 for r in rows.values())
+    second = {r["experiment"]: r["engine_kv_tokens"]
+              for r in superseded_run("2026-11-29-run2-ada-emulation")[2]["fidelity"]}
+    repeated = [name for name in rows if rows[name]["engine_source"] == "cache_config_info"]
+    assert len(repeated) == 6 and all(rows[n]["engine_kv_tokens"] == second[n] for n in repeated)
+    bf16 = rows["fid-rtx4090-7b-prefill"]
+    assert (bf16["engine_source"], bf16["engine_kv_tokens"], bf16["planner_card_tokens"]) == (
+        "start-up log", 118_624, 119_744)
+    (l40,) = [c for c in summary["comparisons"] if c["card"] == "L40"]
+    assert l40["verdict"] == "goal met" and all(l40["checks"].values()) and l40["preemptions"] == [0.0, 40.0]
+    # What never served is listed, and the comparison it leaves open says why.
+    assert [(n["experiment"], n["action"]) for n in summary["not_run"]] == [("default-rtx4090-7b", "start")]
+    (rtx,) = [c for c in summary["comparisons"] if c["card"] == "RTX 4090"]
+    assert rtx["verdict"] == "not compared" and "default-rtx4090-7b start" in rtx["why"]
+    assert [v["as_expected"] for v in summary["verification"]] == [True, True]
+
+
+def test_summary_of_run_4():
+    """results/gpu/2026-11-29-run4-rtx4090-bf16: the 4090 with a bf16 KV cache (now the shipped rtx4090-7b-prefill) against
+    vLLM's defaults and against the tuning reference's fp8 cache, in one run with one tool; the JIT cache kept between starts."""
+    summarize, plan, summary = superseded_run("2026-11-29-run4-rtx4090-bf16")
+    verdicts = {c["tuned"]: c["verdict"] for c in summary["comparisons"] if c["card"] == "RTX 4090"}
+    assert verdicts == {"cand-rtx4090-7b-prefill-kv-auto": "goal met", "fid-rtx4090-7b-prefill": "goal not met"}
+    rows = {r["experiment"]: r for r in summary["fidelity"]}
+    bf16 = rows["cand-rtx4090-7b-prefill-kv-auto"]
+    assert (bf16["engine_kv_tokens"], bf16["planner_card_tokens"]) == (118_624, 119_744)  # run 3's, again
+    assert rows["fid-rtx4090-7b-prefill"]["engine_kv_tokens"] == 236_080
+    # the defaults ran twice: the second start found vLLM's compile cache and sized a larger KV cache; the
+    # planner predicts a first start, so fidelity is the first one's and the warm restart is shown beside it
+    (repeat,) = summary["repeats"]
+    assert (repeat["experiment"], repeat["round"], repeat["engine_kv_tokens"], repeat["compile_cache"]) == (
+        "default-rtx4090-7b", 2, 120_160, "cold")
+    default = rows["default-rtx4090-7b"]
+    assert (default["round"], default["engine_kv_tokens"], default["compile_cache"]) == (2, 120_160, "cold")
+    assert default["memory"]["usage_activation_gib"] == 1.04 and abs(default["error_card_pct"]) < 5
+    # summarize.py keeps a warm restart only for a start whose log says it loaded vLLM's compiled graph
+    warm = default["warm_restart"]
+    assert {k: warm[k] for k in ("round", "start_s", "engine_kv_tokens", "error_card_pct")} == {
+        "round": 4, "start_s": 252.1, "engine_kv_tokens": 134_256, "error_card_pct": -9.52}
+    # the loads compared are the restart's, the run that served them
+    assert [c["p99_itl_ms"][1] for c in summary["comparisons"] if c["card"] == "RTX 4090"] == [56.031] * 2
+    # the driver's JIT cache: filled by the first bf16 start, kept for the next ones (start 102 s, not ~300 s)
+    assert bf16["round"] == 1 and bf16["jit_cache_mib"] == {"before": 0.0, "after_start": 54.8}
+    assert default["jit_cache_mib"] == {"before": 54.8, "after_start": 54.8} and default["start_s"] < 110
+    # the warm restart's JIT cache was restored into the wrong folder: the driver compiled again (CUDA graphs 139 s)
+    assert warm["jit_cache_mib"] == {"before": 0.0, "after_start": 54.8} and warm["start_s"] > 250
+    assert warm["graph_capture_s"] == [139] and default["graph_capture_s"] == [5]
+
+
+def test_the_carried_jit_cache_was_taken_by_the_driver():
+    """results/gpu/2026-11-29-run5-jit-cache: a fresh machine, run 4's JIT cache unpacked by the harness before
+    the start of vLLM's bf16 4090 defaults. The driver compiled nothing (the cache did not grow) and the FULL CUDA
+    graphs took 4 s, against 139 s when it compiled (run 4, its fourth start). The start ran past the 110 s bound that the
+    run's time left allowed, after sizing its cache (start-up log)."""
+    summarize, plan, summary = superseded_run("2026-11-29-run5-jit-cache")
+    (restored,) = summary["jit_cache"]
+    assert restored["round"] == 1 and restored["restored"] and restored["mib"] == 123.9
+    (row,) = summary["fidelity"]
+    assert row["jit_cache_mib"] == {"before": 123.9, "after_start": 123.9}
+    assert row["status"] == "start-timeout" and row["start_s"] == 110.1
+    assert row["graph_capture_s"] == [4]
+    cold = {r["experiment"]: r for r in superseded_run("2026-11-29-run4-rtx4090-bf16")[2]["fidelity"]}
+    assert cold["default-rtx4090-7b"]["warm_restart"]["graph_capture_s"] == [139]
+    assert (row["engine_kv_tokens"], row["engine_source"]) == (120_160, "start-up log")
+
+
+def test_graph_captures_and_jit_cache_read_from_the_logs_and_rounds():
+    """What summarize.py records of a start's CUDA graph captures and of the JIT cache a round unpacked."""
+    summarize = _load("summarize")
+    log = ("INFO Graph capturing finished in 4 secs, took 0.52 GiB\n"
+           "INFO Graph capturing finished in 139 secs, took 0.50 GiB\n")
+    assert summarize.graph_captures(log) == [4, 139] and summarize.graph_captures("") == []
+    records = [{"_round": 2, "_jit_cache": {"restored": True, "why": "earlier on this machine", "mib": 1.0}},
+               {"_round": 1, "_jit_cache": {"restored": True, "seconds": 1.6, "mib": 1.0}},
+               {"_round": 1, "_jit_cache": {"restored": True, "seconds": 1.6, "mib": 1.0}},
+               {"_round": 3, "_jit_cache": None}]
+    assert summarize.jit_cache(records) == [
+        {"round": 1, "restored": True, "seconds": 1.6, "mib": 1.0},
+        {"round": 2, "restored": True, "why": "earlier on this machine", "mib": 1.0}]
+
+
+def test_summary_of_run_6():
+    """results/gpu/2026-11-29-run6-whole-plan: the whole plan rerun in one run on a fresh machine with the carried JIT
+    cache. Every shipped profile vLLM accepts sized its cache within 5% of the planner at its first start; both cards'
+    shipped profiles met the goal against vLLM's defaults; the tuning reference's decode profile was refused by vLLM and by the
+    planner; the verification passed and the wrong expectation failed."""
+    summarize, folder, plan, summary = committed_run("2026-11-29-run6-whole-plan")
+    results = summarize.load_results(folder)
+    assert summary["vllm_version"] == "0.26.0"
+    shipped = {e["name"] for e in plan["experiments"] if e["name"].startswith("fid-")}
+    rows = {r["experiment"]: r for r in summary["fidelity"]}
+    assert shipped <= set(rows) and not summary["not_run"]
+    assert all(abs(rows[n]["error_card_pct"]) < 5 and rows[n]["compile_cache"] == "cold" for n in shipped)
+    # prefix-heavy: its first start (round 2) sized its cache and ran past the start bound its round left it;
+    # it was run again by hand in round 5, found vLLM's compile cache and sized 8.2% more (as in run 4)
+    heavy = rows["fid-rtx4090-7b-prefix-heavy"]
+    assert (heavy["round"], heavy["status"], heavy["engine_kv_tokens"], heavy["engine_source"]) == (
+        2, "start-timeout", 238_128, "start-up log")
+    assert heavy["warm_restart"]["engine_kv_tokens"] == 257_696 and heavy["warm_restart"]["round"] == 5
+    (refusal,) = summary["refusals"]
+    assert refusal["experiment"] == "refuse-rtx4090-7b-decode" and "vocab" in refusal["vllm_said"]
+    assert refusal["planner_errors_now"]
+    assert [(v["action"], v["as_expected"]) for v in summary["verification"]] == [
+        ("verify-pass", True), ("verify-wrong-kv-dtype", True)]
+    verdicts = {c["tuned"]: c["verdict"] for c in summary["comparisons"]}
+    assert verdicts == {"fid-rtx4090-7b-prefill": "goal met", "fid-l40-14b-awq-prefill": "goal met",
+                        "cand-rtx4090-7b-prefix-heavy-kv-auto": "goal not met"}
+    assert {s["experiment"] for s in summary["single_stream"]} == {
+        "fid-rtx4090-7b-awq", "fid-rtx4090-7b-prefill", "fid-l40-14b-awq-prefill"}
+    # the carried JIT cache: unpacked once, and no start made the driver compile (the cache never grew)
+    assert all(r["jit_cache_mib"] == {"before": 123.9, "after_start": 123.9} for r in results if "jit_cache_mib" in r)
+    first = json.loads((folder / "results-round1.json").read_text())
+    assert first["jit_cache"]["restored"] and "seconds" in first["jit_cache"]
+    assert summary["jit_cache"][0] == dict(round=1, **first["jit_cache"]) and len(summary["jit_cache"]) == 5
+
+
+def test_summary_of_run_1_is_kept():
+    """Run 1 (FlashAttention 3, before the planner's rework): its summary stays readable beside its own plan."""
+    summarize, plan, summary = superseded_run("2026-11-29-run1-hopper-kernels")
+    assert "| fid-rtx4090-7b-decode |" in summarize.tables(summary)
+    assert {r["experiment"]: r["engine_kv_tokens"] for r in summary["fidelity"]}["fid-rtx4090-7b-decode"] == 145_776
+
+
+def test_side_by_side_of_run7():
+    """results/gpu/2026-12-01-run7-rtx4090-side-by-side: each configuration against the defaults of the same run on
+    issue #23's five figures; none is no worse on all five."""
+    summarize, folder, plan, summary = committed_run("2026-12-01-run7-rtx4090-side-by-side")
+    rows = {r["experiment"]: r for r in summary["side_by_side"]}
+    assert rows["r7-default-rtx4090-7b"]["is_defaults"] and rows["r7-default-rtx4090-7b"]["kv_cache_tokens"] == 120_160
+    assert rows["r7-rtx4090-7b-prefill"]["gives_up"] == ["median TTFT"]
+    assert rows["cand-rtx4090-7b-prefill-derived"]["gives_up"] == ["p99 TTFT", "mean ITL", "output throughput"]
+    assert rows["r7-rtx4090-7b-prefill"]["detail"]["later"]["median_ttft_ms"] == 911.0
+    assert "| r7-rtx4090-7b-prefill | RTX 4090 | 6,912.7 | 962.3 / 1,557.3 |" in summarize.tables(summary)
+    # runs before 7 had no rN-default: their summaries carry no side_by_side
+    assert "side_by_side" not in json.loads((ROOT / "results/gpu/2026-11-29-run6-whole-plan/summary.json").read_text())
+
+
+def test_summary_of_run8():
+    """results/gpu/2026-12-02-run8-side-by-side: the L40's three settings, the 4090's fourth candidate and the AWQ profile,
+    each beside vLLM's defaults of the same card and model in the same run; no setting is no worse on all five
+    figures, the derived L40 setting gives up one (p99 TTFT, the burst at t=0)."""
+    summarize, folder, plan, summary = committed_run("2026-12-02-run8-side-by-side")
+    rows = {r["experiment"]: r for r in summary["side_by_side"]}
+    assert set(rows) == set(plan_mod.RUN8) - {"r8-rtx4090-7b-prefix-heavy"}
+    assert [n["experiment"] for n in summary["not_run"]] == ["r8-rtx4090-7b-prefix-heavy"]
+    assert {n: r["defaults"] for n, r in rows.items()} == {
+        **dict.fromkeys(["r8-default-l40-14b-awq", "r8-l40-14b-awq-prefill", "cand-l40-14b-awq-prefill-derived"],
+                        "r8-default-l40-14b-awq"),
+        **dict.fromkeys(["r8-default-rtx4090-7b", "cand-rtx4090-7b-prefill-seqs"], "r8-default-rtx4090-7b"),
+        **dict.fromkeys(["r8-default-rtx4090-7b-awq", "r8-rtx4090-7b-awq"], "r8-default-rtx4090-7b-awq")}
+    assert {n: r.get("gives_up") for n, r in rows.items() if not r["is_defaults"]} == {
+        "r8-l40-14b-awq-prefill": ["median TTFT", "p99 TTFT"], "cand-l40-14b-awq-prefill-derived": ["p99 TTFT"],
+        "cand-rtx4090-7b-prefill-seqs": ["median TTFT"],
+        "r8-rtx4090-7b-awq": ["median TTFT", "p99 TTFT", "output throughput"]}
+    assert rows["r8-default-l40-14b-awq"]["preemptions"] == 40 and all(
+        not r["preemptions"] for n, r in rows.items() if n != "r8-default-l40-14b-awq")
+    # every start sized its cache within 2 % of the planner for the card
+    assert all(abs(r["error_card_pct"]) < 2 for r in summary["fidelity"]) and len(summary["fidelity"]) == 7
+
+
+def test_summary_of_run9():
+    """results/gpu/2026-12-02-run9-rtx4090-prefix-heavy: rtx4090-7b-prefix-heavy beside vLLM's defaults in one round; on
+    the reference's random prompts it gives up four of the five figures (it keeps the mean ITL); the derived
+    candidate did not fit in the round."""
+    summarize, folder, plan, summary = committed_run("2026-12-02-run9-rtx4090-prefix-heavy")
+    rows = {r["experiment"]: r for r in summary["side_by_side"]}
+    assert set(rows) == {"r9-default-rtx4090-7b", "r9-rtx4090-7b-prefix-heavy"}
+    assert [n["experiment"] for n in summary["not_run"]] == ["cand-rtx4090-7b-prefix-heavy-derived"]
+    heavy = rows["r9-rtx4090-7b-prefix-heavy"]
+    assert heavy["defaults"] == "r9-default-rtx4090-7b" and rows["r9-default-rtx4090-7b"]["is_defaults"]
+    assert heavy["gives_up"] == ["median TTFT", "p99 TTFT", "p99 ITL", "output throughput"]
+    assert not heavy["preemptions"] and not rows["r9-default-rtx4090-7b"]["preemptions"]
+    # the same caches as the same arguments sized before (runs 2 and 8: 238,128 fp8, 120,160 bf16 tokens)
+    assert {r["experiment"]: r["engine_kv_tokens"] for r in summary["fidelity"]} == {
+        "r9-default-rtx4090-7b": 120_160, "r9-rtx4090-7b-prefix-heavy": 238_128}
