@@ -98,10 +98,7 @@ def systemd_env_value(text, name):
         if not sep or key.strip() != name or line.lstrip().startswith("#"):
             continue
         raw = raw.strip()
-        if len(raw) >= 2 and raw[0] == raw[-1] == '"':
-            value = _ENV_UNESCAPE.sub(r"\1", raw[1:-1])
-        else:
-            value = raw
+        value = _ENV_UNESCAPE.sub(r"\1", raw[1:-1]) if len(raw) >= 2 and raw[0] == raw[-1] == '"' else raw
     return value
 
 

@@ -48,7 +48,7 @@ from jinja2 import Undefined
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
 if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
-from vllm_fleet import datafiles, endpoints, fingerprint, inputs  # noqa: E402
+from vllm_fleet import datafiles, endpoints, fingerprint, inputs
 
 ROOTDIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ROLES = os.path.join(ROOTDIR, "roles")

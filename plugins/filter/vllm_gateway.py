@@ -69,7 +69,7 @@ from ansible.errors import AnsibleFilterError
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
 if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
-from vllm_fleet import gateway, metrics  # noqa: E402
+from vllm_fleet import gateway, metrics
 
 
 def vllm_gateway_servers(instances_by_host, deployed_by_host=None):

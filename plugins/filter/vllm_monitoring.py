@@ -58,14 +58,13 @@ from collections.abc import Mapping
 from functools import lru_cache
 
 import yaml
-
 from ansible.errors import AnsibleFilterError
 
 # The library of this checkout, beside the plugin (never another installed copy): every filter plugin loads it so.
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
 if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
-from vllm_fleet import inputs, monitoring  # noqa: E402
+from vllm_fleet import inputs, monitoring
 
 
 def vllm_monitoring_targets(plan):

@@ -3,18 +3,18 @@
 import os
 import sys
 from collections.abc import Mapping
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import yaml
-from jinja2 import Undefined
 from ansible.errors import AnsibleError, AnsibleFilterError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from jinja2 import Undefined
 
 # The library of this checkout, beside the plugin (never another installed copy): every filter plugin loads it so.
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
 if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
-from vllm_fleet import compat, datafiles, inputs, planner  # noqa: E402
+from vllm_fleet import compat, datafiles, inputs, planner
 
 DOCUMENTATION = r"""
 name: vllm_plan_host
@@ -29,10 +29,10 @@ description:
     the plan did not expect gives an error naming the host, never a Python exception).
   - "C(hostvars | vllm_plan_hosts(ansible_play_hosts, typical_prompt_tokens, typical_output_tokens)) plans many hosts
     in one pass and returns the whole C(plan.json), a dict with one key C(hosts): host name to plan."
-  - The same file holds C(vllm_min_driver) (vllm_version | vllm_min_driver, the C({vllm, cuda, driver}) line of data/cuda_compat.yml),
-    C(vllm_plan_table) (plan | vllm_plan_table) and C(vllm_plan_instances) (hostvars | vllm_plan_instances(hosts), each
-    host's planned instances); those raise AnsibleFilterError naming the bad value. The fast path's filters are in
-    vllm_fast_path.py.
+  - The same file holds C(vllm_min_driver) (vllm_version | vllm_min_driver, the C({vllm, cuda, driver}) line of
+    data/cuda_compat.yml), C(vllm_plan_table) (plan | vllm_plan_table) and C(vllm_plan_instances)
+    (hostvars | vllm_plan_instances(hosts), each host's planned instances); those raise AnsibleFilterError naming
+    the bad value. The fast path's filters are in vllm_fast_path.py.
 options:
   _input:
     description:
@@ -60,16 +60,23 @@ _value:
   description: The host's plan.
   type: dict
   contains:
-    profile: {description: The shipped profile's name, or C(custom)., type: str}
+    profile: {description: "The shipped profile's name, or C(custom).", type: str}
     vllm_version: {description: The vLLM release planned for., type: str}
-    args: {description: The C(vllm serve) arguments (model first, positional)., type: list, elements: str}
+    args: {description: "The C(vllm serve) arguments (model first, positional).", type: list, elements: str}
     dropped: {description: "Flags the release no longer has: C({flag, reason})", type: list, elements: dict}
-    errors: {description: Problems that forbid deploying the host, each naming host, values and fix., type: list, elements: str}
-    warnings: {description: Problems that make the host run worse than the tuning reference intends., type: list, elements: str}
+    errors:
+      description: Problems that forbid deploying the host, each naming host, values and fix.
+      type: list
+      elements: str
+    warnings:
+      description: Problems that make the host run worse than the tuning reference intends.
+      type: list
+      elements: str
     capacity:
       description: >-
         gpu_memory_bytes, weights_bytes, draft_weights_bytes, kv_bytes_per_token, kv_cache_bytes, kv_cache_tokens,
-        max_concurrency_at_max_len, decode_ceiling_tokens_per_s (integers, null when an error prevented sizing) and fits.
+        max_concurrency_at_max_len, decode_ceiling_tokens_per_s (integers, null when an error prevented sizing)
+        and fits.
       type: dict
 """
 
@@ -96,9 +103,9 @@ _PLAN_VARS = tuple(
             "vllm_model_config",
             "vllm_draft_model_config",
             "vllm_extra_args",
+            *planner.DEPLOY_VARS,
+            *inputs.UNIT_VARS,
         )
-        + planner.DEPLOY_VARS
-        + inputs.UNIT_VARS
     )
 )
 
@@ -129,7 +136,7 @@ ROOTDIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ROLES = os.path.join(ROOTDIR, "roles")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _validator(role, name):
     spec = {
         key: value

@@ -52,9 +52,9 @@ from ansible.errors import AnsibleFilterError
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
 if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
-from vllm_fleet import fragments as _fragments  # noqa: E402  (the standard library only)
-from vllm_fleet import report as _report  # noqa: E402
-from vllm_fleet.inputs import short as _short  # noqa: E402
+from vllm_fleet import fragments as _fragments  # (the standard library only)
+from vllm_fleet import report as _report
+from vllm_fleet.inputs import short as _short
 
 
 def vllm_report_fragment(data, host, kind, instance=None):
@@ -66,7 +66,7 @@ def vllm_report_fragment(data, host, kind, instance=None):
             instance=str(instance) if isinstance(instance, str) else instance,
         )
     except ValueError as exc:
-        raise AnsibleFilterError("vllm_report_fragment: %s" % exc)
+        raise AnsibleFilterError("vllm_report_fragment: %s" % exc) from exc
 
 
 def vllm_report_fragment_name(frag):

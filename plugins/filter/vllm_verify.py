@@ -84,7 +84,7 @@ else:
 
 # The unit's verdict has one home, shared with the vllm_wait_healthy module on the hosts (standard library only).
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "module_utils"))
-from vllm_unit import unit_verdict as _unit_verdict  # noqa: E402
+from vllm_unit import unit_verdict as _unit_verdict
 
 
 def _need_lib(name):
@@ -109,8 +109,8 @@ def _thresholds(values, name):
             raise AnsibleFilterError("%s: threshold %s must be a number, got %r" % (name, key, value))
         try:
             out[key] = float(value)
-        except (TypeError, ValueError):
-            raise AnsibleFilterError("%s: threshold %s must be a number, got %s" % (name, key, _short(value)))
+        except (TypeError, ValueError) as exc:
+            raise AnsibleFilterError("%s: threshold %s must be a number, got %s" % (name, key, _short(value))) from exc
     return out
 
 

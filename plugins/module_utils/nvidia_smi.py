@@ -110,8 +110,8 @@ def _int(row, field):
         return None
     try:
         return int(float(value))
-    except ValueError:
-        raise NvidiaSmiParseError("%s is not a number: %r" % (field, value))
+    except ValueError as exc:
+        raise NvidiaSmiParseError("%s is not a number: %r" % (field, value)) from exc
 
 
 def short_name(name):
@@ -152,7 +152,7 @@ def gpu_from_row(row, mask=False):
 
 def summarize(gpus):
     """Host-level facts over all GPUs: what the role checks and the planner consumes."""
-    drivers = sorted(set(gpu["driver_version"] for gpu in gpus if gpu["driver_version"]))
+    drivers = sorted({gpu["driver_version"] for gpu in gpus if gpu["driver_version"]})
     names = [gpu["name"] for gpu in gpus]
     memory = [gpu["memory_mib"] for gpu in gpus]
     persistence = [gpu["persistence_mode"] for gpu in gpus]
@@ -166,7 +166,7 @@ def summarize(gpus):
         "memory_mib_min": min(memory) if memory else None,
         "memory_mib_total": sum(memory),
         "driver_version": drivers[0] if len(drivers) == 1 else (",".join(drivers) or None),
-        "compute_caps": sorted(set(gpu["compute_cap"] for gpu in gpus if gpu["compute_cap"])),
+        "compute_caps": sorted({gpu["compute_cap"] for gpu in gpus if gpu["compute_cap"]}),
         "persistence_mode": bool(persistence) and all(persistence),
         "homogeneous": len(set(names)) <= 1 and len(set(memory)) <= 1,
     }

@@ -87,7 +87,8 @@ status:
     - V(ok) - nvidia-smi listed at least one GPU.
     - V(missing) - no nvidia-smi found.
     - V(driver_not_loaded) - nvidia-smi cannot talk to a kernel module.
-    - V(nvml_mismatch) - C(Failed to initialize NVML - Driver/library version mismatch); a reboot (or a module reload) is pending.
+    - V(nvml_mismatch) - C(Failed to initialize NVML - Driver/library version mismatch); a reboot (or a module
+      reload) is pending.
     - V(no_devices) - the driver is loaded but sees no GPU.
     - V(no_permission) - nvidia-smi lacks permission on the device nodes.
     - V(error) - anything else; RV(message) holds nvidia-smi's output.
@@ -182,10 +183,12 @@ gpus:
     memory_mib: {description: Total memory in MiB., type: int}
     memory_used_mib: {description: Memory in use in MiB., type: int}
     driver_version: {description: Driver version., type: str}
-    compute_cap: {description: Compute capability (C(8.9) for Ada, C(9.0) for Hopper)., type: str}
+    compute_cap: {description: "Compute capability (C(8.9) for Ada, C(9.0) for Hopper).", type: str}
     pci_bus_id: {description: PCI bus id., type: str}
     persistence_mode: {description: Persistence mode on., type: bool}
-    minor: {description: "Minor number of its device node C(/dev/nvidia<minor>), null when the driver does not say.", type: int}
+    minor:
+      description: Minor number of its device node C(/dev/nvidia<minor>), null when the driver does not say.
+      type: int
     numa_node: {description: NUMA node the GPU is attached to (null when the platform has none)., type: int}
     cpus: {description: "CPUs local to the GPU, as sysfs lists them (C(0-15,32-47)); null when unknown.", type: str}
 kernel_module:
@@ -194,8 +197,8 @@ kernel_module:
   type: dict
   contains:
     loaded: {description: The file exists and names a version., type: bool}
-    version: {description: Version of the loaded module, or null., type: str}
-    open: {description: True for NVIDIA's open kernel modules, null when not loaded., type: bool}
+    version: {description: "Version of the loaded module, or null.", type: str}
+    open: {description: "True for NVIDIA's open kernel modules, null when not loaded.", type: bool}
 nvml_library_version:
   description: User-space NVML version that newer nvidia-smi prints after a version mismatch; null otherwise.
   returned: always
@@ -259,7 +262,7 @@ def _kernel_module(path):
     try:
         with open(path) as handle:
             parsed = parse_proc_version(handle.read())
-    except (IOError, OSError):
+    except OSError:
         parsed = None
     if not parsed:
         return {"loaded": False, "version": None, "open": None}
@@ -306,14 +309,14 @@ def probe(module):
         try:
             with open(os.path.join(root, address, kind)) as handle:
                 return handle.read()
-        except (IOError, OSError):
+        except OSError:
             return None
 
     for gpu in result["gpus"]:
         gpu.update(topology(gpu, read))
 
     # The header of `nvidia-smi -q` is the one place that names the CUDA version the driver supports.
-    rc, q_out, dummy = module.run_command([nvidia_smi, "-q", "-d", "COMPUTE"], environ_update=_C_LOCALE)
+    rc, q_out, _dummy = module.run_command([nvidia_smi, "-q", "-d", "COMPUTE"], environ_update=_C_LOCALE)
     header = parse_query_header(q_out) if rc == 0 else {}
 
     result.update(
@@ -341,7 +344,7 @@ def main():
         supports_check_mode=True,
     )
     result = probe(module)
-    result["ansible_facts"] = {"nvidia_gpu": dict((k, v) for k, v in result.items() if k != "changed")}
+    result["ansible_facts"] = {"nvidia_gpu": {k: v for k, v in result.items() if k != "changed"}}
     if module.params["require"] and result["status"] != "ok":
         module.fail_json(msg="nvidia_gpu_facts on this host: %s" % result["message"], **result)
     module.exit_json(**result)

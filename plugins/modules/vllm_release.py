@@ -97,7 +97,7 @@ history:
     id: {description: The entry's name., type: str}
     release: {description: The virtualenv (vLLM release) it runs., type: str}
     profile: {description: Its profile name., type: str}
-    first_verified: {description: When it was first verified (UTC, ISO 8601)., type: str}
+    first_verified: {description: "When it was first verified (UTC, ISO 8601).", type: str}
     last_verified: {description: When it was last made current by a verified rollout., type: str}
     files: {description: The base names of its files., type: list}
 current:

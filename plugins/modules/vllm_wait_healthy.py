@@ -157,11 +157,11 @@ def main():
             return response.getcode(), response.headers.get("Date", ""), ""
         except HTTPError as exc:
             return exc.code, "", "HTTP %s" % exc.code
-        except Exception as exc:  # connection refused, reset, timed out: the server is not up
+        except Exception as exc:  # noqa: BLE001 - connection refused, reset, timed out: the server is not up
             return None, "", str(exc)[:300]
 
     def read_unit():
-        rc, out, err = module.run_command(show_argv(params["unit"]), environ_update=environ)
+        rc, out, _err = module.run_command(show_argv(params["unit"]), environ_update=environ)
         return out if rc == 0 else ""
 
     result = wait_healthy(
@@ -169,7 +169,7 @@ def main():
     )
     result["journal_tail"] = []
     if not result["ok"] and params["unit"] and params["journal_lines"] > 0:
-        rc, out, err = module.run_command(
+        _rc, out, _err = module.run_command(
             [
                 "journalctl",
                 "--unit",

@@ -33,7 +33,8 @@ import sys
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from collections.abc import Callable, Iterable
+from typing import Any
 
 # Upper bounds a run may not exceed, whatever it is asked: the load must stay a benchmark.
 MAX_REQUESTS = 10000
@@ -51,7 +52,7 @@ class BenchError(ValueError):
     """Bad bounds or an unusable server answer."""
 
 
-def percentile(values: Iterable[float], q: float) -> Optional[float]:
+def percentile(values: Iterable[float], q: float) -> float | None:
     """The q-th percentile (0-100) with linear interpolation, as numpy's default; None when empty."""
     data = sorted(values)
     if not data:
@@ -63,7 +64,7 @@ def percentile(values: Iterable[float], q: float) -> Optional[float]:
     return data[lo] + (data[hi] - data[lo]) * (pos - lo)
 
 
-def _stats(values: List[float], scale: float = 1000.0) -> Dict[str, Optional[float]]:
+def _stats(values: list[float], scale: float = 1000.0) -> dict[str, float | None]:
     """mean, p50, p90, p99, p99.9 and max of seconds, in milliseconds (scale)."""
     if not values:
         return {"mean": None, "p50": None, "p90": None, "p99": None, "p999": None, "max": None}
@@ -80,7 +81,7 @@ def _stats(values: List[float], scale: float = 1000.0) -> Dict[str, Optional[flo
 STALL_FACTOR = 3.0
 
 
-def _gap_stats(gaps: List[float]) -> Dict[str, Optional[float]]:
+def _gap_stats(gaps: list[float]) -> dict[str, float | None]:
     """_stats of the inter-token gaps, plus the share of gaps longer than STALL_FACTOR x the median: the
     decode steps a prefill stalled. p99 alone jumps between plateaus when that share is near 1 % (seen on
     the H200: the same L40 profile gave a p99 ITL of 202 ms in one run and 79 ms in the next)."""
@@ -95,9 +96,9 @@ def _gap_stats(gaps: List[float]) -> Dict[str, Optional[float]]:
 
 # Not vllm_fleet.metrics.parse: this file runs on the hosts with the standard library only, and that parser
 # is prometheus_client's; the few counters here need no more than one line at a time.
-def counters(text: str) -> Dict[str, float]:
+def counters(text: str) -> dict[str, float]:
     """The few counters the benchmark reads, summed over their series (names without _total)."""
-    out: Dict[str, float] = {}
+    out: dict[str, float] = {}
     for line in text.splitlines():
         match = _SAMPLE.match(line)
         if not match or not match.group(1).endswith("_total"):
@@ -111,7 +112,7 @@ def counters(text: str) -> Dict[str, float]:
     return out
 
 
-def info_labels(text: str, family: str) -> Dict[str, str]:
+def info_labels(text: str, family: str) -> dict[str, str]:
     """The labels of an info metric's first series (vllm:cache_config_info), as raw strings; {} when absent."""
     prefix = family + "{"
     for line in text.splitlines():
@@ -188,14 +189,14 @@ class Client:
         finally:
             conn.close()
 
-    def stream_completion(self, body: Dict[str, Any], clock: Callable[[], float] = time.perf_counter) -> Dict[str, Any]:
+    def stream_completion(self, body: dict[str, Any], clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
         """POST /v1/completions with stream=true; times of the chunks that carry text."""
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = "Bearer " + self.api_key
         conn = self._connection()
         start = clock()
-        out: Dict[str, Any] = {"ok": False, "ttft": None, "itl": [], "latency": None, "output_tokens": 0, "error": None}
+        out: dict[str, Any] = {"ok": False, "ttft": None, "itl": [], "latency": None, "output_tokens": 0, "error": None}
         try:
             conn.request("POST", self.base + "/v1/completions", body=json.dumps(body), headers=headers)
             resp = conn.getresponse()
@@ -230,7 +231,7 @@ class Client:
         return out
 
 
-def _prompt(rng: random.Random, tokens: int, low: int, high: int) -> List[int]:
+def _prompt(rng: random.Random, tokens: int, low: int, high: int) -> list[int]:
     return [rng.randrange(low, high) for _ in range(tokens)]
 
 
@@ -245,11 +246,11 @@ def run_phase(
     seed: int = 0,
     token_ids: tuple = (10, 1000),
     clock: Callable[[], float] = time.perf_counter,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """Send up to `requests` requests, `concurrency` at a time, none started after `duration_s`."""
     rng = random.Random(seed)
     prompts = [_prompt(rng, prompt_tokens, *token_ids) for _ in range(requests)]
-    results: List[Dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
     lock = threading.Lock()
     next_index = [0]
     start = clock()
@@ -284,8 +285,8 @@ def run_phase(
 
 
 def summarise(
-    results: List[Dict[str, Any]], wall: float, requests: int, concurrency: int, prompt_tokens: int, max_tokens: int
-) -> Dict[str, Any]:
+    results: list[dict[str, Any]], wall: float, requests: int, concurrency: int, prompt_tokens: int, max_tokens: int
+) -> dict[str, Any]:
     ok = [r for r in results if r["ok"]]
     itl = [g for r in ok for g in r["itl"]]
     output_tokens = sum(r["output_tokens"] for r in ok)
@@ -295,7 +296,7 @@ def summarise(
         "requests_sent": len(results),
         "completed": len(ok),
         "failed": len(errors),
-        "errors": sorted(set(e for e in errors if e))[:5],
+        "errors": sorted({e for e in errors if e})[:5],
         "concurrency": concurrency,
         "prompt_tokens": prompt_tokens,
         "max_tokens": max_tokens,
@@ -318,13 +319,13 @@ def run(
     prompt_tokens: int = 512,
     max_tokens: int = 256,
     single_requests: int = 3,
-    decode_ceiling: Optional[float] = None,
+    decode_ceiling: float | None = None,
     api_key: str = "",
     request_timeout_s: float = 600,
     insecure: bool = False,
     seed: int = 0,
     token_ids: tuple = (10, 1000),
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """Both phases and the server's counters; the JSON the playbook records:
     ``{"single": phase, "load": phase, "server": {...}, "efficiency": {...}, "bounds": {...}}``."""
     check_bounds(requests, concurrency, duration_s, prompt_tokens, max_tokens, single_requests)
@@ -339,14 +340,14 @@ def run(
     load = run_phase(client, model, requests, concurrency, duration_s, prompt_tokens, max_tokens, seed, token_ids)
     after = counters(client.get("/metrics"))
 
-    def delta(a: Dict[str, float], b: Dict[str, float], name: str) -> Optional[float]:
+    def delta(a: dict[str, float], b: dict[str, float], name: str) -> float | None:
         if name not in b:
             return None
         return b[name] - a.get(name, 0.0) if b[name] >= a.get(name, 0.0) else b[name]
 
     server = {name.split(":", 1)[1]: delta(between, after, name) for name in _COUNTERS}
     server["preemptions_single"] = delta(before, between, "vllm:num_preemptions")
-    efficiency: Dict[str, Any] = {"decode_ceiling_tokens_per_s": decode_ceiling}
+    efficiency: dict[str, Any] = {"decode_ceiling_tokens_per_s": decode_ceiling}
     mean_itl = (single or {}).get("itl_ms", {}).get("mean")
     if mean_itl:
         efficiency["single_stream_tokens_per_s"] = round(1000.0 / mean_itl, 2)
@@ -371,7 +372,7 @@ def run(
     }
 
 
-def guide_verdict(load: Dict[str, Any], target: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+def guide_verdict(load: dict[str, Any], target: dict[str, Any] | None) -> dict[str, Any] | None:
     """The tuning reference's service level for the host's card (the plan's service_levels.target) against this load:
     the median TTFT under the target's, and the decode rate per user (1000 / mean inter-token gap) at least the
     target's lower bound. Judged at this benchmark's load, which is named beside the target's own."""
@@ -393,7 +394,7 @@ def guide_verdict(load: Dict[str, Any], target: Optional[Dict[str, Any]]) -> Opt
     }
 
 
-def _guide_cell(verdict: Optional[Dict[str, Any]]) -> str:
+def _guide_cell(verdict: dict[str, Any] | None) -> str:
     if not verdict:
         return "-"
     if "error" in verdict:
@@ -407,7 +408,7 @@ def _guide_cell(verdict: Optional[Dict[str, Any]]) -> str:
     )
 
 
-def markdown_row(host: str, result: Dict[str, Any]) -> str:
+def markdown_row(host: str, result: dict[str, Any]) -> str:
     """One row of the benchmark table (header: MARKDOWN_HEADER)."""
     load, eff, server = result.get("load") or {}, result.get("efficiency") or {}, result.get("server") or {}
 
@@ -440,7 +441,7 @@ MARKDOWN_HEADER = (
 )
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="A bounded load against one vLLM server; prints JSON.")
     parser.add_argument("--url", required=True)
     parser.add_argument("--model", required=True)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Mapping
+from functools import cache, lru_cache
+from typing import Any
 
 from . import datafiles
-
 
 # model_type -> whether q/k/v projections carry a bias, and whether q/k have a per-head RMSNorm.
 _ARCHITECTURES = {
@@ -124,7 +124,8 @@ def _int(config: Mapping[str, Any], key: str, name: str) -> int:
     value = config.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ModelError(
-            f"model {name}: config.json field {key}={value!r} is not a positive integer; fix: point at the model's own config.json"
+            f"model {name}: config.json field {key}={value!r} is not a positive integer; "
+            "fix: point at the model's own config.json"
         )
     return value
 
@@ -179,7 +180,7 @@ def catalogue() -> dict[str, dict[str, Any]]:
     return datafiles.load("models.yml")["models"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _catalogue_architecture(model_id: str) -> Architecture:
     return architecture(model_id, catalogue()[model_id]["config"])
 

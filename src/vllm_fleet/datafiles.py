@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -16,7 +16,7 @@ def load(name: str) -> Any:
         return yaml.safe_load(f)
 
 
-@lru_cache(maxsize=None)
+@cache
 def role_options(roles_dir: str, role: str) -> dict[str, Any]:
     """The options of a role's main entry point (ROLES_DIR/ROLE/meta/argument_specs.yml)."""
     with open(os.path.join(roles_dir, role, "meta", "argument_specs.yml"), encoding="utf-8") as handle:

@@ -23,8 +23,9 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 __all__ = ["REPORT_SCHEMA", "fragment", "fragment_name", "key", "load_fragments", "merge"]
 
@@ -32,7 +33,7 @@ REPORT_SCHEMA = 1
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def fragment(

@@ -22,7 +22,8 @@ import hashlib
 import io
 import ipaddress
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -227,7 +228,7 @@ def _tls(host: str, values: Mapping[str, Any], now: datetime.datetime | None) ->
         leaf = chain[0]
         subject = leaf.subject.rfc4514_string() or "no subject"
         expiry = leaf.not_valid_after_utc
-        if expiry <= (now or datetime.datetime.now(datetime.timezone.utc)):
+        if expiry <= (now or datetime.datetime.now(datetime.UTC)):
             errors.append(
                 f"{host}: vllm_gateway_tls_certificate's leaf ({subject}) expired on "
                 f"{expiry:%Y-%m-%d %H:%M} UTC; fix: renew the gateway's certificate and give its new chain"

@@ -29,7 +29,8 @@ import posixpath
 import re
 import sys
 import unicodedata
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 
 def short(value: Any, limit: int = 120, render: Callable[[Any], str] = repr) -> str:

@@ -21,8 +21,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -156,7 +157,7 @@ class MetricsFacts:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "MetricsFacts":
+    def from_dict(cls, data: Mapping[str, Any]) -> MetricsFacts:
         if not isinstance(data, Mapping) or "families" not in data:
             raise TypeError("expected metrics facts (the output of vllm_fleet.metrics.parse), got %s" % short(data, 80))
         return cls(

@@ -9,7 +9,8 @@ from __future__ import annotations
 import copy
 import ipaddress
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from . import inputs, metrics
 
@@ -122,7 +123,7 @@ def increases_by_instance(results: Iterable[Mapping[str, Any]], names: Iterable[
     folded into ``{instance: {name: increase}}`` (a name an instance does not export stays None)."""
     out: dict[str, dict[str, Any]] = {}
     names = list(names)
-    for name, result in zip(names, results):
+    for name, result in zip(names, results, strict=False):
         for sample in ((result or {}).get("data") or {}).get("result") or []:
             instance = (sample.get("metric") or {}).get("instance")
             if instance is None:
@@ -134,7 +135,7 @@ def increases_by_instance(results: Iterable[Mapping[str, Any]], names: Iterable[
 def series_by_instance(results: Iterable[Mapping[str, Any]], names: Iterable[str]) -> dict[str, dict[str, list]]:
     """Prometheus' range-query results (one per name) as ``{name: {instance: [[unix time, value], ...]}}``."""
     out: dict[str, dict[str, list]] = {}
-    for name, result in zip(names, results):
+    for name, result in zip(names, results, strict=False):
         by_instance = out.setdefault(name, {})
         for stream in ((result or {}).get("data") or {}).get("result") or []:
             instance = (stream.get("metric") or {}).get("instance")
@@ -201,7 +202,7 @@ def seconds(value: Any) -> float | None:
     found = DURATION.fullmatch(value)
     if not found:
         return None
-    return sum(int(n) * unit for n, unit in zip(found.groups(), _UNIT_SECONDS) if n is not None)
+    return sum(int(n) * unit for n, unit in zip(found.groups(), _UNIT_SECONDS, strict=True) if n is not None)
 
 
 def _control(host: str, name: str, value: Any, secret: bool = False) -> list[str]:

@@ -20,8 +20,9 @@ which cards, and what each needs of its own so that instances never share a card
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from . import endpoints
 

@@ -11,13 +11,13 @@ host, the numbers and a fix. `table` prints the plan.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from . import inputs, placement, profiles, render
 from .rules import ERROR_RULES, WARNING_RULES, known_failure
 from .service_levels import GUIDE_TARGETS, match_card, misses_target, service_levels
 from .sizing import fit_hint, gib, size_instance
-
 
 DEFAULT_TYPICAL_PROMPT_TOKENS = 512
 DEFAULT_TYPICAL_OUTPUT_TOKENS = 256
@@ -429,6 +429,11 @@ def plan_hosts(hosts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 TABLE_MAX_ROWS = 40
 
 
+def _num(capacity: Mapping[str, Any], key: str, fmt: Callable[[Any], str]) -> str:
+    """A capacity figure for the table, or "-" when sizing left it out."""
+    return "-" if capacity.get(key) is None else fmt(capacity[key])
+
+
 def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
     """A readable table of plan.json, then the errors, the warnings and the tuning reference's service levels the
     estimate misses (``slo``: estimates, which do not stop a rollout). Up to ``max_rows`` hosts: one row each and
@@ -454,26 +459,21 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
     warnings: dict[str, list[str]] = {}
     dropped: dict[tuple[str, str], list[str]] = {}
     placed: dict[str, list[str]] = {}  # what the placement set for the cards, and why (once, with its hosts)
-    levels: dict[
-        str, list[str]
-    ] = {}  # the tuning reference's service levels the estimate misses (not deployment warnings)
+    # the tuning reference's service levels the estimate misses (not deployment warnings)
+    levels: dict[str, list[str]] = {}
     for host, e in hosts.items():
         c = e["capacity"]
         status = "ERROR" if e["errors"] else ("warn" if e["warnings"] else "ok")
-
-        def num(key, fmt):
-            return "-" if c.get(key) is None else fmt(c[key])
-
         row = (
             e["profile"],
             str(e["vllm_version"]),
             _instances_cell(e),
-            num("weights_bytes", gib),
-            num("draft_weights_bytes", lambda v: gib(v) if v else "-"),
-            num("kv_cache_bytes", gib),
-            num("kv_cache_tokens", lambda v: f"{v:,}"),
-            num("max_concurrency_at_max_len", str),
-            num("decode_ceiling_tokens_per_s", str),
+            _num(c, "weights_bytes", gib),
+            _num(c, "draft_weights_bytes", lambda v: gib(v) if v else "-"),
+            _num(c, "kv_cache_bytes", gib),
+            _num(c, "kv_cache_tokens", lambda v: f"{v:,}"),
+            _num(c, "max_concurrency_at_max_len", str),
+            _num(c, "decode_ceiling_tokens_per_s", str),
             f"{status} ({len(e['errors'])}E {len(e['warnings'])}W)" if status != "ok" else "ok",
         )
         groups.setdefault(row if grouped else (host, *row), []).append(host)
@@ -495,7 +495,7 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
         else:
             rows.append(key)
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     if grouped:
         failed = sum(bool(e["errors"]) for e in hosts.values())
@@ -520,7 +520,7 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
             f"note  ({len(members)} host{'s' if len(members) > 1 else ''}: {', '.join(members[:3])}"
             f"{f' and {len(members) - 3} more' if len(members) > 3 else ''}) {text}"
         )
-    return lines + ([""] + notes if notes else [])
+    return lines + (["", *notes] if notes else [])
 
 
 def _instances_cell(entry: Mapping[str, Any]) -> str:

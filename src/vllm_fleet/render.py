@@ -17,9 +17,10 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -81,7 +82,7 @@ def parse_version(version: Any) -> Version:
     if len(parsed.release) != 3 or parsed.local or parsed.epoch:
         raise ValueError(
             f"vllm_version={version!r} is not a full release number (pip and the virtualenv name pin X.Y.Z); "
-            f'fix: the release as PyPI lists it, e.g. "{".".join(map(str, (parsed.release + (0, 0))[:3]))}"'
+            f'fix: the release as PyPI lists it, e.g. "{".".join(map(str, (*parsed.release, 0, 0)[:3]))}"'
         )
     if parsed < minimum:
         raise ValueError(
@@ -152,7 +153,8 @@ def _speculative(spec: Mapping[str, Any], version: Version, draft_model_path: st
         result.dropped.append(
             {
                 "flag": f"speculative.method={method}",
-                "reason": f"vLLM {version} has no --speculative-config; method {method} cannot be expressed with its flags",
+                "reason": f"vLLM {version} has no --speculative-config; "
+                f"method {method} cannot be expressed with its flags",
             }
         )
         return
@@ -234,8 +236,8 @@ _MANAGED_WHY = {
 
 
 def _shown(name: str, value: Any) -> str:
-    """`=value` for a message, or that a secret's value is not shown (inputs.is_secret_argument: api_key, anything named key,
-    token, password or secret; not num_speculative_tokens or tokenizer)."""
+    """`=value` for a message, or that a secret's value is not shown (inputs.is_secret_argument: api_key, anything
+    named key, token, password or secret; not num_speculative_tokens or tokenizer)."""
     return " (value not shown)" if inputs.is_secret_argument(name) else f"={inputs.short(value)}"
 
 
@@ -274,7 +276,8 @@ def _managed_problem(name: str, value: Any, version: Version | None, show: bool 
 
 
 def _gone(name: str, value: Any, version: Version, show: bool = True) -> str | None:
-    """Why vllm_extra_args.NAME is not on this release when the table says the release removed it (or has it not yet)."""
+    """Why vllm_extra_args.NAME is not on this release when the table says the release removed it (or has it not
+    yet)."""
     if name not in table()["keys"] or era(name, version)["form"] not in ("removed", "absent"):
         return None
     entry = era(name, version)

@@ -1,9 +1,10 @@
 """The rollout report, rendered: Markdown here, the page with plots in :mod:`vllm_fleet.report_html`.
 
-It renders what :func:`vllm_fleet.fragments.merge` folded from a run's fragments: :func:`vllm_fleet.verdict.host_entry`'s
-results, one per vLLM instance (a host runs one per GPU or tensor-parallel group), keyed ``host/instance``, with
-the run's rollout measurements, rollbacks and events. :func:`write_report` writes report.json, report.md and
-report.html; ``python -m vllm_fleet.report --merge reports/<run>`` merges and writes a run's report from a shell.
+It renders what :func:`vllm_fleet.fragments.merge` folded from a run's fragments:
+:func:`vllm_fleet.verdict.host_entry`'s results, one per vLLM instance (a host runs one per GPU or tensor-parallel
+group), keyed ``host/instance``, with the run's rollout measurements, rollbacks and events. :func:`write_report`
+writes report.json, report.md and report.html; ``python -m vllm_fleet.report --merge reports/<run>`` merges and
+writes a run's report from a shell.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .fragments import load_fragments, merge
 

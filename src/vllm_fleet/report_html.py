@@ -12,12 +12,13 @@ from __future__ import annotations
 import base64
 import html
 import io
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")  # no display: render to memory
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 __all__ = ["render_html"]
 

@@ -7,12 +7,12 @@ which run between the two lists on GPU hosts. Every message names the host, the 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 from . import catalogue, datafiles
 from .sizing import Sizing, gib, gpu_is, is_ada
-
 
 MAX_UTILIZATION = 0.95
 SPECULATION_MAX_SEQS = 32
@@ -153,7 +153,7 @@ def _long_prompts_never_scheduled(s: Sizing) -> list[str]:
     ]
 
 
-# --- warnings: it runs, but not as the tuning reference intends --------------------------------------------------------
+# --- warnings: it runs, but not as the tuning reference intends -------------------------------------------------------
 def _speculation_in_large_batches(s: Sizing) -> list[str]:
     if not (s.spec and s.seqs > SPECULATION_MAX_SEQS):
         return []

@@ -5,12 +5,12 @@ the H200's measured figures give (CALIBRATION), against the tuning reference's t
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 from . import catalogue
 from .sizing import Sizing
-
 
 # --- service levels: what a user would see, estimated from the card's compute and bandwidth -------------
 # Dense bf16/fp16 tensor TFLOP/s (FP32 accumulate, as vLLM's GEMMs run), by card name; `vllm_gpu.bf16_tflops`
@@ -151,8 +151,8 @@ def misses_target(s: Sizing) -> list[str]:
     if est["ttft_ms"] > target["ttft_ms"]:
         out.append(
             f"{s.host}: estimated TTFT {est['ttft_ms']:,.0f} ms on {s.gpu['name']} at {where}, above the "
-            f"tuning reference's {target['ttft_ms']} ms (prefill steps of {est['prefill_step_ms']:,.0f} ms); fix: fewer "
-            f"users per card, a smaller max_num_batched_tokens, shorter prompts or a faster card"
+            f"tuning reference's {target['ttft_ms']} ms (prefill steps of {est['prefill_step_ms']:,.0f} ms); "
+            "fix: fewer users per card, a smaller max_num_batched_tokens, shorter prompts or a faster card"
         )
     if est["decode_tokens_per_s_per_user"] < target["min_tokens_per_s"]:
         out.append(

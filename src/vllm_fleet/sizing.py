@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 from packaging.version import Version
 
 from . import catalogue, datafiles, placement, profiles, render
-
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -371,7 +371,8 @@ def _draft_errors(
             f"drafts for {arch.name} ({family[0]} tokenizer, vocab_size={arch.vocab_size:,}): another tokenizer's "
             "token ids mean other text, so its drafts are rejected (use_heterogeneous_vocab only maps one "
             "tokenizer's padded vocabularies); fix: pick a draft of the target's family (for example "
-            f"{'a small ' + family[0] if family[0] else 'a smaller checkpoint of the same model'}), or speculative: null"
+            f"{'a small ' + family[0] if family[0] else 'a smaller checkpoint of the same model'}), "
+            "or speculative: null"
         )
     return errors
 

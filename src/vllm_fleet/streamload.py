@@ -184,7 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-file", help="stop when this file appears")
     parser.add_argument("--think-seconds", type=float, default=0.0, help="each worker's pause between requests")
     args = parser.parse_args(argv)
-    key = open(args.key_file).read().strip() if args.key_file else ""
+    key = ""
+    if args.key_file:
+        with open(args.key_file) as handle:
+            key = handle.read().strip()
     context = ssl.create_default_context(cafile=args.cafile) if args.cafile else ssl.create_default_context()
     stream = Stream(args.url, key, args.model, args.max_tokens, context, args.timeout)
     json.dump(

@@ -11,11 +11,13 @@ import datetime as _dt
 import email.utils
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from vllm_fleet import metrics as _metrics
-from vllm_fleet.endpoints import WILDCARD_ADDRESSES, probe_url  # noqa: F401 (the filter plugin's API)
+from vllm_fleet.endpoints import WILDCARD_ADDRESSES as WILDCARD_ADDRESSES  # re-exported: the filter plugin's API
+from vllm_fleet.endpoints import probe_url as probe_url  # re-exported: the filter plugin's API
 from vllm_fleet.inputs import is_secret_argument, short
 
 __all__ = ["command_line_drift", "crashed_after_start", "host_entry", "running_arguments", "version_matches"]
@@ -24,7 +26,7 @@ API_PROBES = ("version", "models", "smoke", "metrics_before", "metrics_after")
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _status(result: Mapping[str, Any] | None) -> int | None:

@@ -190,8 +190,7 @@ def pip_command(args: list[str], target: Target | None, python: str = sys.execut
 def _run_pip(args: list[str], target: Target | None, python: str, timeout: float | None) -> None:
     proc = subprocess.run(
         pip_command(args, target, python),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
