@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 # Upper bounds a run may not exceed, whatever it is asked: the load must stay a benchmark.
@@ -55,8 +55,11 @@ class BenchError(ValueError):
 def percentile(values: Iterable[float], q: float) -> float | None:
     """The q-th percentile (0-100) with linear interpolation, as numpy's default; None when empty."""
     data = sorted(values)
-    if not data:
-        return None
+    return _interpolate(data, q) if data else None
+
+
+def _interpolate(data: list[float], q: float) -> float:
+    """The q-th percentile (0-100) of sorted, non-empty data, with linear interpolation."""
     if len(data) == 1:
         return data[0]
     pos = (len(data) - 1) * q / 100.0
@@ -68,12 +71,13 @@ def _stats(values: list[float], scale: float = 1000.0) -> dict[str, float | None
     """mean, p50, p90, p99, p99.9 and max of seconds, in milliseconds (scale)."""
     if not values:
         return {"mean": None, "p50": None, "p90": None, "p99": None, "p999": None, "max": None}
+    data = sorted(values)
     return {
         "mean": round(sum(values) / len(values) * scale, 3),
-        "p50": round(percentile(values, 50) * scale, 3),
-        "p90": round(percentile(values, 90) * scale, 3),
-        "p99": round(percentile(values, 99) * scale, 3),
-        "p999": round(percentile(values, 99.9) * scale, 3),
+        "p50": round(_interpolate(data, 50) * scale, 3),
+        "p90": round(_interpolate(data, 90) * scale, 3),
+        "p99": round(_interpolate(data, 99) * scale, 3),
+        "p999": round(_interpolate(data, 99.9) * scale, 3),
         "max": round(max(values) * scale, 3),
     }
 
@@ -87,7 +91,7 @@ def _gap_stats(gaps: list[float]) -> dict[str, float | None]:
     the H200: the same L40 profile gave a p99 ITL of 202 ms in one run and 79 ms in the next)."""
     out = _stats(gaps)
     if gaps:
-        limit = percentile(gaps, 50) * STALL_FACTOR
+        limit = _interpolate(sorted(gaps), 50) * STALL_FACTOR
         out["stalled_pct"] = round(100.0 * sum(1 for g in gaps if g > limit) / len(gaps), 3)
     else:
         out["stalled_pct"] = None
@@ -146,7 +150,7 @@ class Events:
     def __init__(self, lines: Iterable[bytes]):
         self.lines, self.done = lines, False
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         for raw in self.lines:
             line = raw.decode("utf-8", "replace").strip()
             if not line.startswith("data:"):
@@ -244,7 +248,7 @@ def run_phase(
     prompt_tokens: int,
     max_tokens: int,
     seed: int = 0,
-    token_ids: tuple = (10, 1000),
+    token_ids: tuple[int, int] = (10, 1000),
     clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Any]:
     """Send up to `requests` requests, `concurrency` at a time, none started after `duration_s`."""
@@ -324,7 +328,7 @@ def run(
     request_timeout_s: float = 600,
     insecure: bool = False,
     seed: int = 0,
-    token_ids: tuple = (10, 1000),
+    token_ids: tuple[int, int] = (10, 1000),
 ) -> dict[str, Any]:
     """Both phases and the server's counters; the JSON the playbook records:
     ``{"single": phase, "load": phase, "server": {...}, "efficiency": {...}, "bounds": {...}}``."""
@@ -398,7 +402,8 @@ def _guide_cell(verdict: dict[str, Any] | None) -> str:
     if not verdict:
         return "-"
     if "error" in verdict:
-        return "error: " + verdict["error"]
+        error: str = verdict["error"]
+        return "error: " + error
     low, high = verdict["decode_target_tokens_per_s"]
     return (
         f"{verdict['card']}: TTFT {'meets' if verdict['meets_ttft'] else 'misses'} {verdict['ttft_target_ms']} ms, "

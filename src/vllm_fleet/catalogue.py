@@ -12,12 +12,18 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from typing import Any
+from typing import Any, TypedDict
 
 from . import datafiles
 
+
+class _Traits(TypedDict):
+    qkv_bias: bool | None
+    qk_norm: bool
+
+
 # model_type -> whether q/k/v projections carry a bias, and whether q/k have a per-head RMSNorm.
-_ARCHITECTURES = {
+_ARCHITECTURES: dict[str, _Traits] = {
     "qwen2": {"qkv_bias": True, "qk_norm": False},
     "qwen3": {"qkv_bias": False, "qk_norm": True},
     "llama": {"qkv_bias": None, "qk_norm": False},  # None: read config's attention_bias
@@ -177,7 +183,8 @@ def architecture(name: str, config: Mapping[str, Any]) -> Architecture:
 @lru_cache(maxsize=1)
 def catalogue() -> dict[str, dict[str, Any]]:
     """The shipped catalogue: model id -> entry (source, checked_against, unverified, config)."""
-    return datafiles.load("models.yml")["models"]
+    models: dict[str, dict[str, Any]] = datafiles.load("models.yml")["models"]
+    return models
 
 
 @cache

@@ -20,4 +20,5 @@ def load(name: str) -> Any:
 def role_options(roles_dir: str, role: str) -> dict[str, Any]:
     """The options of a role's main entry point (ROLES_DIR/ROLE/meta/argument_specs.yml)."""
     with open(os.path.join(roles_dir, role, "meta", "argument_specs.yml"), encoding="utf-8") as handle:
-        return yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+        options: dict[str, Any] = yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+    return options

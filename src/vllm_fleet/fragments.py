@@ -103,7 +103,7 @@ def merge(
                     "errors": data.get("errors") or [],
                 }
             )
-            keep = {k: entry[k] for k in ("rollout", "rollback", "events") if k in entry}
+            keep: dict[str, Any] = {k: entry[k] for k in ("rollout", "rollback", "events") if k in entry}
             entry.clear()
             entry.update(data)
             entry.update(keep)

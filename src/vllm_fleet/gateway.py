@@ -27,6 +27,7 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes, PublicKeyTypes
 
 from . import inputs, metrics
 
@@ -91,7 +92,9 @@ def servers(
     for host in sorted(set(instances_by_host) | set(deployed_by_host)):
         planned = list(instances_by_host.get(host) or [])
         names = {instance["name"] for instance in planned}
-        retiring = [dict(i, retiring=True) for i in deployed_by_host.get(host) or [] if i["name"] not in names]
+        retiring: list[Mapping[str, Any]] = [
+            dict(i, retiring=True) for i in deployed_by_host.get(host) or [] if i["name"] not in names
+        ]
         for instance in sorted(planned + retiring, key=lambda i: i["name"]):
             result.append(
                 {
@@ -183,7 +186,7 @@ def _certificates(host: str, value: Any) -> tuple[list[x509.Certificate], list[s
     return found, errors
 
 
-def _private_key(host: str, value: Any) -> tuple[Any, list[str]]:
+def _private_key(host: str, value: Any) -> tuple[PrivateKeyTypes | None, list[str]]:
     """The private key, or the errors of vllm_gateway_tls_key (its value never shown)."""
     name = "vllm_gateway_tls_key"
     fix = "fix: the certificate's private key in PEM (PKCS#8, or PKCS#1 for RSA, or SEC1 for EC), from Ansible Vault"
@@ -215,7 +218,7 @@ def _private_key(host: str, value: Any) -> tuple[Any, list[str]]:
         return None, [f"{host}: {name} (value not shown) does not parse as a private key ({reason}); {fix}"]
 
 
-def _public(key: Any) -> bytes:
+def _public(key: PublicKeyTypes) -> bytes:
     return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
@@ -410,7 +413,8 @@ def server_sessions(show_stat: str, backend: str, server: str) -> int | None:
 
 def requests_running(metrics_text: str) -> float:
     """Requests an instance is still working on (vllm:num_requests_running, summed over its engines)."""
-    return metrics.parse(metrics_text).gauges.get("vllm:num_requests_running", {}).get("sum", 0.0)
+    total = metrics.parse(metrics_text).gauges.get("vllm:num_requests_running", {}).get("sum", 0.0)
+    return 0.0 if total is None else total  # a gauge's sum is never None (its max is, without series)
 
 
 def source_address(source: Any, ansible_host: Any, name: str) -> str:

@@ -138,7 +138,7 @@ class MetricsFacts:
     families: dict[str, str] = field(default_factory=dict)
     empty: list[str] = field(default_factory=list)
     counters: dict[str, float] = field(default_factory=dict)
-    gauges: dict[str, dict[str, float]] = field(default_factory=dict)
+    gauges: dict[str, dict[str, float | None]] = field(default_factory=dict)
     histograms: dict[str, dict[str, Any]] = field(default_factory=dict)
     cache_config: dict[str, Any] = field(default_factory=dict)
     model_names: list[str] = field(default_factory=list)

@@ -132,9 +132,9 @@ def increases_by_instance(results: Iterable[Mapping[str, Any]], names: Iterable[
     return out
 
 
-def series_by_instance(results: Iterable[Mapping[str, Any]], names: Iterable[str]) -> dict[str, dict[str, list]]:
+def series_by_instance(results: Iterable[Mapping[str, Any]], names: Iterable[str]) -> dict[str, dict[str, list[Any]]]:
     """Prometheus' range-query results (one per name) as ``{name: {instance: [[unix time, value], ...]}}``."""
-    out: dict[str, dict[str, list]] = {}
+    out: dict[str, dict[str, list[Any]]] = {}
     for name, result in zip(names, results, strict=False):
         by_instance = out.setdefault(name, {})
         for stream in ((result or {}).get("data") or {}).get("result") or []:
@@ -374,14 +374,14 @@ def check(host: str, values: Mapping[str, Any]) -> list[str]:
         unsafe |= {name} if found else set()
         errors += found
     ports = {}
-    for name, default in (("vllm_monitoring_prometheus_port", 9090), ("vllm_monitoring_alertmanager_port", 9093)):
+    for name, default_port in (("vllm_monitoring_prometheus_port", 9090), ("vllm_monitoring_alertmanager_port", 9093)):
         value = values.get(name)
         if value is None:
             continue
         port = _port(value)
         if port is None or not 1 <= port <= 65535:
             errors.append(
-                f"{host}: {name}={inputs.short(value)} must be a port number from 1 to 65535; fix: e.g. {default}"
+                f"{host}: {name}={inputs.short(value)} must be a port number from 1 to 65535; fix: e.g. {default_port}"
             )
         else:
             ports[name] = port
@@ -418,8 +418,8 @@ def check(host: str, values: Mapping[str, Any]) -> list[str]:
             )
         else:
             for index, target in enumerate(exporters):
-                found = HOST_PORT.fullmatch(target) if isinstance(target, str) else None
-                if not found or not 1 <= int(found.group(2)) <= 65535:
+                matched = HOST_PORT.fullmatch(target) if isinstance(target, str) else None
+                if not matched or not 1 <= int(matched.group(2)) <= 65535:
                     errors.append(
                         f"{host}: vllm_monitoring_node_exporters[{index}]={inputs.short(target)} is not "
                         "host:port; fix: e.g. 10.0.0.11:9100 or [fd00::11]:9100"

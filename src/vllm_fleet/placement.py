@@ -88,7 +88,8 @@ def cards(gpu: Mapping[str, Any], detected: Any = None) -> list[Card]:
                 )
             )
         return sorted(out, key=lambda c: c.index)
-    count = gpu.get("count") if isinstance(gpu.get("count"), int) and not isinstance(gpu.get("count"), bool) else 1
+    given = gpu.get("count")
+    count = given if isinstance(given, int) and not isinstance(given, bool) else 1
     return [
         Card(index=i, name=str(gpu.get("name") or ""), memory_mib=gpu.get("memory_mib")) for i in range(max(count, 1))
     ]

@@ -130,7 +130,8 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
         entry["served_model_name"] = render.served_model_name(profile)
     gpu = hostvars.get("vllm_gpu")
     errors += _validate_gpu(host, gpu)
-    spec = profile.get("speculative") if isinstance(profile.get("speculative"), Mapping) else {}
+    speculative = profile.get("speculative")
+    spec = speculative if isinstance(speculative, Mapping) else {}
     unit_values = {name: hostvars[name] for name in inputs.UNIT_VARS if name in hostvars}
     unit_values["vllm_draft_model_source"] = deploy_inputs(hostvars)["vllm_draft_model_source"]
     errors += inputs.check(
@@ -162,7 +163,9 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
     output_tokens = hostvars.get("vllm_typical_output_tokens", DEFAULT_TYPICAL_OUTPUT_TOKENS)
     errors += _positive_int(host, "vllm_typical_prompt_tokens", prompt_tokens)
     errors += _positive_int(host, "vllm_typical_output_tokens", output_tokens)
-    if errors:
+    # Without errors the checks above have seen a mapping for vllm_gpu and a string for vllm_version: the
+    # isinstance tests never return here, they say so to the type checker.
+    if errors or not isinstance(gpu, Mapping) or not isinstance(version, str):
         return entry
 
     deploy = deploy_inputs(hostvars)
@@ -258,7 +261,8 @@ def _tensor_parallel_size(
     cards, dividing the model's heads) at which the model fits one group of cards. When none fits, the largest
     of them: the plan then says why it does not fit, and the smallest placement that would."""
     if "tensor_parallel_size" in profile or device == "cpu":
-        return profile.get("tensor_parallel_size", 1)
+        given: int = profile.get("tensor_parallel_size", 1)
+        return given
     candidates = [tp for tp in placement.TP_SIZES if tp <= cards] or [1]
     for tp in candidates:
         scratch: list[str] = []
@@ -301,7 +305,8 @@ def instances(host: str, hostvars: Mapping[str, Any]) -> list[dict[str, Any]]:
     unit, port, `local_url` (from the host itself), `address` and `url` (from the host's network), its cards,
     arguments and environment. Empty when the host's plan has errors before its instances are rendered (bad
     vllm_extra_args among them): the host's own plan names them."""
-    return plan_host(host, hostvars).get("instances", [])
+    planned: list[dict[str, Any]] = plan_host(host, hostvars).get("instances", [])
+    return planned
 
 
 def unplanned(host: str, hostvars: Mapping[str, Any], exc: BaseException) -> dict[str, Any]:
@@ -454,7 +459,7 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
     )
     hosts = plan["hosts"]
     grouped = len(hosts) > max_rows
-    groups: dict[tuple, list[str]] = {}
+    groups: dict[tuple[str, ...], list[str]] = {}
     errors: list[str] = []
     warnings: dict[str, list[str]] = {}
     dropped: dict[tuple[str, str], list[str]] = {}
@@ -488,7 +493,7 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
             dropped.setdefault((d["flag"], d["reason"]), []).append(host)
         for message in e.get("notes") or []:
             placed.setdefault(message.removeprefix(f"{host}: "), []).append(host)
-    rows = [header]
+    rows: list[tuple[str, ...]] = [header]
     for key, members in groups.items():
         if grouped:
             rows.append((f"{members[0]}" + (f" (+{len(members) - 1} alike)" if len(members) > 1 else ""), *key))

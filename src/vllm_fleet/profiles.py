@@ -83,7 +83,8 @@ _CHOICES = {"dtype": DTYPES, "kv_cache_dtype": KV_CACHE_DTYPES, "quantization": 
 
 @lru_cache(maxsize=1)
 def _shipped() -> dict[str, dict[str, Any]]:
-    return datafiles.load("profiles.yml")["profiles"]
+    profiles: dict[str, dict[str, Any]] = datafiles.load("profiles.yml")["profiles"]
+    return profiles
 
 
 def shipped() -> dict[str, dict[str, Any]]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -57,7 +57,8 @@ class RenderResult:
 @lru_cache(maxsize=1)
 def table() -> dict[str, Any]:
     """The flag-change table (data/flag_changes.yml)."""
-    return datafiles.load("flag_changes.yml")
+    changes: dict[str, Any] = datafiles.load("flag_changes.yml")
+    return changes
 
 
 @lru_cache(maxsize=1)
@@ -110,7 +111,7 @@ def release_options(version: Version) -> tuple[Version | None, frozenset[str]]:
 
 @lru_cache(maxsize=1024)
 def _era_cached(key: str, version: Version) -> dict[str, Any]:
-    eras = [e for e in table()["keys"][key] if Version(e["since"]) <= version]
+    eras: list[dict[str, Any]] = [e for e in table()["keys"][key] if Version(e["since"]) <= version]
     return eras[-1]
 
 
@@ -333,7 +334,7 @@ def _extra_flags(name: str, value: Any, version: Version, shown: str = "") -> tu
     return [_flag(name), _number(value)], problem
 
 
-def _strings(value: Any):
+def _strings(value: Any) -> Iterator[str]:
     """Every string in an argument's value, nested lists and mappings (their keys too) included."""
     if isinstance(value, str):
         yield value

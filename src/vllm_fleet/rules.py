@@ -21,7 +21,8 @@ SPECULATION_MAX_SEQS = 32
 @lru_cache(maxsize=1)
 def known_failures() -> list[dict[str, Any]]:
     """Starts that crashed on real hardware (data/known_failures.yml)."""
-    return datafiles.load("known_failures.yml")
+    failures: list[dict[str, Any]] = datafiles.load("known_failures.yml")
+    return failures
 
 
 def runs_in_float16(arch: catalogue.Architecture, dtype: Any) -> bool:
@@ -73,7 +74,8 @@ def _subset(want: Any, have: Any) -> bool:
             return False
     if isinstance(want, Mapping):
         return isinstance(have, Mapping) and all(_subset(v, have.get(k)) for k, v in want.items())
-    return want == have
+    same: bool = want == have
+    return same
 
 
 # --- errors: vLLM would refuse to start, or the tuning reference forbids it ------------------------------------------

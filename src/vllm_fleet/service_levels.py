@@ -5,9 +5,9 @@ the H200's measured figures give (CALIBRATION), against the tuning reference's t
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypedDict, TypeVar
 
 from . import catalogue
 from .sizing import Sizing
@@ -25,7 +25,7 @@ GPU_BF16_TFLOPS = (
 
 # The tuning reference's promise per card: TTFT under ttft_ms for prompts under prompt_tokens at `users`
 # concurrent users, and at least min_tokens_per_s (up to max_tokens_per_s) of decode per user.
-GUIDE_TARGETS = (
+GUIDE_TARGETS: tuple[tuple[re.Pattern[str], dict[str, Any]], ...] = (
     (
         re.compile(r"\bRTX 4090\b", re.I),
         {
@@ -57,7 +57,21 @@ GUIDE_TARGETS = (
 # 9.53 ms + B x 0.020931 ms. The steady-state TTFT (the median of the requests sent after the first 64) was
 # 323.0 ms at 2,048 and 911.0 at 8,192: TTFT = 83.4 ms + 4.572 x t(B) (1,152: 237.2 estimated, 234.2
 # measured). The decode step (the median inter-token gap) at 64 sequences: 6.33 ms.
-CALIBRATION = {
+class _Calibration(TypedDict):
+    gpu_tflops: float
+    bandwidth_gb_s: float
+    model: str
+    dtype_bytes: int
+    step_token_ms: float
+    step_fixed_ms: float
+    ttft_fixed_ms: float
+    ttft_steps: float
+    decode_step_ms: float
+    decode_seqs: int
+    decode_context_tokens: int
+
+
+CALIBRATION: _Calibration = {
     "gpu_tflops": 989.4,
     "bandwidth_gb_s": 4800,
     "model": "Qwen/Qwen2.5-7B-Instruct",
@@ -102,7 +116,10 @@ def derived_batching(kv_cache_tokens: int, prompt_tokens: int, output_tokens: in
     return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens}
 
 
-def match_card(table: tuple, gpu: Mapping[str, Any]) -> Any:
+_Value = TypeVar("_Value")
+
+
+def match_card(table: Iterable[tuple[re.Pattern[str], _Value]], gpu: Mapping[str, Any]) -> _Value | None:
     return next((value for pattern, value in table if pattern.search(str(gpu.get("name", "")))), None)
 
 
@@ -139,7 +156,9 @@ def service_levels(s: Sizing, users: int | None = None, prompt_tokens: int | Non
 def misses_target(s: Sizing) -> list[str]:
     """The tuning reference's promise for the card (GUIDE_TARGETS) against service_levels at its load."""
     target = match_card(GUIDE_TARGETS, s.gpu)
-    est = service_levels(s, target["users"], target["prompt_tokens"]) if target and s.fits else None
+    if not (target and s.fits):
+        return []
+    est = service_levels(s, target["users"], target["prompt_tokens"])
     if not est:
         return []
     out = []

@@ -44,7 +44,8 @@ _HUMAN_INT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)\s*$")
 @lru_cache(maxsize=1)
 def memory_model() -> dict[str, Any]:
     """The reserve estimates (data/memory_model.yml), per device kind: gpu, cpu."""
-    return datafiles.load("memory_model.yml")
+    model: dict[str, Any] = datafiles.load("memory_model.yml")
+    return model
 
 
 def parse_bytes(value: Any) -> int:
@@ -66,7 +67,7 @@ def gib(value: int | float) -> str:
     return f"{value / GIB:.2f} GiB"
 
 
-def gpu_is(gpu: Mapping[str, Any], compute_cap: str, name: str | re.Pattern) -> bool:
+def gpu_is(gpu: Mapping[str, Any], compute_cap: str, name: str | re.Pattern[str]) -> bool:
     """Whether vllm_gpu is of the given compute capability: by the one the nvidia_driver role detects (or the
     group sets), else, for a vllm_gpu without it (a group's assumption), by the card's name (a regex)."""
     cap = gpu.get("compute_cap")
@@ -150,7 +151,8 @@ class Sizing:
 
     @property
     def model(self) -> str:
-        return self.profile["model"]
+        model: str = self.profile["model"]
+        return model
 
     @property
     def others(self) -> int:

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 # The benchmark's percentile (nearest rank) and its reader of a streamed answer's events.
@@ -40,16 +41,17 @@ class Stream:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"--url {url!r} is not an http(s) URL")
         self.parts, self.key, self.model, self.max_tokens = parts, key, model, max_tokens
+        self.hostname: str = parts.hostname
         self.context, self.timeout = context, timeout
 
     def _connection(self) -> http.client.HTTPConnection:
         if self.parts.scheme == "https":
             return http.client.HTTPSConnection(
-                self.parts.hostname, self.parts.port, timeout=self.timeout, context=self.context
+                self.hostname, self.parts.port, timeout=self.timeout, context=self.context
             )
-        return http.client.HTTPConnection(self.parts.hostname, self.parts.port, timeout=self.timeout)
+        return http.client.HTTPConnection(self.hostname, self.parts.port, timeout=self.timeout)
 
-    def send(self, prompt: str, clock=time.monotonic) -> dict[str, Any]:
+    def send(self, prompt: str, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
         body = {
             "model": self.model,
             "messages": [{"role": "user", "content": prompt}],

