@@ -1,6 +1,7 @@
 """Filters that write values the way systemd reads them back: ExecStart lines, environment-file values."""
 
 import re
+from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
@@ -72,7 +73,7 @@ def systemd_env_quote(value):
 def systemd_exec_lines(args):
     if not isinstance(args, (list, tuple)):
         raise AnsibleFilterError(f"systemd_exec_lines: expected a list of arguments, got {args!r}")
-    lines = []
+    lines: list[list[Any]] = []  # [quoted text, starts with an option, option and value joined]
     for arg in args:
         arg = str(arg) if isinstance(arg, (int, float)) else arg
         starts_option = isinstance(arg, str) and arg.startswith("--")

@@ -77,8 +77,9 @@ try:
     from vllm_fleet import verdict as _verdict
     from vllm_fleet.inputs import short as _short
 except ImportError as _exc:  # a dependency is missing (prometheus_client)
-    _metrics = _verdict = None
-    _IMPORT_ERROR = _exc
+    # None without the library: _need_lib refuses every filter that uses them, with the reason.
+    _metrics = _verdict = None  # type: ignore[assignment]
+    _IMPORT_ERROR: ImportError | None = _exc
 else:
     _IMPORT_ERROR = None
 

@@ -196,7 +196,7 @@ def topology(gpu, read):
     NUMA node and the CPUs local to it (sysfs). ``read(kind, address)`` returns the text of ``information``,
     ``numa_node`` or ``local_cpulist`` for the device, or None; anything unreadable is None."""
     address = pci_address(gpu.get("pci_bus_id"))
-    out = {"minor": None, "numa_node": None, "cpus": None}
+    out = {"minor": None, "numa_node": None, "cpus": None}  # type: dict[str, int | str | None]
     if not address:
         return out
     match = _MINOR_RE.search(read("information", address) or "")
@@ -240,7 +240,7 @@ def parse_proc_version(text):
 
 def parse_query_header(text):
     """The header of ``nvidia-smi -q``: driver version, the CUDA version the driver supports, GPU count."""
-    found = {}
+    found = {}  # type: dict[str, str]
     for line in (text or "").splitlines():
         match = _Q_HEADER_RE.match(line.strip())
         if match:

@@ -33,7 +33,7 @@ def unit_verdict(show_output, unit, max_restarts=0):
     ``max_restarts`` restarts: a crash loop). systemd sets ``NRestarts`` back to 0 when the unit is stopped and
     started (and the vllm role zeroes it before a restart), so after a rollout's restart every crash counts.
     """
-    props = {}
+    props = {}  # type: dict[str, str | int]
     for line in str(show_output or "").splitlines():
         key, sep, value = line.partition("=")
         if sep:

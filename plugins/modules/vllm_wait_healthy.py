@@ -121,14 +121,11 @@ journal_tail:
   elements: str
 """
 
+from urllib.error import HTTPError
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 from ansible.module_utils.vllm_unit import show_argv, wait_healthy
-
-try:  # Python 3
-    from urllib.error import HTTPError
-except ImportError:  # pragma: no cover
-    from urllib2 import HTTPError
 
 
 def main():
