@@ -9,8 +9,8 @@ description:
     variable of the vllm role's argument spec as the host has it, secrets by their digest only; its plan entry; what
     the role derives from other hosts, C(extra); the role's code), which the vllm role records after a verified
     rollout and compares on the next run (C(vllm_fleet.fingerprint)).
-  - C(slurped | vllm_deployed_instances(address)) turns the slurped C(<instance>.args.json) files of a host into the
-    instances it runs now and where they answer (C(vllm_fleet.endpoints.deployed)).
+  - C(slurped | vllm_deployed_instances(address, vllm_unit_format)) turns the slurped C(<instance>.args.json) files
+    of a host into the instances it runs now and where they answer (C(vllm_fleet.endpoints.deployed)).
   - Both raise AnsibleFilterError naming the value they could not use.
 options:
   _input:
@@ -54,10 +54,10 @@ ROOTDIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ROLES = os.path.join(ROOTDIR, "roles")
 
 
-def vllm_deployed_instances(slurped, inventory_address):
+def vllm_deployed_instances(slurped, inventory_address, unit_format):
     """The instances a host runs now (vllm_fleet.endpoints.deployed), from the results of slurping each one's
     <instance>.args.json (looped over the instance names); an instance without a readable file counts with the
-    default port."""
+    default port. unit_format: vllm_unit_format (its {name} is the instance's)."""
     if isinstance(slurped, Mapping):
         slurped = slurped.get("results")
     if not isinstance(slurped, (list, tuple)):
@@ -71,7 +71,7 @@ def vllm_deployed_instances(slurped, inventory_address):
             except ValueError:
                 args = []
         try:
-            out.append(endpoints.deployed(str(result["item"]), args, str(inventory_address)))
+            out.append(endpoints.deployed(str(result["item"]), args, str(inventory_address), str(unit_format)))
         except (KeyError, TypeError, ValueError) as exc:
             raise AnsibleFilterError(f"vllm_deployed_instances: {result!r:.200}: {exc}") from exc
     return out

@@ -5,7 +5,6 @@ import sys
 from collections.abc import Mapping
 from functools import cache, lru_cache
 
-import yaml
 from ansible.errors import AnsibleError, AnsibleFilterError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from jinja2 import Undefined
@@ -81,15 +80,11 @@ _value:
 """
 
 
-# The vllm role's defaults are the one home of where it stages models and what it binds; the plan renders the
-# unit's arguments with them wherever the inventory does not say otherwise.
-ROLE_DEFAULTS = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "vllm", "defaults", "main.yml")
-
-
+# The roles' defaults (roles/vllm_defaults, the one home of those the roles share, and the vllm role's own): the plan
+# renders the unit's arguments with them wherever the inventory does not say otherwise.
 @lru_cache(maxsize=1)
 def deploy_defaults():
-    with open(ROLE_DEFAULTS) as handle:
-        defaults = yaml.safe_load(handle) or {}
+    defaults = datafiles.role_defaults()
     return {name: defaults.get(name) for name in planner.DEPLOY_VARS + inputs.UNIT_VARS}
 
 

@@ -1,4 +1,5 @@
-"""The package's data tables (src/vllm_fleet/data/*.yml), read the one way; and a role's argument spec."""
+"""The package's data tables (src/vllm_fleet/data/*.yml), read the one way; a role's argument spec; and the roles'
+defaults the plan shares with them."""
 
 from __future__ import annotations
 
@@ -14,6 +15,22 @@ def load(name: str) -> Any:
     """The parsed YAML of data/NAME."""
     with resources.files("vllm_fleet").joinpath("data", name).open("r", encoding="utf-8") as f:
         return yaml.safe_load(f)
+
+
+# The checkout's roles, beside the library (the plugins load this library from the same checkout).
+ROLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "roles")
+
+
+@cache
+def role_defaults() -> dict[str, Any]:
+    """The defaults the plan renders a host's units with wherever its inventory does not say otherwise: those the
+    fleet's roles share (roles/vllm_defaults, their one home: instance name, port, unit name...) and the vllm role's
+    own (where it stages models, what it binds)."""
+    values: dict[str, Any] = {}
+    for role in ("vllm_defaults", "vllm"):
+        with open(os.path.join(ROLES_DIR, role, "defaults", "main.yml"), encoding="utf-8") as handle:
+            values.update(yaml.safe_load(handle) or {})
+    return values
 
 
 @cache

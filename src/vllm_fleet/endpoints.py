@@ -27,7 +27,7 @@ def network_address(bind: Any, inventory_address: str) -> str:
     return inventory_address if bind in WILDCARD_ADDRESSES else bind
 
 
-def deployed(name: str, args: Any, inventory_address: str) -> dict[str, Any]:
+def deployed(name: str, args: Any, inventory_address: str, unit_format: str) -> dict[str, Any]:
     """An instance as a host runs it now, from the arguments its unit runs (the vllm role's <instance>.args.json):
     name, unit, port, and where it answers (as the plan's instances say it): what a gateway keeps sending to until
     the rollout has replaced it."""
@@ -41,7 +41,7 @@ def deployed(name: str, args: Any, inventory_address: str) -> dict[str, Any]:
     address = network_address(bind, inventory_address)
     return {
         "name": str(name),
-        "unit": f"vllm@{name}.service",
+        "unit": unit_format.replace("{name}", str(name)),
         "port": port,
         "local_url": probe_url(bind, port),
         "address": address,

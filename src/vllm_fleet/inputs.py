@@ -312,7 +312,10 @@ def check(host: str, values: Mapping[str, Any], draft: bool = False) -> list[str
         except ValueError:
             number = 0
         if isinstance(port, bool) or not 1 <= number <= 65535:
-            errors.append(f"{host}: vllm_port={port!r} must be a port number from 1 to 65535; fix: for example 8000")
+            errors.append(
+                f"{host}: vllm_port={port!r} must be a port number from 1 to 65535; fix: such a number, or "
+                "no vllm_port at all for the fleet's default (roles/vllm_defaults)"
+            )
     address = values.get("vllm_bind_address")
     if address is not None:
         try:

@@ -175,6 +175,7 @@ def place(
     device: str,
     base_name: str,
     base_port: int,
+    unit_format: str,
     bind: Any,
     inventory_address: str,
     one_card: bool,
@@ -203,7 +204,7 @@ def place(
         port = base_port + group[0].index // tp
         instance: dict[str, Any] = {
             "name": name,
-            "unit": f"vllm@{name}.service",
+            "unit": unit_format.replace("{name}", name),
             "port": port,
             "local_url": endpoints.probe_url(bind, port),
             "address": address,

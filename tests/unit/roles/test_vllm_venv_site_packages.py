@@ -2,6 +2,7 @@
 vendor's site-packages (e.g. the CUDA torch of an image) importable after the venv's own packages, and reads that
 folder's own .pth files, as a system site-packages folder is read. Run for real on an H200 host on 2026-12-01
 (docs/gpu-host-site.md); here with a throwaway venv and a stand-in vendor folder."""
+
 import json
 import subprocess
 import sys
@@ -15,7 +16,9 @@ from conftest import ROOT
 
 def _pth_task():
     tasks = yaml.safe_load((ROOT / "roles" / "vllm" / "tasks" / "install.yml").read_text())
-    block = next(t for t in tasks if "block" in t and any("Create the virtualenv" in b["name"] for b in t["block"]))["block"]
+    block = next(t for t in tasks if "block" in t and any("Create the virtualenv" in b["name"] for b in t["block"]))[
+        "block"
+    ]
     return next(t for t in block if t["name"] == "Let the virtualenv see the host's packages")
 
 
@@ -50,12 +53,26 @@ def test_a_venv_sees_the_vendor_folder_after_its_own_packages(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                                  capture_output=True, text=True, check=True).stdout.strip())
+    purelib = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     (purelib / "shadowed.py").write_text("WHERE = 'venv'\n")
     (purelib / "zz-vllm-host-site-packages.pth").write_text(_render([str(vendor)]))
     out = subprocess.run(
-        [str(python), "-c", "import vendor_only, shadowed, from_vendor_pth; "
-         "print(vendor_only.WHERE, shadowed.WHERE, from_vendor_pth.WHERE, sep='|')"],
-        capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"}).stdout.strip()
+        [
+            str(python),
+            "-c",
+            "import vendor_only, shadowed, from_vendor_pth; "
+            "print(vendor_only.WHERE, shadowed.WHERE, from_vendor_pth.WHERE, sep='|')",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    ).stdout.strip()
     assert out == "vendor|venv|vendor pth"

@@ -28,10 +28,10 @@ def test_deployed_instances_are_read_from_the_arguments_each_unit_runs():
         slurped("main", ["/m", "--host", "10.0.0.5", "--port", "8000"]),
         slurped("gpu1", ["/m", "--port", "8001"]),  # binds every interface: reached at the inventory's address
         {"item": "broken", "failed": True, "msg": "file not found"},
-    ]}, "10.0.0.9")
+    ]}, "10.0.0.9", "vllm@{name}.service")
     assert [(i["name"], i["address"], i["port"], i["local_url"], i["unit"]) for i in found] == [
         ("main", "10.0.0.5", 8000, "http://10.0.0.5:8000", "vllm@main.service"),
         ("gpu1", "10.0.0.9", 8001, "http://127.0.0.1:8001", "vllm@gpu1.service"),
         ("broken", "10.0.0.9", 8000, "http://127.0.0.1:8000", "vllm@broken.service")]
     with pytest.raises(Exception, match="expected the slurp results"):
-        filters["vllm_deployed_instances"]("not a list", "h")
+        filters["vllm_deployed_instances"]("not a list", "h", "vllm@{name}.service")

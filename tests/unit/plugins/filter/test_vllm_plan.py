@@ -62,8 +62,10 @@ def test_the_filter_fills_what_the_inventory_leaves_from_the_vllm_roles_defaults
     """The planner sees the role's defaults (state folder, bind address, port) where the inventory says nothing,
     so plan.json's arguments are the deployed ones on a plain inventory too."""
     filters = load_filters()
-    with open(os.path.join(ROOT, "roles", "vllm", "defaults", "main.yml")) as handle:
-        defaults = yaml.safe_load(handle)
+    defaults = {}
+    for role in ("vllm_defaults", "vllm"):  # the fleet's shared defaults' one home, and the vllm role's own
+        with open(os.path.join(ROOT, "roles", role, "defaults", "main.yml")) as handle:
+            defaults.update(yaml.safe_load(handle))
     hostvars = {"h1": {"vllm_profile_name": "cpu-lab-tiny", "vllm_version": "0.32.0",
                        "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0}}}
     entry = filters.vllm_plan_hosts(hostvars, ["h1"])["hosts"]["h1"]
