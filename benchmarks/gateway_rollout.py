@@ -10,6 +10,7 @@ tokenizer path that does not exist) and is rolled back. Prints one row per phase
 p99 TTFT. Every loop is bounded in requests and seconds; nothing is sent before this machine is seen to have a
 route to the lab network (its bridge holds the lab's gateway address).
 """
+
 import argparse
 import json
 import os
@@ -40,8 +41,10 @@ def check_route(bridge_address, target):
     addresses = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True).stdout
     route = subprocess.run(["ip", "-4", "-o", "route", "get", target], capture_output=True, text=True).stdout
     if f" {bridge_address}/" not in addresses or " via " in route:
-        sys.exit(f"no route to the lab network from this machine (route to {target}: {route.strip()}); "
-                 "fix: lab/scripts/lab.sh up")
+        sys.exit(
+            f"no route to the lab network from this machine (route to {target}: {route.strip()}); "
+            "fix: lab/scripts/lab.sh up"
+        )
 
 
 def loop(stream, concurrency, seconds, stop_file=None):
@@ -57,9 +60,22 @@ def during(stream, concurrency, change, run_id, limit=1800):
     worker.start()
     time.sleep(5)
     began = time.monotonic()
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(INVENTORY),
-                           str(ROOT / "site.yml"), "-e", json.dumps(change), "-e", f"vllm_verify_report_run_id={run_id}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=limit)
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            str(INVENTORY),
+            str(ROOT / "site.yml"),
+            "-e",
+            json.dumps(change),
+            "-e",
+            f"vllm_verify_report_run_id={run_id}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=limit,
+    )
     took = time.monotonic() - began
     time.sleep(5)
     stop.touch()
@@ -70,8 +86,10 @@ def during(stream, concurrency, change, run_id, limit=1800):
 
 def row(name, result, extra=""):
     ttft = result["ttft_ms"]
-    return (f"| {name} | {result['requests']} | {result['failed']} | {result['cut']} | {ttft['p50']} | {ttft['p99']} "
-            f"| {extra} |")
+    return (
+        f"| {name} | {result['requests']} | {result['failed']} | {result['cut']} | {ttft['p50']} | {ttft['p99']} "
+        f"| {extra} |"
+    )
 
 
 def main():
@@ -89,18 +107,28 @@ def main():
     stream = streamload.Stream(f"https://{address}", key, "tiny-qwen2", args.max_tokens, context, timeout=120)
 
     rows = [row("at rest", loop(stream, args.concurrency, args.rest_seconds))]
-    current = subprocess.run(["podman", "exec", "lab-1", "cat", "/etc/vllm/main.args.json"], capture_output=True,
-                             text=True, check=True).stdout
+    current = subprocess.run(
+        ["podman", "exec", "lab-1", "cat", "/etc/vllm/main.args.json"], capture_output=True, text=True, check=True
+    ).stdout
     seqs = json.loads(current)
     now = int(seqs[seqs.index("--max-num-seqs") + 1])
-    good, rc, took = during(stream, args.concurrency, {"vllm_profile": {"max_num_seqs": 6 if now != 6 else 8}},
-                            "gateway-good")
-    rows.append(row(f"good rolling change (max_num_seqs {now} -> {6 if now != 6 else 8})", good,
-                    f"site.yml rc {rc}, {took:.0f} s"))
+    good, rc, took = during(
+        stream, args.concurrency, {"vllm_profile": {"max_num_seqs": 6 if now != 6 else 8}}, "gateway-good"
+    )
+    rows.append(
+        row(
+            f"good rolling change (max_num_seqs {now} -> {6 if now != 6 else 8})",
+            good,
+            f"site.yml rc {rc}, {took:.0f} s",
+        )
+    )
     if args.bad:
-        bad, rc, took = during(stream, args.concurrency,
-                               {"vllm_extra_args": {"enforce_eager": True, "tokenizer": "/nonexistent/tokenizer"}},
-                               "gateway-bad")
+        bad, rc, took = during(
+            stream,
+            args.concurrency,
+            {"vllm_extra_args": {"enforce_eager": True, "tokenizer": "/nonexistent/tokenizer"}},
+            "gateway-bad",
+        )
         rows.append(row("bad change, canary rolled back", bad, f"site.yml rc {rc} (expected 2), {took:.0f} s"))
     print(f"{args.concurrency} concurrent streamed chat completions of {args.max_tokens} tokens through {name}")
     print("| phase | requests | failed | cut | TTFT p50 ms | TTFT p99 ms | notes |")

@@ -27,8 +27,12 @@ GPUS = {
     "l40": {"name": "NVIDIA L40", "memory_mib": 46068, "bandwidth_gb_s": 864, "count": 1},
     "cpu": {"name": "cpu", "memory_mib": 4096, "bandwidth_gb_s": 20, "count": 1},
 }
-OVERRIDES = [{}, {"max_num_seqs": 32}, {"gpu_memory_utilization": 0.93}, {"kv_cache_dtype": "auto",
-                                                                         "calculate_kv_scales": None}]
+OVERRIDES = [
+    {},
+    {"max_num_seqs": 32},
+    {"gpu_memory_utilization": 0.93},
+    {"kv_cache_dtype": "auto", "calculate_kv_scales": None},
+]
 
 
 def fleet(count):
@@ -48,8 +52,15 @@ def fleet(count):
 
 
 def clear_caches():
-    for cached in (catalogue.catalogue, catalogue._catalogue_architecture, profiles._shipped, render.table,
-                   render.parse_version, render._era_cached, sizing.memory_model):
+    for cached in (
+        catalogue.catalogue,
+        catalogue._catalogue_architecture,
+        profiles._shipped,
+        render.table,
+        render.parse_version,
+        render._era_cached,
+        sizing.memory_model,
+    ):
         cached.cache_clear()
 
 
@@ -76,8 +87,13 @@ def time_playbook(hosts):
         ansible_playbook = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
         env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
         start = time.perf_counter()
-        run = subprocess.run([ansible_playbook, "-i", script, "playbooks/plan.yml", "-e",
-                              f"vllm_report_dir={tmp}/out"], cwd=ROOT, env=env, capture_output=True, text=True)
+        run = subprocess.run(
+            [ansible_playbook, "-i", script, "playbooks/plan.yml", "-e", f"vllm_report_dir={tmp}/out"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         elapsed = time.perf_counter() - start
         if run.returncode != 0:
             sys.stderr.write(run.stdout[-3000:] + run.stderr[-3000:])
@@ -99,8 +115,10 @@ def main():
     result, cold, warm = time_library(hosts)
     errors = sum(bool(e["errors"]) for e in result["hosts"].values())
     warnings = sum(bool(e["warnings"]) for e in result["hosts"].values())
-    print(f"plan + render, {options.hosts} hosts ({len(profiles.names())} profiles x 2 releases x "
-          f"{len(OVERRIDES)} overrides), {os.cpu_count()} CPUs")
+    print(
+        f"plan + render, {options.hosts} hosts ({len(profiles.names())} profiles x 2 releases x "
+        f"{len(OVERRIDES)} overrides), {os.cpu_count()} CPUs"
+    )
     print(f"  library, cold caches: {cold:.3f} s ({cold / options.hosts * 1000:.2f} ms/host)")
     print(f"  library, warm caches: {warm:.3f} s ({warm / options.hosts * 1000:.2f} ms/host)")
     print(f"  hosts with errors: {errors}, with warnings: {warnings}")

@@ -41,12 +41,19 @@ def run(extra):
         if not sep:
             break
         recap[name.strip()] = dict((k, int(v)) for k, v in (p.split("=") for p in counts.split()))
-    costs = [(m.group(1).strip(), float(m.group(2))) for m in map(COST.match, out.split("TASKS RECAP", 1)[-1]
-                                                                   .splitlines()) if m]
-    return {"rc": proc.returncode, "seconds": round(seconds, 1),
-            "changed": {host: counts.get("changed", 0) for host, counts in recap.items()},
-            "tasks": sum(counts.get("ok", 0) + counts.get("changed", 0) for counts in recap.values()),
-            "largest": sorted(costs, key=lambda c: -c[1])[:5], "tail": out[-1500:] if proc.returncode else ""}
+    costs = [
+        (m.group(1).strip(), float(m.group(2)))
+        for m in map(COST.match, out.split("TASKS RECAP", 1)[-1].splitlines())
+        if m
+    ]
+    return {
+        "rc": proc.returncode,
+        "seconds": round(seconds, 1),
+        "changed": {host: counts.get("changed", 0) for host, counts in recap.items()},
+        "tasks": sum(counts.get("ok", 0) + counts.get("changed", 0) for counts in recap.values()),
+        "largest": sorted(costs, key=lambda c: -c[1])[:5],
+        "tail": out[-1500:] if proc.returncode else "",
+    }
 
 
 def main():

@@ -11,6 +11,7 @@ with torch.compile on (the lab profile runs --enforce-eager for fast starts, whe
 cache) and puts the inventory's configuration back at the end; --eager measures the configuration as it
 is. Numbers depend on the machine; they are printed, not asserted.
 """
+
 import argparse
 import json
 import os
@@ -43,8 +44,9 @@ python3 -c "print(round($t1 - $t0, 1))"
 
 def ansible(inventory, host, *args):
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    return subprocess.run(["ansible", host, "-i", inventory, "-b", *args], capture_output=True, text=True, env=env,
-                          cwd=ROOT)
+    return subprocess.run(
+        ["ansible", host, "-i", inventory, "-b", *args], capture_output=True, text=True, env=env, cwd=ROOT
+    )
 
 
 def deploy(inventory, host, extra_args):
@@ -88,8 +90,10 @@ def main():
     if not args.eager:
         deploy(args.inventory, args.host, None)  # back to the inventory's configuration
     cold, warm = statistics.median(times["cold"]), statistics.median(times["warm"])
-    print(f"{args.host}: restart to healthy, median of {args.runs}: cold cache {cold:.1f} s, "
-          f"persistent cache {warm:.1f} s ({cold - warm:+.1f} s saved, {100 * (cold - warm) / cold:.0f}%)")
+    print(
+        f"{args.host}: restart to healthy, median of {args.runs}: cold cache {cold:.1f} s, "
+        f"persistent cache {warm:.1f} s ({cold - warm:+.1f} s saved, {100 * (cold - warm) / cold:.0f}%)"
+    )
 
 
 if __name__ == "__main__":

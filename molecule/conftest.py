@@ -1,4 +1,5 @@
 """Shared by the scenarios' testinfra tests: expose each test's result to fixtures."""
+
 import pytest
 
 

@@ -1,6 +1,7 @@
 """A handler served in a daemon thread for the length of a `with`: the unit tests' stand-in servers (on loopback,
 a free port) and the fleet scenario's alert receiver (on the lab network's address of this machine); and the
 unit tests' stand-in vLLM (the role's verification and the health-wait module run against it)."""
+
 from __future__ import annotations
 
 import http.server
@@ -33,8 +34,9 @@ class StandInVllm(LocalServer):
     /version, /v1/models and /v1/chat/completions (the bodies given, a test's recorded answers; the chat refuses
     any model but `served`), /metrics (the texts given, one per scrape, the last repeated) and an API key."""
 
-    def __init__(self, *, version="0.32.0", metrics=("",), models="{}", chat="{}", served="tiny", api_key=None,
-                 healthy_after=0.0):
+    def __init__(
+        self, *, version="0.32.0", metrics=("",), models="{}", chat="{}", served="tiny", api_key=None, healthy_after=0.0
+    ):
         self.version = version
         self.metrics = list(metrics)
         self.models, self.chat, self.served = models, chat, served
@@ -79,8 +81,9 @@ class StandInVllm(LocalServer):
                 elif self.path == "/metrics":
                     text = fake.metrics[min(fake.scrapes, len(fake.metrics) - 1)]
                     # The recorded process start, moved to this stand-in's own start.
-                    text = re.sub(r"(?m)^process_start_time_seconds .*$",
-                                  "process_start_time_seconds %r" % fake.started, text)
+                    text = re.sub(
+                        r"(?m)^process_start_time_seconds .*$", "process_start_time_seconds %r" % fake.started, text
+                    )
                     fake.scrapes += 1
                     self._send(200, text, "text/plain; version=0.0.4; charset=utf-8")
                 else:

@@ -62,7 +62,8 @@ def wheel_for(pin: str, folder: Path) -> Path:
     """The one wheel in folder that a pin names (name normalised as pip does)."""
     name, version = pin.split("==")
     found = [
-        w for w in folder.glob("*.whl")
+        w
+        for w in folder.glob("*.whl")
         if _norm(w.name.split("-")[0]) == _norm(name) and w.name.split("-")[1] == version
     ]
     if len(found) != 1:
@@ -116,8 +117,15 @@ def build(wheels_dir: Path, pins_file: Path, out_dir: Path, part_bytes: int = PA
         for pin in section_pins:
             wheel = wheel_for(pin, wheels_dir / section)
             members = repack_stored(wheel, stage / "wheels" / section / wheel.name)
-            entries.append({"pin": pin, "wheel": wheel.name, "sha256": sha256(wheel),
-                            "bytes": wheel.stat().st_size, "members": members})
+            entries.append(
+                {
+                    "pin": pin,
+                    "wheel": wheel.name,
+                    "sha256": sha256(wheel),
+                    "bytes": wheel.stat().st_size,
+                    "members": members,
+                }
+            )
         manifest["sections"][section] = entries
     (stage / "wheels" / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     tar_path = out_dir / "bundle.tar"
@@ -194,8 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "build":
         manifest = build(args.wheels, args.pins, args.out, args.part_bytes)
         wheels = sum(len(v) for v in manifest["sections"].values())
-        print(f"{wheels} wheels -> {args.out / BUNDLE}: {manifest['bundle_bytes'] / 2**20:.1f} MiB in "
-              f"{len(manifest['parts'])} parts ({', '.join(manifest['parts'])})")
+        print(
+            f"{wheels} wheels -> {args.out / BUNDLE}: {manifest['bundle_bytes'] / 2**20:.1f} MiB in "
+            f"{len(manifest['parts'])} parts ({', '.join(manifest['parts'])})"
+        )
         return 0
     try:
         folder = assemble(args.parts, args.sums, args.to)

@@ -63,11 +63,24 @@ CHAT_TEMPLATE = (
 )
 # Start-up lines worth keeping: the engine's own account of memory and time.
 LOG_PATTERNS = (
-    r"Model loading took", r"Available KV cache memory", r"GPU KV cache size", r"Maximum concurrency",
-    r"CUDA graph memory profiling", r"Graph capturing finished", r"torch\.compile took", r"Actual usage is",
-    r"Estimated CUDA graph memory", r"Model Runner V2",
-    r"init engine .* took", r"memory profiling", r"VocabMapping", r"Using .* backend", r"attention backend",
-    r"[Ee]rror", r"Traceback", r"Exception",
+    r"Model loading took",
+    r"Available KV cache memory",
+    r"GPU KV cache size",
+    r"Maximum concurrency",
+    r"CUDA graph memory profiling",
+    r"Graph capturing finished",
+    r"torch\.compile took",
+    r"Actual usage is",
+    r"Estimated CUDA graph memory",
+    r"Model Runner V2",
+    r"init engine .* took",
+    r"memory profiling",
+    r"VocabMapping",
+    r"Using .* backend",
+    r"attention backend",
+    r"[Ee]rror",
+    r"Traceback",
+    r"Exception",
 )
 
 
@@ -76,6 +89,7 @@ def log(msg: str) -> None:
 
 
 # --- models ---------------------------------------------------------------------------------------
+
 
 def model_dir(model_id: str) -> Path:
     return MODELS / model_id.replace("/", "--")
@@ -103,19 +117,34 @@ def tokenizer_files(vocab_size: int, max_len: int = 32768) -> dict[str, dict]:
     vocab = {t: i for i, t in enumerate(TOKENIZER_SPECIALS)}
     vocab.update((f"t{i}", i) for i in range(len(TOKENIZER_SPECIALS), vocab_size))
     tokenizer = {
-        "version": "1.0", "truncation": None, "padding": None,
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
         "added_tokens": [
-            {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-             "normalized": False, "special": True}
+            {
+                "id": i,
+                "content": t,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
             for i, t in enumerate(TOKENIZER_SPECIALS)
         ],
-        "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "WhitespaceSplit"},
+        "post_processor": None,
         "decoder": None,
         "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
     }
     config = {
-        "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "<unk>", "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>", "model_max_length": max_len, "chat_template": CHAT_TEMPLATE,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "unk_token": "<unk>",
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "model_max_length": max_len,
+        "chat_template": CHAT_TEMPLATE,
     }
     return {"tokenizer.json": tokenizer, "tokenizer_config.json": config}
 
@@ -154,6 +183,7 @@ def substitute(args: list[str], paths: dict[str, str]) -> list[str]:
 
 # --- metrics and logs -----------------------------------------------------------------------------
 
+
 def cache_config(metrics_text: str) -> dict[str, str]:
     """The labels of vllm:cache_config_info (raw strings), {} when absent."""
     return bench.info_labels(metrics_text, "vllm:cache_config_info")
@@ -173,7 +203,8 @@ def interesting_lines(text: str, limit: int = 60) -> list[str]:
 def refusal_reason(text: str) -> str | None:
     """The last line of a failed start that says why (an exception message), if any."""
     candidates = [
-        line.strip() for line in text.splitlines()
+        line.strip()
+        for line in text.splitlines()
         if (re.search(r"(Error|Exception)\b.*:", line) or "Value error, " in line) and "Traceback" not in line
     ]
     # pydantic wraps a validator's message: "1 validation error for X" then "  Value error, <message>".
@@ -193,25 +224,54 @@ def parse_memory_lines(lines: list[str]) -> dict[str, float]:
             out["kv_gib"] = float(m.group(1))
         if m := re.search(r"GPU KV cache size: ([\d,]+) tokens", line):
             out["kv_tokens"] = float(m.group(1).replace(",", ""))
-        if m := re.search(r"Actual usage is ([\d.]+) GiB for weight, ([\d.]+) GiB for peak activation, "
-                          r"([\d.]+) GiB for non-torch memory, and ([\d.]+) GiB for CUDAGraph memory", line):
-            out.update(usage_weights_gib=float(m.group(1)), usage_activation_gib=float(m.group(2)),
-                       usage_non_torch_gib=float(m.group(3)), usage_cuda_graph_gib=float(m.group(4)))
+        if m := re.search(
+            r"Actual usage is ([\d.]+) GiB for weight, ([\d.]+) GiB for peak activation, "
+            r"([\d.]+) GiB for non-torch memory, and ([\d.]+) GiB for CUDAGraph memory",
+            line,
+        ):
+            out.update(
+                usage_weights_gib=float(m.group(1)),
+                usage_activation_gib=float(m.group(2)),
+                usage_non_torch_gib=float(m.group(3)),
+                usage_cuda_graph_gib=float(m.group(4)),
+            )
         if m := re.search(r"Estimated CUDA graph memory: ([\d.]+) GiB", line):
             out["cuda_graph_estimate_gib"] = float(m.group(1))
-        if m := re.search(r"current --gpu-memory-utilization=([\d.]+) is equivalent to "
-                          r"--gpu-memory-utilization=([\d.]+)", line):
+        if m := re.search(
+            r"current --gpu-memory-utilization=([\d.]+) is equivalent to "
+            r"--gpu-memory-utilization=([\d.]+)",
+            line,
+        ):
             out["cuda_graph_util"] = round(float(m.group(1)) - float(m.group(2)), 4)
     return out
 
 
 def bench_summary(result: dict) -> dict:
     """The numbers the docs compare, from a `vllm bench serve --save-result` JSON."""
-    keys = ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
-            "request_throughput", "output_throughput", "total_token_throughput",
-            "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
-            "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "p99_e2el_ms",
-            "max_concurrency", "max_concurrent_requests", "spec_decode_acceptance_rate")
+    keys = (
+        "completed",
+        "failed",
+        "duration",
+        "total_input_tokens",
+        "total_output_tokens",
+        "request_throughput",
+        "output_throughput",
+        "total_token_throughput",
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "p99_ttft_ms",
+        "mean_tpot_ms",
+        "median_tpot_ms",
+        "p99_tpot_ms",
+        "mean_itl_ms",
+        "median_itl_ms",
+        "p99_itl_ms",
+        "mean_e2el_ms",
+        "p99_e2el_ms",
+        "max_concurrency",
+        "max_concurrent_requests",
+        "spec_decode_acceptance_rate",
+    )
     return {k: result.get(k) for k in keys if k in result}
 
 
@@ -243,11 +303,16 @@ def bench_detail(result: dict, users: int) -> dict:
     median = _pct(gaps, 50) or 0.0
     stalled = [g for g in gaps if g > 3 * median]
     r = lambda v: None if v is None else round(v, 1)  # noqa: E731
-    return {"first_wave": {"requests": len(first), "median_ttft_ms": r(_pct(first, 50)), "p99_ttft_ms": r(_pct(first, 99))},
-            "later": {"requests": len(later), "median_ttft_ms": r(_pct(later, 50)), "p99_ttft_ms": r(_pct(later, 99))},
-            "itl_gaps": len(gaps), "itl_stalled_pct": round(100 * len(stalled) / len(gaps), 3) if gaps else None,
-            "itl_stalled_median_ms": r(_pct(stalled, 50)), "itl_p999_ms": r(_pct(gaps, 99.9)),
-            "ttft_ms_in_send_order": ttft_ms, "start_s_in_send_order": start_s}
+    return {
+        "first_wave": {"requests": len(first), "median_ttft_ms": r(_pct(first, 50)), "p99_ttft_ms": r(_pct(first, 99))},
+        "later": {"requests": len(later), "median_ttft_ms": r(_pct(later, 50)), "p99_ttft_ms": r(_pct(later, 99))},
+        "itl_gaps": len(gaps),
+        "itl_stalled_pct": round(100 * len(stalled) / len(gaps), 3) if gaps else None,
+        "itl_stalled_median_ms": r(_pct(stalled, 50)),
+        "itl_p999_ms": r(_pct(gaps, 99.9)),
+        "ttft_ms_in_send_order": ttft_ms,
+        "start_s_in_send_order": start_s,
+    }
 
 
 def fleet_summary(result: dict) -> dict:
@@ -255,12 +320,24 @@ def fleet_summary(result: dict) -> dict:
     plus the single-stream decode rate (1000 / mean ITL of the single-stream requests)."""
     load = result.get("load") or {}
     ttft, itl = load.get("ttft_ms") or {}, load.get("itl_ms") or {}
-    out = {"completed": load.get("completed"), "failed": load.get("failed"), "duration": load.get("wall_s"),
-           "total_output_tokens": load.get("output_tokens"), "request_throughput": load.get("requests_per_s"),
-           "output_throughput": load.get("output_tokens_per_s"), "max_concurrency": load.get("concurrency"),
-           "mean_ttft_ms": ttft.get("mean"), "median_ttft_ms": ttft.get("p50"), "p99_ttft_ms": ttft.get("p99"),
-           "mean_itl_ms": itl.get("mean"), "median_itl_ms": itl.get("p50"), "p99_itl_ms": itl.get("p99"),
-           "p999_itl_ms": itl.get("p999"), "max_itl_ms": itl.get("max"), "itl_stalled_pct": itl.get("stalled_pct")}
+    out = {
+        "completed": load.get("completed"),
+        "failed": load.get("failed"),
+        "duration": load.get("wall_s"),
+        "total_output_tokens": load.get("output_tokens"),
+        "request_throughput": load.get("requests_per_s"),
+        "output_throughput": load.get("output_tokens_per_s"),
+        "max_concurrency": load.get("concurrency"),
+        "mean_ttft_ms": ttft.get("mean"),
+        "median_ttft_ms": ttft.get("p50"),
+        "p99_ttft_ms": ttft.get("p99"),
+        "mean_itl_ms": itl.get("mean"),
+        "median_itl_ms": itl.get("p50"),
+        "p99_itl_ms": itl.get("p99"),
+        "p999_itl_ms": itl.get("p999"),
+        "max_itl_ms": itl.get("max"),
+        "itl_stalled_pct": itl.get("stalled_pct"),
+    }
     single = result.get("single") or {}
     if single.get("completed"):
         out["single_completed"] = single["completed"]
@@ -269,6 +346,7 @@ def fleet_summary(result: dict) -> dict:
 
 
 # --- processes ------------------------------------------------------------------------------------
+
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
     try:
@@ -347,8 +425,13 @@ def restore_planned_jit_cache(plan: dict, env: dict) -> dict:
 
 def gpu_used_mib() -> int | None:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20, check=True).stdout
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
         return int(out.split()[0])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return None
@@ -379,14 +462,27 @@ def next_round() -> int:
 
 
 class Runner:
-    def __init__(self, plan: dict, round_: int, out: Path, deadline: float, python: str = sys.executable,
-                 only: list[str] | None = None):
+    def __init__(
+        self,
+        plan: dict,
+        round_: int,
+        out: Path,
+        deadline: float,
+        python: str = sys.executable,
+        only: list[str] | None = None,
+    ):
         self.plan, self.round, self.out, self.deadline, self.python = plan, round_, out, deadline, python
         self.only = set(only or [])
         self.work = WORK / f"round{round_}"
         self.work.mkdir(parents=True, exist_ok=True)
-        self.results: dict = {"round": round_, "plan_date": plan.get("date"), "started": time.time(),
-                              "install": None, "environment": None, "experiments": []}
+        self.results: dict = {
+            "round": round_,
+            "plan_date": plan.get("date"),
+            "started": time.time(),
+            "install": None,
+            "environment": None,
+            "experiments": [],
+        }
         self.paths: dict[str, str] = {}
         self.port = int(plan.get("port", 8000))
 
@@ -415,20 +511,48 @@ class Runner:
         t0 = time.time()
         sums = REPO / ".gpu" / bundle.SUMS
         if not sums.exists():  # no offline bundle: the vLLM (and ansible-core) that --python imports
-            version = subprocess.run([self.python, "-c", "import vllm; print(vllm.__version__)"], env=self.env(),
-                                     capture_output=True, text=True, check=True).stdout.strip()
+            version = subprocess.run(
+                [self.python, "-c", "import vllm; print(vllm.__version__)"],
+                env=self.env(),
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
             return {"vllm_version": version, "python": self.python}
         wheels = bundle.assemble([BUNDLE_DIR / "parts", REPO / ".gpu"], sums, BUNDLE_DIR / "unpacked")
         t1 = time.time()
         for section in ("vllm", "ansible"):
             target = SITE / section
-            subprocess.run([self.python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-compile",
-                            "--no-cache-dir", "--target", str(target), *sorted(map(str, (wheels / section).glob("*.whl")))],
-                           check=True)
-        version = subprocess.run([self.python, "-c", "import vllm; print(vllm.__version__)"], env=self.env(),
-                                 capture_output=True, text=True, check=True).stdout.strip()
-        info = {"assemble_s": round(t1 - t0, 1), "pip_s": round(time.time() - t1, 1), "vllm_version": version,
-                "manifest": json.loads((wheels / bundle.MANIFEST).read_text())["sections"]}
+            subprocess.run(
+                [
+                    self.python,
+                    "-m",
+                    "pip",
+                    "install",
+                    "-q",
+                    "--no-deps",
+                    "--no-index",
+                    "--no-compile",
+                    "--no-cache-dir",
+                    "--target",
+                    str(target),
+                    *sorted(map(str, (wheels / section).glob("*.whl"))),
+                ],
+                check=True,
+            )
+        version = subprocess.run(
+            [self.python, "-c", "import vllm; print(vllm.__version__)"],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        info = {
+            "assemble_s": round(t1 - t0, 1),
+            "pip_s": round(time.time() - t1, 1),
+            "vllm_version": version,
+            "manifest": json.loads((wheels / bundle.MANIFEST).read_text())["sections"],
+        }
         shutil.rmtree(BUNDLE_DIR / "unpacked", ignore_errors=True)
         marker.write_text(json.dumps(info))
         return info
@@ -439,11 +563,23 @@ class Runner:
                 return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env).stdout.strip()
             except (OSError, subprocess.SubprocessError) as exc:
                 return f"failed: {exc}"
-        torch_info = run([self.python, "-c", "import torch; p = torch.cuda.get_device_properties(0); "
-                          "print(torch.__version__, p.name, p.total_memory, torch.cuda.mem_get_info()[1])"])
+
+        torch_info = run(
+            [
+                self.python,
+                "-c",
+                "import torch; p = torch.cuda.get_device_properties(0); "
+                "print(torch.__version__, p.name, p.total_memory, torch.cuda.mem_get_info()[1])",
+            ]
+        )
         return {
-            "nvidia_smi": run(["nvidia-smi", "--query-gpu=name,memory.total,memory.used,driver_version,clocks.max.sm,"
-                               "clocks.max.mem", "--format=csv,noheader"]),
+            "nvidia_smi": run(
+                [
+                    "nvidia-smi",
+                    "--query-gpu=name,memory.total,memory.used,driver_version,clocks.max.sm,clocks.max.mem",
+                    "--format=csv,noheader",
+                ]
+            ),
             "torch": torch_info,
             "python": sys.version.split()[0],
             "transformers": run([self.python, "-c", "import transformers; print(transformers.__version__)"]),
@@ -454,7 +590,9 @@ class Runner:
         rec: dict = {"name": name, "kind": exp.get("kind"), "profile": exp.get("profile"), "status": "started"}
         wanted = exp.get("est_s", 150)
         if self.left() < wanted:
-            rec.update(status="skipped", reason=f"{self.left():.0f} s left in this round, the experiment needs ~{wanted} s")
+            rec.update(
+                status="skipped", reason=f"{self.left():.0f} s left in this round, the experiment needs ~{wanted} s"
+            )
             return rec
         folder = self.work / name
         folder.mkdir(parents=True, exist_ok=True)
@@ -465,9 +603,14 @@ class Runner:
         rec["jit_cache_mib"] = {"before": jit_cache_mib(self.env())}
         t0 = time.time()
         with open(logfile, "w", encoding="utf-8") as logf:
-            proc = subprocess.Popen([self.python, "-m", "vllm.entrypoints.cli.main", "serve", *args],
-                                    stdout=logf, stderr=subprocess.STDOUT, env=self.env(), start_new_session=True,
-                                    cwd=str(self.work))
+            proc = subprocess.Popen(
+                [self.python, "-m", "vllm.entrypoints.cli.main", "serve", *args],
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                env=self.env(),
+                start_new_session=True,
+                cwd=str(self.work),
+            )
         base = f"http://127.0.0.1:{self.port}"
         # On the H200, vLLM's defaults and other bf16 caches under FlashAttention 2 started in 275-300 s when
         # the driver compiled (FULL CUDA graphs: 46-52 s for each of the first sizes), so the bound is well
@@ -515,8 +658,14 @@ class Runner:
             for action in exp.get("actions", []):
                 # est_s: what the action usually takes (its timeout_s is the hard stop, bounded by the round)
                 if self.left() < action.get("est_s", action.get("timeout_s", 60)) + 10:
-                    rec["actions"].append({"name": action["name"], "kind": action["kind"], "status": "skipped",
-                                           "reason": f"round time: {self.left():.0f} s left"})
+                    rec["actions"].append(
+                        {
+                            "name": action["name"],
+                            "kind": action["kind"],
+                            "status": "skipped",
+                            "reason": f"round time: {self.left():.0f} s left",
+                        }
+                    )
                     continue
                 rec["actions"].append(self.action(action, exp, folder, base))
                 self.save_partial(rec)
@@ -540,20 +689,59 @@ class Runner:
         out: dict = {"name": action["name"], "kind": kind}
         if kind == "bench":
             _, before = http_get(base + "/metrics", 10)
-            cmd = [self.python, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "vllm",
-                   "--base-url", base, "--endpoint", "/v1/completions", "--model", exp["served_model_name"],
-                   "--tokenizer", self.paths["tokenizer"], "--dataset-name", "random",
-                   "--random-input-len", str(action["input_len"]), "--random-output-len", str(action["output_len"]),
-                   "--num-prompts", str(action["num_prompts"]), "--max-concurrency", str(action["max_concurrency"]),
-                   "--request-rate", "inf", "--ignore-eos", "--seed", "0", "--disable-tqdm",
-                   "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
-                   "--save-result", "--result-dir", str(folder), "--result-filename", f"bench-{action['name']}.json"]
+            cmd = [
+                self.python,
+                "-m",
+                "vllm.entrypoints.cli.main",
+                "bench",
+                "serve",
+                "--backend",
+                "vllm",
+                "--base-url",
+                base,
+                "--endpoint",
+                "/v1/completions",
+                "--model",
+                exp["served_model_name"],
+                "--tokenizer",
+                self.paths["tokenizer"],
+                "--dataset-name",
+                "random",
+                "--random-input-len",
+                str(action["input_len"]),
+                "--random-output-len",
+                str(action["output_len"]),
+                "--num-prompts",
+                str(action["num_prompts"]),
+                "--max-concurrency",
+                str(action["max_concurrency"]),
+                "--request-rate",
+                "inf",
+                "--ignore-eos",
+                "--seed",
+                "0",
+                "--disable-tqdm",
+                "--percentile-metrics",
+                "ttft,tpot,itl,e2el",
+                "--metric-percentiles",
+                "50,90,99",
+                "--save-result",
+                "--result-dir",
+                str(folder),
+                "--result-filename",
+                f"bench-{action['name']}.json",
+            ]
             if action.get("save_detailed"):
                 cmd.append("--save-detailed")
             out["argv"] = ["vllm", *cmd[3:]]
             try:
-                proc = subprocess.run(cmd, env=self.env(), capture_output=True, text=True,
-                                      timeout=min(action.get("timeout_s", 120), max(self.left() - 20, 10)))
+                proc = subprocess.run(
+                    cmd,
+                    env=self.env(),
+                    capture_output=True,
+                    text=True,
+                    timeout=min(action.get("timeout_s", 120), max(self.left() - 20, 10)),
+                )
                 out["returncode"] = proc.returncode
                 (folder / f"bench-{action['name']}.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
             except subprocess.TimeoutExpired:
@@ -581,16 +769,42 @@ class Runner:
 
     def fleet(self, action: dict, exp: dict, folder: Path, base: str) -> dict:
         """The project's load generator (src/vllm_fleet/bench.py, stdlib) against the running server."""
-        cmd = [self.python, "-m", "vllm_fleet.bench", "--url", base, "--model", exp["served_model_name"],
-               "--requests", str(action["requests"]), "--concurrency", str(action["concurrency"]),
-               "--duration-s", str(action["duration_s"]), "--prompt-tokens", str(action["prompt_tokens"]),
-               "--max-tokens", str(action["max_tokens"]), "--single-requests", str(action["single_requests"]),
-               "--decode-ceiling", str(exp["planner"]["decode_ceiling_h200"]), "--seed", "0"]
+        cmd = [
+            self.python,
+            "-m",
+            "vllm_fleet.bench",
+            "--url",
+            base,
+            "--model",
+            exp["served_model_name"],
+            "--requests",
+            str(action["requests"]),
+            "--concurrency",
+            str(action["concurrency"]),
+            "--duration-s",
+            str(action["duration_s"]),
+            "--prompt-tokens",
+            str(action["prompt_tokens"]),
+            "--max-tokens",
+            str(action["max_tokens"]),
+            "--single-requests",
+            str(action["single_requests"]),
+            "--decode-ceiling",
+            str(exp["planner"]["decode_ceiling_h200"]),
+            "--seed",
+            "0",
+        ]
         out: dict = {"argv": ["python3", *cmd[1:]]}
         env = dict(self.env(), PYTHONPATH=str(REPO / "src"))
         try:
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(REPO),
-                                  timeout=min(action.get("timeout_s", 120), max(self.left() - 20, 10)))
+            proc = subprocess.run(
+                cmd,
+                env=env,
+                capture_output=True,
+                text=True,
+                cwd=str(REPO),
+                timeout=min(action.get("timeout_s", 120), max(self.left() - 20, 10)),
+            )
             out["returncode"] = proc.returncode
             (folder / f"bench-{action['name']}.json").write_text(proc.stdout, encoding="utf-8")
             if proc.stderr:
@@ -613,16 +827,30 @@ class Runner:
         adir = folder / action["name"]
         adir.mkdir(parents=True, exist_ok=True)
         cfg = adir / "ansible.cfg"
-        cfg.write_text("\n".join([
-            "[defaults]", f"roles_path = {REPO / 'roles'}", f"filter_plugins = {REPO / 'plugins/filter'}",
-            f"library = {REPO / 'plugins/modules'}", f"module_utils = {REPO / 'plugins/module_utils'}",
-            "stdout_callback = ansible.builtin.default", "callback_result_format = yaml",
-            "host_key_checking = false", "retry_files_enabled = false", f"local_tmp = {adir / 'tmp'}",
-            "nocolor = true", "",
-        ]), encoding="utf-8")
+        cfg.write_text(
+            "\n".join(
+                [
+                    "[defaults]",
+                    f"roles_path = {REPO / 'roles'}",
+                    f"filter_plugins = {REPO / 'plugins/filter'}",
+                    f"library = {REPO / 'plugins/modules'}",
+                    f"module_utils = {REPO / 'plugins/module_utils'}",
+                    "stdout_callback = ansible.builtin.default",
+                    "callback_result_format = yaml",
+                    "host_key_checking = false",
+                    "retry_files_enabled = false",
+                    f"local_tmp = {adir / 'tmp'}",
+                    "nocolor = true",
+                    "",
+                ]
+            ),
+            encoding="utf-8",
+        )
         host_vars = dict(action.get("host_vars", {}))
         host_vars.update(ansible_connection="local", ansible_python_interpreter=self.python)
-        inventory = {"all": {"children": {g: {"hosts": {"gpu-host": host_vars}} for g in action.get("groups", ["vllm_nodes"])}}}
+        inventory = {
+            "all": {"children": {g: {"hosts": {"gpu-host": host_vars}} for g in action.get("groups", ["vllm_nodes"])}}
+        }
         (adir / "inventory.json").write_text(json.dumps(inventory, indent=1), encoding="utf-8")
         env = self.env("ansible")
         env["PYTHONPATH"] = env["PYTHONPATH"] + ":" + str(REPO / "src")
@@ -635,20 +863,38 @@ class Runner:
             run = [self.python, os.environ.get("GPU_HARNESS_ANSIBLE_PLAYBOOK", str(bundled))]
         else:  # no bundle: the host's own ansible-playbook
             run = [shutil.which("ansible-playbook") or str(Path(self.python).parent / "ansible-playbook")]
-        cmd = [*run, "-i", str(adir / "inventory.json"),
-               str(REPO / action["playbook"]), "-e", "@" + str(adir / "extra_vars.json")]
+        cmd = [
+            *run,
+            "-i",
+            str(adir / "inventory.json"),
+            str(REPO / action["playbook"]),
+            "-e",
+            "@" + str(adir / "extra_vars.json"),
+        ]
         try:
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(REPO),
-                                  timeout=min(action.get("timeout_s", 120), max(self.left() - 10, 10)))
+            proc = subprocess.run(
+                cmd,
+                env=env,
+                capture_output=True,
+                text=True,
+                cwd=str(REPO),
+                timeout=min(action.get("timeout_s", 120), max(self.left() - 10, 10)),
+            )
             rc, text = proc.returncode, proc.stdout + proc.stderr
         except subprocess.TimeoutExpired as exc:
             rc, text = "timeout", (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         (adir / "ansible.log").write_text(text, encoding="utf-8")
         reports = sorted((adir / "reports").glob("*/report.json"))
-        out = {"returncode": rc, "expect": action.get("expect", "pass"),
-               "recap": [line for line in text.splitlines() if "ok=" in line and "failed=" in line][-3:],
-               "failure": [line.strip()[:500] for line in text.splitlines() if "verification failed" in line
-                           or "FAILED!" in line or "fatal:" in line][:6]}
+        out = {
+            "returncode": rc,
+            "expect": action.get("expect", "pass"),
+            "recap": [line for line in text.splitlines() if "ok=" in line and "failed=" in line][-3:],
+            "failure": [
+                line.strip()[:500]
+                for line in text.splitlines()
+                if "verification failed" in line or "FAILED!" in line or "fatal:" in line
+            ][:6],
+        }
         out["as_expected"] = (rc == 0) == (out["expect"] == "pass")
         if reports:
             report = json.loads(reports[-1].read_text())
@@ -681,8 +927,10 @@ class Runner:
                 rec = self.run_experiment(exp)
             except Exception as exc:  # keep going: one broken experiment must not lose the others
                 rec = {"name": exp["name"], "status": "harness-error", "reason": repr(exc)}
-            log(f"  -> {rec['status']} {rec.get('reason', '')} start {rec.get('start_s')} s "
-                f"kv_tokens {rec.get('cache_config', {}).get('kv_cache_size_tokens')}")
+            log(
+                f"  -> {rec['status']} {rec.get('reason', '')} start {rec.get('start_s')} s "
+                f"kv_tokens {rec.get('cache_config', {}).get('kv_cache_size_tokens')}"
+            )
             self.results["experiments"].append(rec)
             if rec["status"] != "skipped" and not rec.get("budget_cut"):  # a later round takes up what did not fit
                 done[exp["name"]] = {"round": self.round, "status": rec["status"]}
@@ -703,11 +951,18 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--plan", type=Path, default=HERE / "experiments.json")
     r.add_argument("--round", type=int, default=None, help="default: the next round on this host")
     r.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/gpu-out")))
-    r.add_argument("--budget-s", type=float, default=None,
-                   help="stop starting work after this many seconds (default: run the whole plan)")
+    r.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="stop starting work after this many seconds (default: run the whole plan)",
+    )
     r.add_argument("--python", default=sys.executable, help="the Python that runs vLLM (default: this one)")
-    r.add_argument("--only", default="", help="comma-separated experiment names (default: every one not done "
-                   "on this host yet, in the plan's order)")
+    r.add_argument(
+        "--only",
+        default="",
+        help="comma-separated experiment names (default: every one not done on this host yet, in the plan's order)",
+    )
     args = parser.parse_args(argv)
     if args.cmd == "next-round":
         print(next_round())
@@ -716,15 +971,18 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(os.environ)
         args.out.mkdir(parents=True, exist_ok=True)
         pieces = save_jit_cache(env, args.out)
-        log(f"JIT cache {jit_cache_mib(env)} MiB packed into {len(pieces)} part(s): "
-            + ", ".join(f"{q.name} {q.stat().st_size / 2**20:.1f} MiB" for q in pieces))
+        log(
+            f"JIT cache {jit_cache_mib(env)} MiB packed into {len(pieces)} part(s): "
+            + ", ".join(f"{q.name} {q.stat().st_size / 2**20:.1f} MiB" for q in pieces)
+        )
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     plan = json.loads(args.plan.read_text())
     only = [n for n in args.only.split(",") if n]
     budget = args.budget_s if args.budget_s is not None else float("inf")
-    return Runner(plan, args.round or next_round(), args.out, time.time() + budget, python=args.python,
-                  only=only).main()
+    return Runner(
+        plan, args.round or next_round(), args.out, time.time() + budget, python=args.python, only=only
+    ).main()
 
 
 if __name__ == "__main__":

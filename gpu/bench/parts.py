@@ -70,8 +70,9 @@ def stage(carried: Path, sums: dict[str, str], dest: Path) -> tuple[list[str], l
 STAGING_S, INSTALL_S, PER_ROUND_S = 60, 30, 8
 
 
-def schedule(experiments: list[dict], budgets: tuple[float, ...] = (550.0, 560.0),
-             only: set[str] | None = None) -> dict:
+def schedule(
+    experiments: list[dict], budgets: tuple[float, ...] = (550.0, 560.0), only: set[str] | None = None
+) -> dict:
     """How the harness packs the plan into rounds of `run --budget-s`: in order, an experiment runs in a
     round while its est_s fits what is left of the round (the first also installs), else it waits for the
     next; optional candidates only when named. Returns the rounds and the expected GPU time."""
@@ -91,8 +92,11 @@ def schedule(experiments: list[dict], budgets: tuple[float, ...] = (550.0, 560.0
         rounds.append(this)
     by_name = {e["name"]: e["est_s"] for e in experiments}
     experiment_s = sum(by_name[n] for r in rounds for n in r)
-    return {"rounds": rounds, "experiment_s": experiment_s,
-            "gpu_s": STAGING_S + INSTALL_S + PER_ROUND_S * len(rounds) + experiment_s}
+    return {
+        "rounds": rounds,
+        "experiment_s": experiment_s,
+        "gpu_s": STAGING_S + INSTALL_S + PER_ROUND_S * len(rounds) + experiment_s,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

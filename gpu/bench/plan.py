@@ -56,8 +56,13 @@ CARDS = {
 VLLM_DEFAULTS = {"gpu_memory_utilization": 0.92, "max_num_batched_tokens": 2048, "max_num_seqs": 256}
 ENVIRONMENT = {
     "VLLM_USE_FLASHINFER_SAMPLER": "0",  # the bundle has no flashinfer
-    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-    "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
     "VLLM_DISABLED_KERNELS": "MacheteLinearKernel",  # Ada emulation: AWQ on Marlin, as on an RTX 4090 or L40
     # vLLM 0.26's FlashAttention 2 library holds sm_80 code only, which the driver JIT-compiles on the
     # H200 (sm_90): 43-52 s at the first FULL CUDA graph and ~70 s of warm-up in every bf16 or fp16 start
@@ -71,11 +76,14 @@ ENVIRONMENT = {
 # it into the driver's cache folder before the first start, so no start on a fresh H200 pays the JIT (run 5:
 # FULL CUDA graphs of a bf16 start in 4 s, 139 s without it); any other GPU, driver or vLLM misses it and
 # simply compiles (the driver keys its cache by all three).
-JIT_CACHE = {"parts": [".gpu/h200-jit-cache.part-00"],
-             "sha256": {"h200-jit-cache.part-00": "d9a5a24da748d922cabef05e96be27a76dcbe66e8ec170167b5d48178d71c84f"}}
+JIT_CACHE = {
+    "parts": [".gpu/h200-jit-cache.part-00"],
+    "sha256": {"h200-jit-cache.part-00": "d9a5a24da748d922cabef05e96be27a76dcbe66e8ec170167b5d48178d71c84f"},
+}
 # Ada emulation: FlashAttention 2, and with it Ada's choice of attention backend (see the docstring).
 ADA_ATTENTION = ["--attention-config", '{"flash_attn_version": 2}']
 HARNESS_ARGS = ["--load-format", "dummy", "--tokenizer", "{tokenizer}", "--host", "127.0.0.1", *ADA_ATTENTION]
+
 
 # Loads: the project's own load generator (src/vllm_fleet/bench.py, what playbooks/benchmark.yml runs on
 # a host; stdlib, so a load starts at once where `vllm bench serve` first imports vLLM for ~20 s). Random
@@ -83,11 +91,21 @@ HARNESS_ARGS = ["--load-format", "dummy", "--tokenizer", "{tokenizer}", "--host"
 # latency from the streamed chunks, preemptions from /metrics; optional single-stream requests first (the
 # decode rate 1 / mean ITL). Bounded in requests and time. Runs 1 and 2 used `vllm bench serve`
 # (kind "bench", still supported by the harness).
-def fleet_load(name: str, prompt_tokens: int, max_tokens: int, requests: int, users: int, single: int,
-               est_s: int) -> dict:
-    return {"kind": "fleet", "name": name, "prompt_tokens": prompt_tokens, "max_tokens": max_tokens,
-            "requests": requests, "concurrency": users, "single_requests": single, "duration_s": 120,
-            "timeout_s": 150, "est_s": est_s}
+def fleet_load(
+    name: str, prompt_tokens: int, max_tokens: int, requests: int, users: int, single: int, est_s: int
+) -> dict:
+    return {
+        "kind": "fleet",
+        "name": name,
+        "prompt_tokens": prompt_tokens,
+        "max_tokens": max_tokens,
+        "requests": requests,
+        "concurrency": users,
+        "single_requests": single,
+        "duration_s": 120,
+        "timeout_s": 150,
+        "est_s": est_s,
+    }
 
 
 SINGLE = fleet_load("single-stream", 128, 256, 1, 1, 3, est_s=15)
@@ -103,15 +121,30 @@ def reference_load(users: int, prompts: int, single: int = 0) -> dict:
 # --save-detailed so that the result keeps every request's TTFT and start (the harness reduces them to the
 # first wave's and the later waves' TTFT and the share of stalled inter-token gaps, then drops the arrays).
 def bench_load(users: int, prompts: int, est_s: int = 45) -> dict:
-    return {"kind": "bench", "name": f"guide-{users}u-bench", "input_len": 1024, "output_len": 512,
-            "num_prompts": prompts, "max_concurrency": users, "save_detailed": True, "timeout_s": 150,
-            "est_s": est_s}
+    return {
+        "kind": "bench",
+        "name": f"guide-{users}u-bench",
+        "input_len": 1024,
+        "output_len": 512,
+        "num_prompts": prompts,
+        "max_concurrency": users,
+        "save_detailed": True,
+        "timeout_s": 150,
+        "est_s": est_s,
+    }
 
 
 # Run 8's experiments, in the order they run (`run.sh run --only` with these names; see build()).
-RUN8 = ("r8-default-l40-14b-awq", "r8-l40-14b-awq-prefill", "cand-l40-14b-awq-prefill-derived",
-        "r8-default-rtx4090-7b", "cand-rtx4090-7b-prefill-seqs", "r8-rtx4090-7b-prefix-heavy",
-        "r8-default-rtx4090-7b-awq", "r8-rtx4090-7b-awq")
+RUN8 = (
+    "r8-default-l40-14b-awq",
+    "r8-l40-14b-awq-prefill",
+    "cand-l40-14b-awq-prefill-derived",
+    "r8-default-rtx4090-7b",
+    "cand-rtx4090-7b-prefill-seqs",
+    "r8-rtx4090-7b-prefix-heavy",
+    "r8-default-rtx4090-7b-awq",
+    "r8-rtx4090-7b-awq",
+)
 # Run 9's: the one profile without speculation run 8 left out, beside vLLM's defaults in the same run, then (only
 # when the round has time for it) the setting service_levels.derived_batching makes of that profile's KV capacity.
 RUN9 = ("r9-default-rtx4090-7b", "r9-rtx4090-7b-prefix-heavy", "cand-rtx4090-7b-prefix-heavy-derived")
@@ -129,21 +162,40 @@ def placeholder(model_id: str) -> str:
 
 
 def _plan(host: str, profile_name: str | None, profile: dict, gpu: dict) -> dict:
-    hostvars = {"vllm_profile_name": profile_name, "vllm_profile": profile, "vllm_gpu": gpu,
-                "vllm_version": VLLM_VERSION, "vllm_typical_prompt_tokens": 1024, "vllm_typical_output_tokens": 512}
+    hostvars = {
+        "vllm_profile_name": profile_name,
+        "vllm_profile": profile,
+        "vllm_gpu": gpu,
+        "vllm_version": VLLM_VERSION,
+        "vllm_typical_prompt_tokens": 1024,
+        "vllm_typical_output_tokens": 512,
+    }
     return planner.plan_host(host, hostvars)
 
 
-def experiment(name: str, card: str, profile_name: str | None, overrides: dict | None = None,
-               actions: list | None = None, est_s: int = 120, expect_refusal: bool = False,
-               note: str = "", host: dict = H200) -> dict:
+def experiment(
+    name: str,
+    card: str,
+    profile_name: str | None,
+    overrides: dict | None = None,
+    actions: list | None = None,
+    est_s: int = 120,
+    expect_refusal: bool = False,
+    note: str = "",
+    host: dict = H200,
+) -> dict:
     """One vLLM start: the profile (shipped, plus overrides) on the emulated card. A card larger than the
     host gives a record marked `left_out` (build drops it)."""
     overrides = copy.deepcopy(overrides or {})
     gpu = CARDS[card]
     if gpu["memory_mib"] > host["memory_mib"]:
-        return {"name": name, "card": card, "actions": [], "emulated_utilization": None,
-                "left_out": f"the {card} ({gpu['memory_mib']:,} MiB) does not fit on the {host['name']}"}
+        return {
+            "name": name,
+            "card": card,
+            "actions": [],
+            "emulated_utilization": None,
+            "left_out": f"the {card} ({gpu['memory_mib']:,} MiB) does not fit on the {host['name']}",
+        }
     profile = profiles.resolve(name, profile_name, overrides)
     util = profile.get("gpu_memory_utilization", VLLM_DEFAULTS["gpu_memory_utilization"])
     emulated = emulated_utilization(gpu["memory_mib"], util, host["memory_mib"])
@@ -151,28 +203,47 @@ def experiment(name: str, card: str, profile_name: str | None, overrides: dict |
     plan_card = _plan(name, profile_name, overrides, gpu)
     served = dict(profile, gpu_memory_utilization=emulated)
     draft = (profile.get("speculative") or {}).get("model")
-    rendered = render.render_args(served, VLLM_VERSION, model_path=placeholder(profile["model"]),
-                                  draft_model_path=placeholder(draft) if draft else None)
+    rendered = render.render_args(
+        served,
+        VLLM_VERSION,
+        model_path=placeholder(profile["model"]),
+        draft_model_path=placeholder(draft) if draft else None,
+    )
     capacity = plan_card["capacity"]
     # The decode ceiling on the machine that runs it: the planner with the host's bandwidth ("_h200": the
     # key's name since the first plan, which ran there).
     plan_h200 = _plan(name, profile_name, dict(overrides, gpu_memory_utilization=emulated), host)
     return {
-        "name": name, "card": card, "profile": profile_name, "overrides": overrides, "note": note,
+        "name": name,
+        "card": card,
+        "profile": profile_name,
+        "overrides": overrides,
+        "note": note,
         "settings": profile,  # the profile as resolved today: summarize replans with it after profiles change
-        "model": profile["model"], "draft": draft, "served_model_name": profile.get("served_model_name") or profile["model"],
-        "utilization": util, "emulated_utilization": emulated,
-        "args": rendered.args, "dropped": rendered.dropped, "render_warnings": rendered.warnings,
+        "model": profile["model"],
+        "draft": draft,
+        "served_model_name": profile.get("served_model_name") or profile["model"],
+        "utilization": util,
+        "emulated_utilization": emulated,
+        "args": rendered.args,
+        "dropped": rendered.dropped,
+        "render_warnings": rendered.warnings,
         "planner": {
-            "errors": plan_card["errors"], "warnings": plan_card["warnings"],
-            "kv_cache_tokens": capacity["kv_cache_tokens"], "kv_cache_bytes": capacity["kv_cache_bytes"],
-            "kv_bytes_per_token": capacity["kv_bytes_per_token"], "weights_bytes": capacity["weights_bytes"],
-            "draft_weights_bytes": capacity["draft_weights_bytes"], "estimates": plan_card.get("estimates"),
+            "errors": plan_card["errors"],
+            "warnings": plan_card["warnings"],
+            "kv_cache_tokens": capacity["kv_cache_tokens"],
+            "kv_cache_bytes": capacity["kv_cache_bytes"],
+            "kv_bytes_per_token": capacity["kv_bytes_per_token"],
+            "weights_bytes": capacity["weights_bytes"],
+            "draft_weights_bytes": capacity["draft_weights_bytes"],
+            "estimates": plan_card.get("estimates"),
             "decode_ceiling_card": capacity["decode_ceiling_tokens_per_s"],
             "decode_ceiling_h200": plan_h200["capacity"]["decode_ceiling_tokens_per_s"],
             "kv_cache_tokens_h200_plan": plan_h200["capacity"]["kv_cache_tokens"],
         },
-        "expect_refusal": expect_refusal, "actions": actions or [], "est_s": est_s,
+        "expect_refusal": expect_refusal,
+        "actions": actions or [],
+        "est_s": est_s,
     }
 
 
@@ -180,34 +251,67 @@ def verify_actions(exp_name: str, profile_name: str, emulated: float, draft: boo
     """The verify playbook against the running server: as the inventory would say (must pass), then
     with a wrong expectation (fp8 KV cache expected as auto: the read-back must fail the host)."""
     host_vars = {
-        "vllm_profile_name": profile_name, "vllm_profile": {"gpu_memory_utilization": emulated},
-        "vllm_gpu": host, "vllm_version": VLLM_VERSION, "vllm_port": 8000,
-        "vllm_verify_check_unit": False, "vllm_verify_health_timeout": 60,
+        "vllm_profile_name": profile_name,
+        "vllm_profile": {"gpu_memory_utilization": emulated},
+        "vllm_gpu": host,
+        "vllm_version": VLLM_VERSION,
+        "vllm_port": 8000,
+        "vllm_verify_check_unit": False,
+        "vllm_verify_health_timeout": 60,
     }
     if draft:  # the shipped profile as corrected here (see docs/gpu-results.md)
         host_vars["vllm_profile"]["speculative"] = {"use_heterogeneous_vocab": True}
     wrong = copy.deepcopy(host_vars["vllm_profile"])
     wrong["kv_cache_dtype"] = "auto"
     return [
-        {"kind": "ansible", "name": "verify-pass", "playbook": "playbooks/verify.yml", "host_vars": host_vars,
-         "extra_vars": {"vllm_verify_report_run_id": f"{exp_name}-pass"}, "expect": "pass", "timeout_s": 120,
-         "est_s": 30},
-        {"kind": "ansible", "name": "verify-wrong-kv-dtype", "playbook": "playbooks/verify.yml",
-         "host_vars": host_vars,
-         "extra_vars": {"vllm_verify_report_run_id": f"{exp_name}-wrong", "vllm_profile": wrong},
-         "expect": "fail", "timeout_s": 120, "est_s": 30},
+        {
+            "kind": "ansible",
+            "name": "verify-pass",
+            "playbook": "playbooks/verify.yml",
+            "host_vars": host_vars,
+            "extra_vars": {"vllm_verify_report_run_id": f"{exp_name}-pass"},
+            "expect": "pass",
+            "timeout_s": 120,
+            "est_s": 30,
+        },
+        {
+            "kind": "ansible",
+            "name": "verify-wrong-kv-dtype",
+            "playbook": "playbooks/verify.yml",
+            "host_vars": host_vars,
+            "extra_vars": {"vllm_verify_report_run_id": f"{exp_name}-wrong", "vllm_profile": wrong},
+            "expect": "fail",
+            "timeout_s": 120,
+            "est_s": 30,
+        },
     ]
 
 
 def benchmark_action(profile_name: str, emulated: float, host: dict = H200) -> dict:
     """playbooks/benchmark.yml against the running server (the operator's benchmark, -c local)."""
-    return {"kind": "ansible", "name": "benchmark-playbook", "playbook": "playbooks/benchmark.yml",
-            "host_vars": {"vllm_profile_name": profile_name, "vllm_profile": {"gpu_memory_utilization": emulated},
-                          "vllm_gpu": host, "vllm_version": VLLM_VERSION, "vllm_port": 8000},
-            "extra_vars": {"vllm_benchmark_run_id": "gpu-benchmark-playbook", "vllm_benchmark_requests": 64,
-                           "vllm_benchmark_concurrency": 16, "vllm_benchmark_prompt_tokens": 1024,
-                           "vllm_benchmark_max_tokens": 256, "vllm_benchmark_duration_s": 60},
-            "expect": "pass", "timeout_s": 150, "est_s": 30}
+    return {
+        "kind": "ansible",
+        "name": "benchmark-playbook",
+        "playbook": "playbooks/benchmark.yml",
+        "host_vars": {
+            "vllm_profile_name": profile_name,
+            "vllm_profile": {"gpu_memory_utilization": emulated},
+            "vllm_gpu": host,
+            "vllm_version": VLLM_VERSION,
+            "vllm_port": 8000,
+        },
+        "extra_vars": {
+            "vllm_benchmark_run_id": "gpu-benchmark-playbook",
+            "vllm_benchmark_requests": 64,
+            "vllm_benchmark_concurrency": 16,
+            "vllm_benchmark_prompt_tokens": 1024,
+            "vllm_benchmark_max_tokens": 256,
+            "vllm_benchmark_duration_s": 60,
+        },
+        "expect": "pass",
+        "timeout_s": 150,
+        "est_s": 30,
+    }
 
 
 HET_VOCAB = {"speculative": {"use_heterogeneous_vocab": True}}
@@ -225,33 +329,81 @@ def build(host: dict = H200) -> dict:
     # attention) take 100-160 s. Run 6 ran this plan on a fresh machine with the cache: each experiment took
     # 89-196 s, the L40 defaults 172 s (start 116 s), and the prefix-heavy profile's first start, whose vLLM
     # compiles its graphs, outran a 98 s bound (runs 2-4: 94-108 s), so it gets 130 s.
-    dec = experiment("fid-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", HET_VOCAB, est_s=205,
-                     note="use_heterogeneous_vocab: true, the correction")
+    dec = experiment(
+        "fid-rtx4090-7b-decode",
+        "RTX 4090",
+        "rtx4090-7b-decode",
+        HET_VOCAB,
+        est_s=205,
+        note="use_heterogeneous_vocab: true, the correction",
+    )
     dec["actions"] = verify_actions(dec["name"], "rtx4090-7b-decode", dec["emulated_utilization"], True, host)
     experiments.append(dec)
-    experiments.append(experiment("fid-l40-14b-decode", "L40", "l40-14b-decode", HET_VOCAB, est_s=165,
-                                  note="use_heterogeneous_vocab: true, the correction"))
+    experiments.append(
+        experiment(
+            "fid-l40-14b-decode",
+            "L40",
+            "l40-14b-decode",
+            HET_VOCAB,
+            est_s=165,
+            note="use_heterogeneous_vocab: true, the correction",
+        )
+    )
     experiments.append(experiment("fid-rtx4090-7b-awq", "RTX 4090", "rtx4090-7b-awq", actions=[SINGLE], est_s=150))
-    pre = experiment("fid-rtx4090-7b-prefill", "RTX 4090", "rtx4090-7b-prefill", est_s=190,
-                     actions=[reference_load(64, 192, single=3)])
+    pre = experiment(
+        "fid-rtx4090-7b-prefill",
+        "RTX 4090",
+        "rtx4090-7b-prefill",
+        est_s=190,
+        actions=[reference_load(64, 192, single=3)],
+    )
     pre["actions"].append(benchmark_action("rtx4090-7b-prefill", pre["emulated_utilization"], host))
     experiments.append(pre)
-    experiments.append(experiment("default-rtx4090-7b", "RTX 4090", None,
-                                  {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
-                                  actions=[reference_load(64, 192)], est_s=140,
-                                  note="vLLM 0.26 defaults for a GPU under 70 GiB"))
-    experiments.append(experiment("fid-l40-14b-awq-prefill", "L40", "l40-14b-awq-prefill",
-                                  actions=[reference_load(128, 256, single=3)], est_s=190))
-    experiments.append(experiment("default-l40-14b-awq", "L40", None,
-                                  {"model": "Qwen/Qwen2.5-14B-Instruct-AWQ", "quantization": "awq", **VLLM_DEFAULTS},
-                                  actions=[reference_load(128, 256)], est_s=180,
-                                  note="vLLM 0.26 defaults for a GPU under 70 GiB"))
+    experiments.append(
+        experiment(
+            "default-rtx4090-7b",
+            "RTX 4090",
+            None,
+            {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
+            actions=[reference_load(64, 192)],
+            est_s=140,
+            note="vLLM 0.26 defaults for a GPU under 70 GiB",
+        )
+    )
+    experiments.append(
+        experiment(
+            "fid-l40-14b-awq-prefill",
+            "L40",
+            "l40-14b-awq-prefill",
+            actions=[reference_load(128, 256, single=3)],
+            est_s=190,
+        )
+    )
+    experiments.append(
+        experiment(
+            "default-l40-14b-awq",
+            "L40",
+            None,
+            {"model": "Qwen/Qwen2.5-14B-Instruct-AWQ", "quantization": "awq", **VLLM_DEFAULTS},
+            actions=[reference_load(128, 256)],
+            est_s=180,
+            note="vLLM 0.26 defaults for a GPU under 70 GiB",
+        )
+    )
     experiments.append(experiment("fid-rtx4090-7b-prefix-heavy", "RTX 4090", "rtx4090-7b-prefix-heavy", est_s=130))
     # The decode profiles as the tuning reference writes them: vLLM 0.26 refuses a draft whose vocab_size differs
     # from the target's (Qwen2.5-0.5B/1.5B: 151,936; 7B/14B: 152,064). Last: the planner refuses it first.
-    experiments.append(experiment("refuse-rtx4090-7b-decode", "RTX 4090", "rtx4090-7b-decode", AS_REFERENCE,
-                                  est_s=30, expect_refusal=True,
-                                  note="as the tuning reference writes it: draft and target vocab sizes differ"))
+    experiments.append(
+        experiment(
+            "refuse-rtx4090-7b-decode",
+            "RTX 4090",
+            "rtx4090-7b-decode",
+            AS_REFERENCE,
+            est_s=30,
+            expect_refusal=True,
+            note="as the tuning reference writes it: draft and target vocab sizes differ",
+        )
+    )
     # Candidates (optional: they run only when named with --only). The 4090's bf16 candidate of runs 3 and 4
     # met the goal and is now the shipped profile; the planner flags the prefix-heavy variant's fp8 cache for
     # the same reason (docs/gpu-results.md), so its bf16 form is the next candidate (the reference's load
@@ -262,16 +414,41 @@ def build(host: dict = H200) -> dict:
     # defaults'). Optional: they run only when named (`--only`, the names of RUN7).
     derived = service_levels.derived_batching(pre["planner"]["kv_cache_tokens"], 1024, 512)
     run7 = (
-        experiment("r7-default-rtx4090-7b", "RTX 4090", None, {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
-                   actions=[bench_load(64, 192)], est_s=140, note="vLLM 0.26 defaults for a GPU under 70 GiB"),
-        experiment("r7-rtx4090-7b-prefill", "RTX 4090", "rtx4090-7b-prefill", actions=[bench_load(64, 192)],
-                   est_s=140, note="shipped"),
-        experiment("cand-rtx4090-7b-prefill-derived", "RTX 4090", "rtx4090-7b-prefill", dict(derived),
-                   actions=[bench_load(64, 192)], est_s=140,
-                   note="candidate: max_num_seqs and max_num_batched_tokens from the KV capacity and one typical prompt per step"),
-        experiment("cand-rtx4090-7b-prefill-seqs", "RTX 4090", "rtx4090-7b-prefill",
-                   {"max_num_seqs": derived["max_num_seqs"]}, actions=[bench_load(64, 192)], est_s=140,
-                   note="candidate: the shipped token budget, max_num_seqs from the KV capacity"),
+        experiment(
+            "r7-default-rtx4090-7b",
+            "RTX 4090",
+            None,
+            {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
+            actions=[bench_load(64, 192)],
+            est_s=140,
+            note="vLLM 0.26 defaults for a GPU under 70 GiB",
+        ),
+        experiment(
+            "r7-rtx4090-7b-prefill",
+            "RTX 4090",
+            "rtx4090-7b-prefill",
+            actions=[bench_load(64, 192)],
+            est_s=140,
+            note="shipped",
+        ),
+        experiment(
+            "cand-rtx4090-7b-prefill-derived",
+            "RTX 4090",
+            "rtx4090-7b-prefill",
+            dict(derived),
+            actions=[bench_load(64, 192)],
+            est_s=140,
+            note="candidate: max_num_seqs and max_num_batched_tokens from the KV capacity and one typical prompt per step",
+        ),
+        experiment(
+            "cand-rtx4090-7b-prefill-seqs",
+            "RTX 4090",
+            "rtx4090-7b-prefill",
+            {"max_num_seqs": derived["max_num_seqs"]},
+            actions=[bench_load(64, 192)],
+            est_s=140,
+            note="candidate: the shipped token budget, max_num_seqs from the KV capacity",
+        ),
     )
     # Run 8 (2026-12-02): the same side by side for the L40 (the shipped AWQ prefill profile, vLLM's defaults for
     # the card and the planner-derived setting, at the reference's 128 users), then the 4090's fourth candidate
@@ -282,54 +459,123 @@ def build(host: dict = H200) -> dict:
     # Since run 8 the L40 profile ships the derived setting; r8-l40-14b-awq-prefill keeps the tuning reference's 16,384 tokens
     # and 128 sequences, shipped until then, and the candidate is derived from that setting's KV capacity as in the
     # run, so the three run as they did.
-    l40_guide = experiment("r8-l40-14b-awq-prefill", "L40", "l40-14b-awq-prefill",
-                           {"max_num_seqs": 128, "max_num_batched_tokens": 16384},
-                           actions=[bench_load(128, 256, est_s=80)], est_s=215,
-                           note="the tuning reference's settings, shipped until run 8")
+    l40_guide = experiment(
+        "r8-l40-14b-awq-prefill",
+        "L40",
+        "l40-14b-awq-prefill",
+        {"max_num_seqs": 128, "max_num_batched_tokens": 16384},
+        actions=[bench_load(128, 256, est_s=80)],
+        est_s=215,
+        note="the tuning reference's settings, shipped until run 8",
+    )
     l40_derived = service_levels.derived_batching(l40_guide["planner"]["kv_cache_tokens"], 1024, 512)
     run8 = (
-        experiment("r8-default-l40-14b-awq", "L40", None,
-                   {"model": "Qwen/Qwen2.5-14B-Instruct-AWQ", "quantization": "awq", **VLLM_DEFAULTS},
-                   actions=[bench_load(128, 256, est_s=85)], est_s=205, note="vLLM 0.26 defaults for a GPU under 70 GiB"),
+        experiment(
+            "r8-default-l40-14b-awq",
+            "L40",
+            None,
+            {"model": "Qwen/Qwen2.5-14B-Instruct-AWQ", "quantization": "awq", **VLLM_DEFAULTS},
+            actions=[bench_load(128, 256, est_s=85)],
+            est_s=205,
+            note="vLLM 0.26 defaults for a GPU under 70 GiB",
+        ),
         l40_guide,
-        experiment("cand-l40-14b-awq-prefill-derived", "L40", "l40-14b-awq-prefill", dict(l40_derived),
-                   actions=[bench_load(128, 256, est_s=85)], est_s=215,
-                   note="candidate: max_num_seqs and max_num_batched_tokens from the KV capacity and one typical prompt per step"),
-        experiment("r8-default-rtx4090-7b", "RTX 4090", None, {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
-                   actions=[bench_load(64, 192)], est_s=150, note="vLLM 0.26 defaults for a GPU under 70 GiB"),
+        experiment(
+            "cand-l40-14b-awq-prefill-derived",
+            "L40",
+            "l40-14b-awq-prefill",
+            dict(l40_derived),
+            actions=[bench_load(128, 256, est_s=85)],
+            est_s=215,
+            note="candidate: max_num_seqs and max_num_batched_tokens from the KV capacity and one typical prompt per step",
+        ),
+        experiment(
+            "r8-default-rtx4090-7b",
+            "RTX 4090",
+            None,
+            {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
+            actions=[bench_load(64, 192)],
+            est_s=150,
+            note="vLLM 0.26 defaults for a GPU under 70 GiB",
+        ),
         run7[3],  # cand-rtx4090-7b-prefill-seqs, planned for run 7, which had no time left for it
-        experiment("r8-rtx4090-7b-prefix-heavy", "RTX 4090", "rtx4090-7b-prefix-heavy", actions=[bench_load(64, 192)],
-                   est_s=140, note="shipped"),
-        experiment("r8-default-rtx4090-7b-awq", "RTX 4090", None,
-                   {"model": "Qwen/Qwen2.5-7B-Instruct-AWQ", "quantization": "awq", **VLLM_DEFAULTS},
-                   actions=[bench_load(64, 192)], est_s=150, note="vLLM 0.26 defaults for a GPU under 70 GiB"),
-        experiment("r8-rtx4090-7b-awq", "RTX 4090", "rtx4090-7b-awq", actions=[bench_load(64, 192)], est_s=150,
-                   note="shipped"),
+        experiment(
+            "r8-rtx4090-7b-prefix-heavy",
+            "RTX 4090",
+            "rtx4090-7b-prefix-heavy",
+            actions=[bench_load(64, 192)],
+            est_s=140,
+            note="shipped",
+        ),
+        experiment(
+            "r8-default-rtx4090-7b-awq",
+            "RTX 4090",
+            None,
+            {"model": "Qwen/Qwen2.5-7B-Instruct-AWQ", "quantization": "awq", **VLLM_DEFAULTS},
+            actions=[bench_load(64, 192)],
+            est_s=150,
+            note="vLLM 0.26 defaults for a GPU under 70 GiB",
+        ),
+        experiment(
+            "r8-rtx4090-7b-awq", "RTX 4090", "rtx4090-7b-awq", actions=[bench_load(64, 192)], est_s=150, note="shipped"
+        ),
     )
     assert tuple(e["name"] for e in run8) == RUN8
     # Run 9 (2026-12-02): rtx4090-7b-prefix-heavy beside vLLM's defaults for the 4090 in one round, as run 8 planned
     # (r8-rtx4090-7b-prefix-heavy did not fit there), then the planner-derived setting for it. Optional (`--only`, RUN9).
-    heavy = experiment("r9-rtx4090-7b-prefix-heavy", "RTX 4090", "rtx4090-7b-prefix-heavy",
-                       actions=[bench_load(64, 192)], est_s=140, note="shipped")
+    heavy = experiment(
+        "r9-rtx4090-7b-prefix-heavy",
+        "RTX 4090",
+        "rtx4090-7b-prefix-heavy",
+        actions=[bench_load(64, 192)],
+        est_s=140,
+        note="shipped",
+    )
     heavy_derived = service_levels.derived_batching(heavy["planner"]["kv_cache_tokens"], 1024, 512)
     run9 = (
-        experiment("r9-default-rtx4090-7b", "RTX 4090", None, {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
-                   actions=[bench_load(64, 192)], est_s=160, note="vLLM 0.26 defaults for a GPU under 70 GiB"),
+        experiment(
+            "r9-default-rtx4090-7b",
+            "RTX 4090",
+            None,
+            {"model": "Qwen/Qwen2.5-7B-Instruct", **VLLM_DEFAULTS},
+            actions=[bench_load(64, 192)],
+            est_s=160,
+            note="vLLM 0.26 defaults for a GPU under 70 GiB",
+        ),
         heavy,
-        experiment("cand-rtx4090-7b-prefix-heavy-derived", "RTX 4090", "rtx4090-7b-prefix-heavy", dict(heavy_derived),
-                   actions=[bench_load(64, 192)], est_s=140,
-                   note="candidate: max_num_seqs and max_num_batched_tokens from the KV capacity and one typical prompt per step"),
+        experiment(
+            "cand-rtx4090-7b-prefix-heavy-derived",
+            "RTX 4090",
+            "rtx4090-7b-prefix-heavy",
+            dict(heavy_derived),
+            actions=[bench_load(64, 192)],
+            est_s=140,
+            note="candidate: max_num_seqs and max_num_batched_tokens from the KV capacity and one typical prompt per step",
+        ),
     )
     assert tuple(e["name"] for e in run9) == RUN9
     for cand in (
         *run7[:3],
         *run8,
         *run9,
-        experiment("cand-rtx4090-7b-prefix-heavy-kv-auto", "RTX 4090", "rtx4090-7b-prefix-heavy",
-                   {"kv_cache_dtype": "auto", "calculate_kv_scales": None}, actions=[reference_load(64, 192)],
-                   est_s=150, note="candidate: bf16 KV cache"),
-        experiment("cand-l40-14b-awq-prefill-8k", "L40", "l40-14b-awq-prefill", {"max_num_batched_tokens": 8192},
-                   actions=[reference_load(128, 256)], est_s=190, note="candidate: 8,192 batched tokens"),
+        experiment(
+            "cand-rtx4090-7b-prefix-heavy-kv-auto",
+            "RTX 4090",
+            "rtx4090-7b-prefix-heavy",
+            {"kv_cache_dtype": "auto", "calculate_kv_scales": None},
+            actions=[reference_load(64, 192)],
+            est_s=150,
+            note="candidate: bf16 KV cache",
+        ),
+        experiment(
+            "cand-l40-14b-awq-prefill-8k",
+            "L40",
+            "l40-14b-awq-prefill",
+            {"max_num_batched_tokens": 8192},
+            actions=[reference_load(128, 256)],
+            est_s=190,
+            note="candidate: 8,192 batched tokens",
+        ),
     ):
         cand["optional"] = True
         experiments.append(cand)
@@ -339,16 +585,25 @@ def build(host: dict = H200) -> dict:
     models = {}
     for model_id in used:
         entry = {"config": catalogue.catalogue()[model_id]["config"]}
-        if any(e["draft"] == model_id and e["overrides"].get("speculative", {}).get("use_heterogeneous_vocab")
-               for e in experiments):
+        if any(
+            e["draft"] == model_id and e["overrides"].get("speculative", {}).get("use_heterogeneous_vocab")
+            for e in experiments
+        ):
             entry["tokenizer_in_folder"] = True  # vLLM loads a heterogeneous-vocab draft's own tokenizer
         models[model_id] = entry
     vocab = max(m["config"]["vocab_size"] for m in models.values())
     return {
-        "date": DATE, "vllm_version": VLLM_VERSION, "host_gpu": host,
-        "cards": {c: v for c, v in CARDS.items() if v["memory_mib"] <= host["memory_mib"]}, "port": 8000,
-        "environment": ENVIRONMENT, "harness_args": HARNESS_ARGS, "tokenizer_vocab_size": vocab,
-        "vllm_defaults_small_gpu": VLLM_DEFAULTS, "models": models, "experiments": experiments,
+        "date": DATE,
+        "vllm_version": VLLM_VERSION,
+        "host_gpu": host,
+        "cards": {c: v for c, v in CARDS.items() if v["memory_mib"] <= host["memory_mib"]},
+        "port": 8000,
+        "environment": ENVIRONMENT,
+        "harness_args": HARNESS_ARGS,
+        "tokenizer_vocab_size": vocab,
+        "vllm_defaults_small_gpu": VLLM_DEFAULTS,
+        "models": models,
+        "experiments": experiments,
         "jit_cache": JIT_CACHE,
         **({"left_out": {e["name"]: e["left_out"] for e in left_out}} if left_out else {}),
     }
@@ -365,8 +620,13 @@ def _host_gpu(text: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=HERE / "experiments.json")
-    parser.add_argument("--host-gpu", type=_host_gpu, default=H200, metavar="NAME,MIB,GB_S",
-                        help="the GPU that will run the plan (default: H200,143771,4800)")
+    parser.add_argument(
+        "--host-gpu",
+        type=_host_gpu,
+        default=H200,
+        metavar="NAME,MIB,GB_S",
+        help="the GPU that will run the plan (default: H200,143771,4800)",
+    )
     args = parser.parse_args(argv)
     plan = build(args.host_gpu)
     for name, why in plan.get("left_out", {}).items():
@@ -374,11 +634,15 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")
     for e in plan["experiments"]:
         p = e["planner"]
-        print(f"{e['name']:30s} util {e['emulated_utilization']:.6f}  predicted KV {p['kv_cache_tokens']}  "
-              f"errors {len(p['errors'])}  actions {[a['name'] for a in e['actions']]}")
+        print(
+            f"{e['name']:30s} util {e['emulated_utilization']:.6f}  predicted KV {p['kv_cache_tokens']}  "
+            f"errors {len(p['errors'])}  actions {[a['name'] for a in e['actions']]}"
+        )
     packed = schedule(plan["experiments"])
-    print(f"expected: {packed['experiment_s']} s of experiments; in rounds of --budget-s 550/560 (parts.py): "
-          f"{len(packed['rounds'])} rounds, about {packed['gpu_s']} s of GPU time with staging")
+    print(
+        f"expected: {packed['experiment_s']} s of experiments; in rounds of --budget-s 550/560 (parts.py): "
+        f"{len(packed['rounds'])} rounds, about {packed['gpu_s']} s of GPU time with staging"
+    )
     return 0
 
 

@@ -76,9 +76,12 @@ def replan(exp_plan: dict, memory_mib: int) -> dict:
     else:
         name, overrides = exp_plan["profile"], dict(exp_plan["overrides"])
     overrides["gpu_memory_utilization"] = exp_plan["emulated_utilization"]
-    hostvars = {"vllm_profile_name": name, "vllm_profile": overrides,
-                "vllm_gpu": dict(exp_plan["host_gpu"], memory_mib=memory_mib),
-                "vllm_version": exp_plan.get("vllm_version", "0.26.0")}
+    hostvars = {
+        "vllm_profile_name": name,
+        "vllm_profile": overrides,
+        "vllm_gpu": dict(exp_plan["host_gpu"], memory_mib=memory_mib),
+        "vllm_version": exp_plan.get("vllm_version", "0.26.0"),
+    }
     return planner.plan_host(exp_plan["name"], hostvars)
 
 
@@ -142,11 +145,17 @@ def summarise(plan: dict, results: list[dict]) -> dict:
             not_run.append({"experiment": name, "action": "start", "reason": rec.get("reason")})
             continue
         if rec["status"] == "refused" and actual is None:
-            refusals.append({
-                "experiment": name, "profile": exp["profile"], "card": exp["card"], "round": rec["_round"],
-                "vllm_said": rec.get("reason"), "expected": rec.get("expected"),
-                "planner_errors_now": replan(exp, vllm_total_mib(rec, exp))["errors"],
-            })
+            refusals.append(
+                {
+                    "experiment": name,
+                    "profile": exp["profile"],
+                    "card": exp["card"],
+                    "round": rec["_round"],
+                    "vllm_said": rec.get("reason"),
+                    "expected": rec.get("expected"),
+                    "planner_errors_now": replan(exp, vllm_total_mib(rec, exp))["errors"],
+                }
+            )
             continue
         if actual is None:
             continue
@@ -165,21 +174,31 @@ def summarise(plan: dict, results: list[dict]) -> dict:
         now = replan(exp, total)
         card_plan = exp["planner"]["kv_cache_tokens"]
         row = {
-            "experiment": name, "profile": exp["profile"] or "vLLM defaults", "card": exp["card"],
-            "round": basis["_round"], "status": basis["status"], "start_s": basis.get("start_s"),
-            "engine_kv_tokens": actual, "engine_source": source,
+            "experiment": name,
+            "profile": exp["profile"] or "vLLM defaults",
+            "card": exp["card"],
+            "round": basis["_round"],
+            "status": basis["status"],
+            "start_s": basis.get("start_s"),
+            "engine_kv_tokens": actual,
+            "engine_source": source,
             "num_gpu_blocks": int(cache["num_gpu_blocks"]) if cache.get("num_gpu_blocks") else None,
             "compile_cache": compile_cache(basis.get("_log", "")),
-            "graph_capture_s": graph_captures(basis.get("_log", "")), "jit_cache_mib": basis.get("jit_cache_mib"),
-            "planner_card_tokens": card_plan, "error_card_pct": pct(card_plan, actual),
+            "graph_capture_s": graph_captures(basis.get("_log", "")),
+            "jit_cache_mib": basis.get("jit_cache_mib"),
+            "planner_card_tokens": card_plan,
+            "error_card_pct": pct(card_plan, actual),
             "planner_budget_tokens": now["capacity"]["kv_cache_tokens"],
             "error_budget_pct": pct(now["capacity"]["kv_cache_tokens"], actual),
             "vllm_budget_gib": round(total * MIB * exp["emulated_utilization"] / (1 << 30), 3),
-            "planner_card_budget_gib": round(plan["cards"][exp["card"]]["memory_mib"] * MIB * exp["utilization"]
-                                             / (1 << 30), 3),
+            "planner_card_budget_gib": round(
+                plan["cards"][exp["card"]]["memory_mib"] * MIB * exp["utilization"] / (1 << 30), 3
+            ),
             "memory": memory,
             "planner_terms_gib": {
-                "weights": round((exp["planner"]["weights_bytes"] + exp["planner"]["draft_weights_bytes"]) / (1 << 30), 3),
+                "weights": round(
+                    (exp["planner"]["weights_bytes"] + exp["planner"]["draft_weights_bytes"]) / (1 << 30), 3
+                ),
                 "activation": round(exp["planner"]["estimates"]["activation_peak_bytes"] / (1 << 30), 3),
                 "runtime": round(exp["planner"]["estimates"]["runtime_reserve_bytes"] / (1 << 30), 3),
             },
@@ -187,48 +206,82 @@ def summarise(plan: dict, results: list[dict]) -> dict:
         }
         if warm:
             warm_kv = engine_kv(warm)[0]
-            row["warm_restart"] = {"round": warm["_round"], "start_s": warm.get("start_s"), "engine_kv_tokens": warm_kv,
-                                   "error_card_pct": pct(card_plan, warm_kv),
-                                   "graph_capture_s": graph_captures(warm.get("_log", "")),
-                                   "jit_cache_mib": warm.get("jit_cache_mib")}
+            row["warm_restart"] = {
+                "round": warm["_round"],
+                "start_s": warm.get("start_s"),
+                "engine_kv_tokens": warm_kv,
+                "error_card_pct": pct(card_plan, warm_kv),
+                "graph_capture_s": graph_captures(warm.get("_log", "")),
+                "jit_cache_mib": warm.get("jit_cache_mib"),
+            }
         fidelity.append(row)
         for action in rec.get("actions") or []:
             if action.get("status") == "skipped":  # did not fit in the round (older records lack "kind")
                 not_run.append({"experiment": name, "action": action["name"], "reason": action.get("reason")})
             elif action["kind"] == "ansible" and action["name"].startswith("verify"):
                 report = _gpu_host(action)
-                verification.append({
-                    "experiment": name, "action": action["name"], "expect": action["expect"],
-                    "returncode": action["returncode"], "as_expected": action["as_expected"],
-                    "errors": report.get("errors"), "readback": (report.get("profile") or {}).get("readback"),
-                    "speculative_families": (report.get("profile") or {}).get("speculative"),
-                    "families": (report.get("metrics") or {}).get("families"),
-                    "missing": (report.get("metrics") or {}).get("missing"),
-                    "smoke": {k: (report.get("smoke") or {}).get(k) for k in ("status", "completion_tokens", "latency_s")},
-                    "findings": [f.get("message") for f in report.get("findings") or []],
-                })
+                verification.append(
+                    {
+                        "experiment": name,
+                        "action": action["name"],
+                        "expect": action["expect"],
+                        "returncode": action["returncode"],
+                        "as_expected": action["as_expected"],
+                        "errors": report.get("errors"),
+                        "readback": (report.get("profile") or {}).get("readback"),
+                        "speculative_families": (report.get("profile") or {}).get("speculative"),
+                        "families": (report.get("metrics") or {}).get("families"),
+                        "missing": (report.get("metrics") or {}).get("missing"),
+                        "smoke": {
+                            k: (report.get("smoke") or {}).get(k) for k in ("status", "completion_tokens", "latency_s")
+                        },
+                        "findings": [f.get("message") for f in report.get("findings") or []],
+                    }
+                )
             elif action["kind"] == "ansible":
                 event = _gpu_host(action).get("events", {})
-                loads.append({"experiment": name, "action": action["name"], "returncode": action["returncode"],
-                              "benchmark": (event.get("benchmark") or [{}])[0]})
+                loads.append(
+                    {
+                        "experiment": name,
+                        "action": action["name"],
+                        "returncode": action["returncode"],
+                        "benchmark": (event.get("benchmark") or [{}])[0],
+                    }
+                )
             elif action["kind"] in ("bench", "fleet") and action.get("result"):
                 result = dict(action["result"])
-                entry = {"experiment": name, "profile": row["profile"], "card": exp["card"], "load": action["name"],
-                         "tool": "vllm bench serve" if action["kind"] == "bench" else "vllm_fleet.bench",
-                         "preemptions": action.get("preemptions"), **result}
+                entry = {
+                    "experiment": name,
+                    "profile": row["profile"],
+                    "card": exp["card"],
+                    "load": action["name"],
+                    "tool": "vllm bench serve" if action["kind"] == "bench" else "vllm_fleet.bench",
+                    "preemptions": action.get("preemptions"),
+                    **result,
+                }
                 # single stream: vllm bench's 1000 / mean TPOT, or vllm_fleet.bench's 1000 / mean ITL
                 if action["kind"] == "bench" and action["name"] == "single-stream":
                     tpot = result.get("mean_tpot_ms")
                     single.append(_single(entry, exp, round(1000.0 / tpot, 1) if tpot else None))
                 elif action["kind"] == "fleet" and result.get("single_tokens_per_s"):
-                    single.append(_single(dict(entry, load="single-stream"), exp,
-                                          round(result["single_tokens_per_s"], 1)))
+                    single.append(
+                        _single(dict(entry, load="single-stream"), exp, round(result["single_tokens_per_s"], 1))
+                    )
                 if action["name"] != "single-stream":
                     loads.append(entry)
-    out = {"date": plan["date"], "vllm_version": plan["vllm_version"], "fidelity": fidelity, "refusals": refusals,
-           "verification": verification, "loads": loads, "single_stream": single, "not_run": not_run,
-           "comparisons": compare(plan, loads, not_run), "repeats": [_repeat(rec) for rec in superseded],
-           "jit_cache": jit_cache(results)}
+    out = {
+        "date": plan["date"],
+        "vllm_version": plan["vllm_version"],
+        "fidelity": fidelity,
+        "refusals": refusals,
+        "verification": verification,
+        "loads": loads,
+        "single_stream": single,
+        "not_run": not_run,
+        "comparisons": compare(plan, loads, not_run),
+        "repeats": [_repeat(rec) for rec in superseded],
+        "jit_cache": jit_cache(results),
+    }
     beside = side_by_side(plan, loads, latest)
     if beside:  # runs from 7 on, whose defaults ran as rN-default-*: summaries of earlier runs stay as they were
         out["side_by_side"] = beside
@@ -236,8 +289,13 @@ def summarise(plan: dict, results: list[dict]) -> dict:
 
 
 # The five figures of issue #23 (lower is better except throughput) and whether a row may be higher.
-FIGURES = (("median_ttft_ms", "median TTFT"), ("p99_ttft_ms", "p99 TTFT"), ("mean_itl_ms", "mean ITL"),
-           ("p99_itl_ms", "p99 ITL"), ("output_throughput", "output throughput"))
+FIGURES = (
+    ("median_ttft_ms", "median TTFT"),
+    ("p99_ttft_ms", "p99 TTFT"),
+    ("mean_itl_ms", "mean ITL"),
+    ("p99_itl_ms", "p99 ITL"),
+    ("output_throughput", "output throughput"),
+)
 
 
 def side_by_side(plan: dict, loads: list[dict], records: dict[str, dict]) -> list[dict]:
@@ -252,8 +310,17 @@ def side_by_side(plan: dict, loads: list[dict], records: dict[str, dict]) -> lis
         for action in rec.get("actions") or []:
             if action.get("detail"):
                 d = action["detail"]
-                detail[(name, action["name"])] = {k: d.get(k) for k in (
-                    "first_wave", "later", "itl_gaps", "itl_stalled_pct", "itl_stalled_median_ms", "itl_p999_ms")}
+                detail[(name, action["name"])] = {
+                    k: d.get(k)
+                    for k in (
+                        "first_wave",
+                        "later",
+                        "itl_gaps",
+                        "itl_stalled_pct",
+                        "itl_stalled_median_ms",
+                        "itl_p999_ms",
+                    )
+                }
     key = lambda r: (r["card"], (exps.get(r["experiment"]) or {}).get("model"), r["load"], r["tool"])  # noqa: E731
     defaults = {key(r): r for r in loads if re.match(r"r\d+-default-", r["experiment"])}
     if not defaults:
@@ -263,15 +330,24 @@ def side_by_side(plan: dict, loads: list[dict], records: dict[str, dict]) -> lis
         base = defaults.get(key(r))
         if not base or not str(r["load"]).startswith("guide-"):
             continue
-        row = {"card": r["card"], "model": exps[r["experiment"]]["model"], "load": r["load"], "tool": r["tool"],
-               "experiment": r["experiment"], "defaults": base["experiment"],
-               "is_defaults": r is base, "preemptions": r.get("preemptions"),
-               "kv_cache_tokens": int((records[r["experiment"]].get("cache_config") or {}).get("kv_cache_size_tokens") or 0)
-               or None, "start_s": records[r["experiment"]].get("start_s"),
-               **{k: r.get(k) for k, _ in FIGURES}}
+        row = {
+            "card": r["card"],
+            "model": exps[r["experiment"]]["model"],
+            "load": r["load"],
+            "tool": r["tool"],
+            "experiment": r["experiment"],
+            "defaults": base["experiment"],
+            "is_defaults": r is base,
+            "preemptions": r.get("preemptions"),
+            "kv_cache_tokens": int(
+                (records[r["experiment"]].get("cache_config") or {}).get("kv_cache_size_tokens") or 0
+            )
+            or None,
+            "start_s": records[r["experiment"]].get("start_s"),
+            **{k: r.get(k) for k, _ in FIGURES},
+        }
         if r is not base:
-            worse = [label for k, label in FIGURES
-                     if (r[k] < base[k] if k == "output_throughput" else r[k] > base[k])]
+            worse = [label for k, label in FIGURES if (r[k] < base[k] if k == "output_throughput" else r[k] > base[k])]
             if r.get("preemptions"):
                 worse.append("preemptions")
             row["change_pct"] = {k: round((r[k] - base[k]) / base[k] * 100, 1) for k, _ in FIGURES}
@@ -285,13 +361,29 @@ def side_by_side(plan: dict, loads: list[dict], records: dict[str, dict]) -> lis
 def _repeat(rec: dict) -> dict:
     """An earlier record of an experiment that a later round ran again (served, or sized its cache before its
     start bound ran out): its KV size and reference loads, kept beside the later record that the tables use."""
-    loads = [dict(load=a["name"], **{k: (a.get("result") or {}).get(k) for k in (
-        "completed", "output_throughput", "p99_ttft_ms", "p99_itl_ms")}, preemptions=a.get("preemptions"))
-        for a in rec.get("actions") or [] if a.get("kind") in ("bench", "fleet") and a.get("result")]
-    return {"experiment": rec["name"], "round": rec["_round"], "status": rec["status"], "start_s": rec.get("start_s"),
-            "engine_kv_tokens": engine_kv(rec)[0], "compile_cache": compile_cache(rec.get("_log", "")),
-            "graph_capture_s": graph_captures(rec.get("_log", "")), "jit_cache_mib": rec.get("jit_cache_mib"),
-            "loads": loads}
+    loads = [
+        dict(
+            load=a["name"],
+            **{
+                k: (a.get("result") or {}).get(k)
+                for k in ("completed", "output_throughput", "p99_ttft_ms", "p99_itl_ms")
+            },
+            preemptions=a.get("preemptions"),
+        )
+        for a in rec.get("actions") or []
+        if a.get("kind") in ("bench", "fleet") and a.get("result")
+    ]
+    return {
+        "experiment": rec["name"],
+        "round": rec["_round"],
+        "status": rec["status"],
+        "start_s": rec.get("start_s"),
+        "engine_kv_tokens": engine_kv(rec)[0],
+        "compile_cache": compile_cache(rec.get("_log", "")),
+        "graph_capture_s": graph_captures(rec.get("_log", "")),
+        "jit_cache_mib": rec.get("jit_cache_mib"),
+        "loads": loads,
+    }
 
 
 def _single(entry: dict, exp: dict, rate: float | None) -> dict:
@@ -300,11 +392,15 @@ def _single(entry: dict, exp: dict, rate: float | None) -> dict:
     ceiling = exp["planner"]["decode_ceiling_h200"]  # the host's, whatever the key says
     weights = exp["planner"]["weights_bytes"] + exp["planner"]["draft_weights_bytes"]
     effective = int(H200_EFFECTIVE_GB_S * 1e9 // weights) if exp["host_gpu"]["name"] == "H200" else None
-    return dict(entry, tokens_per_s=rate, planner_ceiling_h200=ceiling,
-                ratio_pct=round(100 * rate / ceiling, 1) if rate else None,
-                effective_ceiling_3_9_tb_s=effective,
-                ratio_effective_pct=round(100 * rate / effective, 1) if rate and effective else None,
-                planner_ceiling_card=exp["planner"]["decode_ceiling_card"])
+    return dict(
+        entry,
+        tokens_per_s=rate,
+        planner_ceiling_h200=ceiling,
+        ratio_pct=round(100 * rate / ceiling, 1) if rate else None,
+        effective_ceiling_3_9_tb_s=effective,
+        ratio_effective_pct=round(100 * rate / effective, 1) if rate and effective else None,
+        planner_ceiling_card=exp["planner"]["decode_ceiling_card"],
+    )
 
 
 def compare(plan: dict, loads: list[dict], not_run: list[dict]) -> list[dict]:
@@ -317,13 +413,19 @@ def compare(plan: dict, loads: list[dict], not_run: list[dict]) -> list[dict]:
         # the shipped profile (fid-) and any candidate for it (cand-), each against the same defaults
         tuned_runs = [r for r in runs if r["experiment"].startswith(("fid-", "cand-"))]
         for tuned in tuned_runs or [None]:
-            row: dict = {"card": card, "tuned": tuned and tuned["experiment"],
-                         "default": default and default["experiment"]}
+            row: dict = {
+                "card": card,
+                "tuned": tuned and tuned["experiment"],
+                "default": default and default["experiment"],
+            }
             if not (tuned and default):
                 card_of = {e["name"]: e["card"] for e in plan["experiments"]}
                 missing = [n for n in not_run if card_of.get(n["experiment"]) == card]
-                row.update(verdict="not compared", why="a load did not run: " + (
-                    "; ".join(f"{n['experiment']} {n['action']} ({n['reason']})" for n in missing) or "no record"))
+                row.update(
+                    verdict="not compared",
+                    why="a load did not run: "
+                    + ("; ".join(f"{n['experiment']} {n['action']} ({n['reason']})" for n in missing) or "no record"),
+                )
                 out.append(row)
                 continue
             checks = {
@@ -332,11 +434,14 @@ def compare(plan: dict, loads: list[dict], not_run: list[dict]) -> list[dict]:
                 "throughput_not_lower": tuned["output_throughput"] >= default["output_throughput"],
                 "no_preemptions": not tuned.get("preemptions"),
             }
-            row.update(checks=checks, verdict="goal met" if all(checks.values()) else "goal not met",
-                       p99_ttft_ms=[tuned["p99_ttft_ms"], default["p99_ttft_ms"]],
-                       p99_itl_ms=[tuned["p99_itl_ms"], default["p99_itl_ms"]],
-                       output_throughput=[tuned["output_throughput"], default["output_throughput"]],
-                       preemptions=[tuned.get("preemptions"), default.get("preemptions")])
+            row.update(
+                checks=checks,
+                verdict="goal met" if all(checks.values()) else "goal not met",
+                p99_ttft_ms=[tuned["p99_ttft_ms"], default["p99_ttft_ms"]],
+                p99_itl_ms=[tuned["p99_itl_ms"], default["p99_itl_ms"]],
+                output_throughput=[tuned["output_throughput"], default["output_throughput"]],
+                preemptions=[tuned.get("preemptions"), default.get("preemptions")],
+            )
             out.append(row)
     return out
 
@@ -351,107 +456,260 @@ def _n(value, digits=0) -> str:
 
 def _section(title: str, columns: list[str], rows: list[list]) -> list[str]:
     """A Markdown section: a heading, then a table of the given columns and rows (cells as text)."""
-    return (["", f"### {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-            + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows])
+    return ["", f"### {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)] + [
+        "| " + " | ".join(str(cell) for cell in row) + " |" for row in rows
+    ]
 
 
 def _fidelity_row(r: dict) -> list:
     m = r["memory"]
-    usage = "/".join(_n(m.get(k), 2) for k in ("usage_weights_gib", "usage_activation_gib", "usage_non_torch_gib",
-                                               "usage_cuda_graph_gib")) if "usage_weights_gib" in m else \
-        f"{_n(m.get('weights_gib'), 2)} / - / - / - (crashed before)"
-    return [r["experiment"], r["card"], f"{_n(r['engine_kv_tokens'])} ({r['engine_source']})",
-            _n(r["planner_card_tokens"]), f"{r['error_card_pct']:+.1f}%", _n(r["planner_budget_tokens"]),
-            f"{r['error_budget_pct']:+.1f}%", usage, _n(r["start_s"], 0), _compile_cell(r)]
+    usage = (
+        "/".join(
+            _n(m.get(k), 2)
+            for k in ("usage_weights_gib", "usage_activation_gib", "usage_non_torch_gib", "usage_cuda_graph_gib")
+        )
+        if "usage_weights_gib" in m
+        else f"{_n(m.get('weights_gib'), 2)} / - / - / - (crashed before)"
+    )
+    return [
+        r["experiment"],
+        r["card"],
+        f"{_n(r['engine_kv_tokens'])} ({r['engine_source']})",
+        _n(r["planner_card_tokens"]),
+        f"{r['error_card_pct']:+.1f}%",
+        _n(r["planner_budget_tokens"]),
+        f"{r['error_budget_pct']:+.1f}%",
+        usage,
+        _n(r["start_s"], 0),
+        _compile_cell(r),
+    ]
 
 
 def _compile_cell(r: dict) -> str:
     warm = r.get("warm_restart")
     cell = r.get("compile_cache") or "-"
-    return cell + (f"; warm restart (round {warm['round']}): {_n(warm['engine_kv_tokens'])}, "
-                   f"{warm['error_card_pct']:+.1f}%" if warm else "")
+    return cell + (
+        f"; warm restart (round {warm['round']}): {_n(warm['engine_kv_tokens'])}, {warm['error_card_pct']:+.1f}%"
+        if warm
+        else ""
+    )
 
 
 def _comparison_row(r: dict) -> list:
     if "checks" not in r:
-        return [r["card"], f"{r['tuned'] or '-'} / {r['default'] or '-'}", "-", "-", "-", "-",
-                f"{r['verdict']}: {r['why']}"]
+        return [
+            r["card"],
+            f"{r['tuned'] or '-'} / {r['default'] or '-'}",
+            "-",
+            "-",
+            "-",
+            "-",
+            f"{r['verdict']}: {r['why']}",
+        ]
     failed = [k for k, ok in r["checks"].items() if not ok]
-    return [r["card"], f"{r['tuned']} / {r['default']}",
-            f"{_n(r['p99_ttft_ms'][0], 1)} / {_n(r['p99_ttft_ms'][1], 1)}",
-            f"{_n(r['p99_itl_ms'][0], 2)} / {_n(r['p99_itl_ms'][1], 2)}",
-            f"{_n(r['output_throughput'][0], 1)} / {_n(r['output_throughput'][1], 1)}",
-            f"{_n(r['preemptions'][0])} / {_n(r['preemptions'][1])}",
-            r["verdict"] + (f" ({', '.join(failed)})" if failed else "")]
+    return [
+        r["card"],
+        f"{r['tuned']} / {r['default']}",
+        f"{_n(r['p99_ttft_ms'][0], 1)} / {_n(r['p99_ttft_ms'][1], 1)}",
+        f"{_n(r['p99_itl_ms'][0], 2)} / {_n(r['p99_itl_ms'][1], 2)}",
+        f"{_n(r['output_throughput'][0], 1)} / {_n(r['output_throughput'][1], 1)}",
+        f"{_n(r['preemptions'][0])} / {_n(r['preemptions'][1])}",
+        r["verdict"] + (f" ({', '.join(failed)})" if failed else ""),
+    ]
 
 
 def tables(summary: dict) -> str:
-    out = _section("Planner fidelity", [
-        "experiment", "card", "engine KV tokens", "planner (card)", "error", "planner (vLLM's budget)", "error",
-        "weights / activation / non-torch / CUDA graphs GiB (vLLM)", "start s", "torch.compile cache"],
-        [_fidelity_row(r) for r in summary["fidelity"]])[1:]
-    out += _section("Refused at start", ["experiment", "what vLLM said", "planner now"], [
-        [r["experiment"], re.sub(r"\s+", " ", (r["vllm_said"] or "")).split(" [type=")[0][:260],
-         "; ".join(e[:120] for e in r["planner_errors_now"]) or "no error"] for r in summary["refusals"]])
-    out += _section("Verification", ["action", "expected", "rc", "errors", "read-back", "families", "smoke"], [
-        [r["action"], r["expect"], r["returncode"], "; ".join(r["errors"] or []) or "none", r["readback"],
-         f"{r['families']} (missing {len(r['missing'] or [])})",
-         f"{r['smoke']['status']}, {r['smoke']['completion_tokens']} tokens"] for r in summary["verification"]])
-    out += _section("Loads", ["experiment", "load", "completed", "output tok/s", "TTFT mean / p99 ms",
-                              "ITL mean / p99 ms", "TPOT mean ms", "preemptions",
-                              "ITL p99.9 ms / stalled % (vllm_fleet.bench, from run 4)"], [
-        [r["experiment"], r["load"], r.get("completed"), _n(r.get("output_throughput"), 1),
-         f"{_n(r.get('mean_ttft_ms'), 1)} / {_n(r.get('p99_ttft_ms'), 1)}",
-         f"{_n(r.get('mean_itl_ms'), 2)} / {_n(r.get('p99_itl_ms'), 2)}", _n(r.get("mean_tpot_ms"), 2),
-         _n(r.get("preemptions")), f"{_n(r.get('p999_itl_ms'), 2)} / {_n(r.get('itl_stalled_pct'), 2)}"]
-        for r in summary["loads"] if "load" in r])
-    out += _section("Single stream", ["experiment", "tok/s", "planner ceiling (the host's bandwidth)", "ratio",
-                                      "at 3.9 TB/s (measured on an H200)", "ratio"], [
-        [r["experiment"], r["tokens_per_s"], r["planner_ceiling_h200"], f"{r['ratio_pct']}%",
-         _n(r["effective_ceiling_3_9_tb_s"]), f"{r['ratio_effective_pct']}%" if r["ratio_effective_pct"] else "-"]
-        for r in summary["single_stream"]])
-    out += _section("Shipped profile (fid-) and candidates (cand-) against vLLM's defaults "
-                    "(the tuning reference's load)", [
-        "card", "tuned / default", "p99 TTFT ms", "p99 ITL ms", "output tok/s", "preemptions", "verdict"],
-        [_comparison_row(r) for r in summary["comparisons"]])
+    out = _section(
+        "Planner fidelity",
+        [
+            "experiment",
+            "card",
+            "engine KV tokens",
+            "planner (card)",
+            "error",
+            "planner (vLLM's budget)",
+            "error",
+            "weights / activation / non-torch / CUDA graphs GiB (vLLM)",
+            "start s",
+            "torch.compile cache",
+        ],
+        [_fidelity_row(r) for r in summary["fidelity"]],
+    )[1:]
+    out += _section(
+        "Refused at start",
+        ["experiment", "what vLLM said", "planner now"],
+        [
+            [
+                r["experiment"],
+                re.sub(r"\s+", " ", (r["vllm_said"] or "")).split(" [type=")[0][:260],
+                "; ".join(e[:120] for e in r["planner_errors_now"]) or "no error",
+            ]
+            for r in summary["refusals"]
+        ],
+    )
+    out += _section(
+        "Verification",
+        ["action", "expected", "rc", "errors", "read-back", "families", "smoke"],
+        [
+            [
+                r["action"],
+                r["expect"],
+                r["returncode"],
+                "; ".join(r["errors"] or []) or "none",
+                r["readback"],
+                f"{r['families']} (missing {len(r['missing'] or [])})",
+                f"{r['smoke']['status']}, {r['smoke']['completion_tokens']} tokens",
+            ]
+            for r in summary["verification"]
+        ],
+    )
+    out += _section(
+        "Loads",
+        [
+            "experiment",
+            "load",
+            "completed",
+            "output tok/s",
+            "TTFT mean / p99 ms",
+            "ITL mean / p99 ms",
+            "TPOT mean ms",
+            "preemptions",
+            "ITL p99.9 ms / stalled % (vllm_fleet.bench, from run 4)",
+        ],
+        [
+            [
+                r["experiment"],
+                r["load"],
+                r.get("completed"),
+                _n(r.get("output_throughput"), 1),
+                f"{_n(r.get('mean_ttft_ms'), 1)} / {_n(r.get('p99_ttft_ms'), 1)}",
+                f"{_n(r.get('mean_itl_ms'), 2)} / {_n(r.get('p99_itl_ms'), 2)}",
+                _n(r.get("mean_tpot_ms"), 2),
+                _n(r.get("preemptions")),
+                f"{_n(r.get('p999_itl_ms'), 2)} / {_n(r.get('itl_stalled_pct'), 2)}",
+            ]
+            for r in summary["loads"]
+            if "load" in r
+        ],
+    )
+    out += _section(
+        "Single stream",
+        [
+            "experiment",
+            "tok/s",
+            "planner ceiling (the host's bandwidth)",
+            "ratio",
+            "at 3.9 TB/s (measured on an H200)",
+            "ratio",
+        ],
+        [
+            [
+                r["experiment"],
+                r["tokens_per_s"],
+                r["planner_ceiling_h200"],
+                f"{r['ratio_pct']}%",
+                _n(r["effective_ceiling_3_9_tb_s"]),
+                f"{r['ratio_effective_pct']}%" if r["ratio_effective_pct"] else "-",
+            ]
+            for r in summary["single_stream"]
+        ],
+    )
+    out += _section(
+        "Shipped profile (fid-) and candidates (cand-) against vLLM's defaults (the tuning reference's load)",
+        ["card", "tuned / default", "p99 TTFT ms", "p99 ITL ms", "output tok/s", "preemptions", "verdict"],
+        [_comparison_row(r) for r in summary["comparisons"]],
+    )
     if summary.get("repeats"):
-        out += _section("Earlier starts of an experiment that a later round ran again (loads above: the later one; "
-                       "fidelity: the first start that compiled)", [
-            "experiment", "round", "status", "start s", "engine KV tokens", "torch.compile cache",
-            "reference load: output tok/s, p99 TTFT / ITL ms, preemptions"], [
-            [r["experiment"], r["round"], r["status"], _n(r["start_s"], 0), _n(r["engine_kv_tokens"]),
-             r["compile_cache"] or "-",
-             "; ".join(f"{_n(x['output_throughput'], 1)}, {_n(x['p99_ttft_ms'], 1)} / {_n(x['p99_itl_ms'], 2)}, "
-                       f"{_n(x['preemptions'])}" for x in r["loads"]) or "-"] for r in summary["repeats"]])
+        out += _section(
+            "Earlier starts of an experiment that a later round ran again (loads above: the later one; "
+            "fidelity: the first start that compiled)",
+            [
+                "experiment",
+                "round",
+                "status",
+                "start s",
+                "engine KV tokens",
+                "torch.compile cache",
+                "reference load: output tok/s, p99 TTFT / ITL ms, preemptions",
+            ],
+            [
+                [
+                    r["experiment"],
+                    r["round"],
+                    r["status"],
+                    _n(r["start_s"], 0),
+                    _n(r["engine_kv_tokens"]),
+                    r["compile_cache"] or "-",
+                    "; ".join(
+                        f"{_n(x['output_throughput'], 1)}, {_n(x['p99_ttft_ms'], 1)} / {_n(x['p99_itl_ms'], 2)}, "
+                        f"{_n(x['preemptions'])}"
+                        for x in r["loads"]
+                    )
+                    or "-",
+                ]
+                for r in summary["repeats"]
+            ],
+        )
     if summary.get("side_by_side"):
-        out += _section("Side by side: each configuration against vLLM's defaults of the same run (issue #23's five "
-                        "figures)", [
-            "experiment", "card", "output tok/s", "TTFT median / p99 ms", "ITL mean / p99 ms", "preemptions",
-            "KV tokens", "start s", "first wave / later: TTFT median ms", "stalled gaps %", "gives up"], [
-            [r["experiment"], r["card"], _n(r["output_throughput"], 1),
-             f"{_n(r['median_ttft_ms'], 1)} / {_n(r['p99_ttft_ms'], 1)}",
-             f"{_n(r['mean_itl_ms'], 2)} / {_n(r['p99_itl_ms'], 2)}", _n(r["preemptions"]), _n(r["kv_cache_tokens"]),
-             _n(r["start_s"], 1),
-             f"{_n((r['detail'] or {}).get('first_wave', {}).get('median_ttft_ms'), 1)} / "
-             f"{_n((r['detail'] or {}).get('later', {}).get('median_ttft_ms'), 1)}",
-             _n((r["detail"] or {}).get("itl_stalled_pct"), 2),
-             "(the defaults)" if r["is_defaults"] else (", ".join(r["gives_up"]) or "nothing: no worse on all five")]
-            for r in summary["side_by_side"]])
+        out += _section(
+            "Side by side: each configuration against vLLM's defaults of the same run (issue #23's five figures)",
+            [
+                "experiment",
+                "card",
+                "output tok/s",
+                "TTFT median / p99 ms",
+                "ITL mean / p99 ms",
+                "preemptions",
+                "KV tokens",
+                "start s",
+                "first wave / later: TTFT median ms",
+                "stalled gaps %",
+                "gives up",
+            ],
+            [
+                [
+                    r["experiment"],
+                    r["card"],
+                    _n(r["output_throughput"], 1),
+                    f"{_n(r['median_ttft_ms'], 1)} / {_n(r['p99_ttft_ms'], 1)}",
+                    f"{_n(r['mean_itl_ms'], 2)} / {_n(r['p99_itl_ms'], 2)}",
+                    _n(r["preemptions"]),
+                    _n(r["kv_cache_tokens"]),
+                    _n(r["start_s"], 1),
+                    f"{_n((r['detail'] or {}).get('first_wave', {}).get('median_ttft_ms'), 1)} / "
+                    f"{_n((r['detail'] or {}).get('later', {}).get('median_ttft_ms'), 1)}",
+                    _n((r["detail"] or {}).get("itl_stalled_pct"), 2),
+                    "(the defaults)"
+                    if r["is_defaults"]
+                    else (", ".join(r["gives_up"]) or "nothing: no worse on all five"),
+                ]
+                for r in summary["side_by_side"]
+            ],
+        )
     if summary["not_run"]:
-        out += _section("Not run", ["experiment", "action", "why"],
-                        [[n["experiment"], n["action"], n["reason"]] for n in summary["not_run"]])
+        out += _section(
+            "Not run",
+            ["experiment", "action", "why"],
+            [[n["experiment"], n["action"], n["reason"]] for n in summary["not_run"]],
+        )
     return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, required=True, help="a folder of results, e.g. results/gpu/DATE-NAME")
-    parser.add_argument("--plan", type=Path, default=None,
-                        help="the plan the results were run with (default: RESULTS/experiments.json, the copy "
-                             "kept with them, else gpu/bench/experiments.json)")
+    parser.add_argument(
+        "--plan",
+        type=Path,
+        default=None,
+        help="the plan the results were run with (default: RESULTS/experiments.json, the copy "
+        "kept with them, else gpu/bench/experiments.json)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="default: RESULTS/summary.json")
     args = parser.parse_args(argv)
-    plan_file = args.plan or next(p for p in (args.results / "experiments.json", HERE / "experiments.json") if p.exists())
+    plan_file = args.plan or next(
+        p for p in (args.results / "experiments.json", HERE / "experiments.json") if p.exists()
+    )
     plan = json.loads(plan_file.read_text(encoding="utf-8"))
     summary = summarise(plan, load_results(args.results))
     (args.out or args.results / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")

@@ -6,6 +6,7 @@
 Opens STREAMS concurrent streamed /v1/completions (ignore_eos, so each wants MAX_TOKENS tokens) and
 writes, per stream, the tokens received, the finish reason (None when cut) and the error. Stdlib only.
 """
+
 import json
 import sys
 import threading
@@ -14,8 +15,16 @@ import urllib.request
 
 
 def stream(url, model, max_tokens, rec):
-    body = json.dumps({"model": model, "prompt": "t5 t6 t7 t8", "max_tokens": max_tokens, "stream": True,
-                       "ignore_eos": True, "temperature": 0}).encode()
+    body = json.dumps(
+        {
+            "model": model,
+            "prompt": "t5 t6 t7 t8",
+            "max_tokens": max_tokens,
+            "stream": True,
+            "ignore_eos": True,
+            "temperature": 0,
+        }
+    ).encode()
     req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
     rec.update(tokens=0, finish_reason=None, error=None, t_start=time.time())
     try:

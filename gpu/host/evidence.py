@@ -18,6 +18,7 @@
 Each prints one line saying what it found; exit 0 when that is what the step needed, 1 when not, 2 when the
 input cannot be read. Stdlib only (the image's python3).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,9 +51,16 @@ def entry(report: dict[str, Any], host: str, instance: str) -> dict[str, Any] | 
     return None
 
 
-def check_report(folder: Path, host: str, instance: str = "main", ok: bool | None = None,
-                 error_contains: str | None = None, no_rollback: bool = False, rolled_back_to: str | None = None,
-                 reason_contains: str | None = None) -> tuple[bool, str]:
+def check_report(
+    folder: Path,
+    host: str,
+    instance: str = "main",
+    ok: bool | None = None,
+    error_contains: str | None = None,
+    no_rollback: bool = False,
+    rolled_back_to: str | None = None,
+    reason_contains: str | None = None,
+) -> tuple[bool, str]:
     report = _json(folder / "report.json")
     found = entry(report, host, instance)
     if found is None:
@@ -72,14 +80,17 @@ def check_report(folder: Path, host: str, instance: str = "main", ok: bool | Non
     if rolled_back_to is not None:
         to = [r for r in rollbacks if r.get("release_id") == rolled_back_to and r.get("ok")]
         if not to:
-            misses.append(f"no rollback to {rolled_back_to} (rollbacks: "
-                          f"{[r.get('release_id') for r in rollbacks] or 'none'})")
+            misses.append(
+                f"no rollback to {rolled_back_to} (rollbacks: {[r.get('release_id') for r in rollbacks] or 'none'})"
+            )
         elif reason_contains is not None and reason_contains not in str(to[-1].get("reason")):
             misses.append(f"the rollback's reason does not name {reason_contains!r}: {str(to[-1].get('reason'))[:200]}")
-    said = (f"{folder.name}: {host}/{instance} verification "
-            f"{'not run' if not verified else 'ok' if found['ok'] else 'failed'}"
-            + (f", errors: {' | '.join(errors)[:300]}" if errors else "")
-            + (f", rolled back to {rollbacks[-1].get('to')} ({rollbacks[-1].get('release_id')})" if rollbacks else ""))
+    said = (
+        f"{folder.name}: {host}/{instance} verification "
+        f"{'not run' if not verified else 'ok' if found['ok'] else 'failed'}"
+        + (f", errors: {' | '.join(errors)[:300]}" if errors else "")
+        + (f", rolled back to {rollbacks[-1].get('to')} ({rollbacks[-1].get('release_id')})" if rollbacks else "")
+    )
     return not misses, said + ("" if not misses else "; NOT AS NEEDED: " + "; ".join(misses))
 
 
@@ -121,10 +132,15 @@ def check_streams(path: Path, count: int, at: float | None = None, all_finished:
     finished = [s for s in streams if s.get("finish_reason") == "length" and s.get("tokens") == wanted]
     if all_finished and len(finished) != len(streams):
         misses.append(f"{len(streams) - len(finished)} cut")
-    said = (f"{path.name}: "
-            + (f"{len(in_flight)} of {len(streams)} streams in flight at the restart, " if at is not None else
-               f"{len(started)} of {len(streams)} streams answered, ")
-            + f"{len(finished)} finished with their {wanted} tokens ({[s.get('tokens') for s in streams]} tokens)")
+    said = (
+        f"{path.name}: "
+        + (
+            f"{len(in_flight)} of {len(streams)} streams in flight at the restart, "
+            if at is not None
+            else f"{len(started)} of {len(streams)} streams answered, "
+        )
+        + f"{len(finished)} finished with their {wanted} tokens ({[s.get('tokens') for s in streams]} tokens)"
+    )
     return not misses, said + ("" if not misses else "; NOT AS NEEDED: " + "; ".join(misses))
 
 
@@ -171,8 +187,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.cmd == "report":
-            good, said = check_report(args.folder, args.host, args.instance, args.ok, args.error_contains,
-                                      args.no_rollback, args.rolled_back_to, args.reason_contains)
+            good, said = check_report(
+                args.folder,
+                args.host,
+                args.instance,
+                args.ok,
+                args.error_contains,
+                args.no_rollback,
+                args.rolled_back_to,
+                args.reason_contains,
+            )
         elif args.cmd == "args":
             good, said = check_args(args.file, [tuple(w) for w in args.with_], args.without)
         elif args.cmd == "streams":

@@ -12,6 +12,7 @@
 
 Stdlib and PyYAML only (the image's python3).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,7 +48,9 @@ def model(model_id: str, to: Path) -> Path:
     (folder / "config.json").write_text(json.dumps(harness.model_config(config), indent=1) + "\n", encoding="utf-8")
     for name, content in harness.tokenizer_files(config["vocab_size"]).items():
         (folder / "tokenizer" / name).write_text(json.dumps(content), encoding="utf-8")
-    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != "SHA256SUMS")
+    files = sorted(
+        p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != "SHA256SUMS"
+    )
     sums = [f"{hashlib.sha256((folder / f).read_bytes()).hexdigest()}  {f}" for f in files]
     (folder / "SHA256SUMS").write_text("\n".join(sums) + "\n", encoding="utf-8")
     return folder

@@ -11,6 +11,7 @@ release of the lab's hosts. The repository is indexed with apt-ftparchive and si
 Result: .cache/mirror/debian/ (pool/, dists/bookworm/{InRelease,Release,Release.gpg,main/binary-ARCH/Packages*},
 vllm-lab-archive-keyring.gpg), which lab-mirror serves at http://<mirror>/debian.
 """
+
 import argparse
 import gzip
 import hashlib
@@ -58,8 +59,18 @@ def image_packages():
 
 def closure(packages):
     """The packages and everything they depend on (recursively), real package names only."""
-    out = run("apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests", "--no-conflicts",
-              "--no-breaks", "--no-replaces", "--no-enhances", *packages)
+    out = run(
+        "apt-cache",
+        "depends",
+        "--recurse",
+        "--no-recommends",
+        "--no-suggests",
+        "--no-conflicts",
+        "--no-breaks",
+        "--no-replaces",
+        "--no-enhances",
+        *packages,
+    )
     return {line.strip() for line in out.splitlines() if line and not line.startswith((" ", "<"))}
 
 
@@ -74,8 +85,10 @@ def candidates(packages):
             versions[current] = line.split(":", 1)[1].strip()
     missing = [p for p in packages if versions.get(p) in (None, "(none)")]
     if missing:
-        sys.exit(f"apt-mirror: apt knows no candidate for {missing}; fix: apt-get update (or check the names in "
-                 "lab_apt_packages)")
+        sys.exit(
+            f"apt-mirror: apt knows no candidate for {missing}; fix: apt-get update (or check the names in "
+            "lab_apt_packages)"
+        )
     return versions
 
 
@@ -83,8 +96,20 @@ def signing_key():
     GNUPG.mkdir(parents=True, exist_ok=True, mode=0o700)
     env = dict(os.environ, GNUPGHOME=str(GNUPG))
     if not run("gpg", "--batch", "--list-secret-keys", env=env).strip():
-        run("gpg", "--batch", "--pinentry-mode", "loopback", "--passphrase", "", "--quick-gen-key", KEY_NAME,
-            "ed25519", "sign", "never", env=env)
+        run(
+            "gpg",
+            "--batch",
+            "--pinentry-mode",
+            "loopback",
+            "--passphrase",
+            "",
+            "--quick-gen-key",
+            KEY_NAME,
+            "ed25519",
+            "sign",
+            "never",
+            env=env,
+        )
     return env
 
 
@@ -100,11 +125,24 @@ def build(packages, versions, arch):
     (binary / "Packages").write_text(index)
     with gzip.GzipFile(binary / "Packages.gz", "wb", mtime=0) as handle:
         handle.write(index.encode())
-    release = run("apt-ftparchive", "-o", "APT::FTPArchive::Release::Origin=vllm-fleet-lab",
-                  "-o", "APT::FTPArchive::Release::Label=vllm-fleet lab mirror",
-                  "-o", f"APT::FTPArchive::Release::Suite={SUITE}", "-o", f"APT::FTPArchive::Release::Codename={SUITE}",
-                  "-o", "APT::FTPArchive::Release::Components=main",
-                  "-o", f"APT::FTPArchive::Release::Architectures={arch}", "release", f"dists/{SUITE}", cwd=REPO)
+    release = run(
+        "apt-ftparchive",
+        "-o",
+        "APT::FTPArchive::Release::Origin=vllm-fleet-lab",
+        "-o",
+        "APT::FTPArchive::Release::Label=vllm-fleet lab mirror",
+        "-o",
+        f"APT::FTPArchive::Release::Suite={SUITE}",
+        "-o",
+        f"APT::FTPArchive::Release::Codename={SUITE}",
+        "-o",
+        "APT::FTPArchive::Release::Components=main",
+        "-o",
+        f"APT::FTPArchive::Release::Architectures={arch}",
+        "release",
+        f"dists/{SUITE}",
+        cwd=REPO,
+    )
     dist = REPO / "dists" / SUITE
     (dist / "Release").write_text(release)
     env = signing_key()

@@ -8,6 +8,7 @@ trained here with the `tokenizers` library, a chat template, random bf16 safeten
 small: 2 layers, hidden 256, 4 heads of 64, 2 KV heads, vocabulary 2048. It answers with nonsense text,
 which is all a smoke test needs. Deterministic: same seed, same bytes, same SHA256SUMS.
 """
+
 import hashlib
 import json
 import pathlib
@@ -42,11 +43,20 @@ def build_tokenizer(out: pathlib.Path) -> None:
     )
     tok.train_from_iterator(CORPUS, trainer=trainer)
     tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-        "model_max_length": MAX_POS, "chat_template": CHAT_TEMPLATE,
-    }, indent=2) + "\n")
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": None,
+                "eos_token": "<|im_end|>",
+                "pad_token": "<|endoftext|>",
+                "model_max_length": MAX_POS,
+                "chat_template": CHAT_TEMPLATE,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 def build_weights(out: pathlib.Path) -> None:
@@ -60,27 +70,33 @@ def build_weights(out: pathlib.Path) -> None:
     tensors = {"model.embed_tokens.weight": w(VOCAB, HIDDEN), "model.norm.weight": None}
     for i in range(LAYERS):
         p = f"model.layers.{i}."
-        tensors.update({
-            p + "self_attn.q_proj.weight": w(HEADS * HEAD_DIM, HIDDEN),
-            p + "self_attn.q_proj.bias": w(HEADS * HEAD_DIM),
-            p + "self_attn.k_proj.weight": w(KV_HEADS * HEAD_DIM, HIDDEN),
-            p + "self_attn.k_proj.bias": w(KV_HEADS * HEAD_DIM),
-            p + "self_attn.v_proj.weight": w(KV_HEADS * HEAD_DIM, HIDDEN),
-            p + "self_attn.v_proj.bias": w(KV_HEADS * HEAD_DIM),
-            p + "self_attn.o_proj.weight": w(HIDDEN, HEADS * HEAD_DIM),
-            p + "mlp.gate_proj.weight": w(INTER, HIDDEN),
-            p + "mlp.up_proj.weight": w(INTER, HIDDEN),
-            p + "mlp.down_proj.weight": w(HIDDEN, INTER),
-            p + "input_layernorm.weight": None,
-            p + "post_attention_layernorm.weight": None,
-        })
+        tensors.update(
+            {
+                p + "self_attn.q_proj.weight": w(HEADS * HEAD_DIM, HIDDEN),
+                p + "self_attn.q_proj.bias": w(HEADS * HEAD_DIM),
+                p + "self_attn.k_proj.weight": w(KV_HEADS * HEAD_DIM, HIDDEN),
+                p + "self_attn.k_proj.bias": w(KV_HEADS * HEAD_DIM),
+                p + "self_attn.v_proj.weight": w(KV_HEADS * HEAD_DIM, HIDDEN),
+                p + "self_attn.v_proj.bias": w(KV_HEADS * HEAD_DIM),
+                p + "self_attn.o_proj.weight": w(HIDDEN, HEADS * HEAD_DIM),
+                p + "mlp.gate_proj.weight": w(INTER, HIDDEN),
+                p + "mlp.up_proj.weight": w(INTER, HIDDEN),
+                p + "mlp.down_proj.weight": w(HIDDEN, INTER),
+                p + "input_layernorm.weight": None,
+                p + "post_attention_layernorm.weight": None,
+            }
+        )
     ones = (np.ones(HIDDEN, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
     tensors = {k: (ones if v is None else v) for k, v in tensors.items()}
     # safetensors.numpy writes uint16 as U16; write the header by hand with dtype BF16 instead.
     header, offset, blobs = {}, 0, []
     for name in sorted(tensors):
         data = np.ascontiguousarray(tensors[name]).tobytes()
-        header[name] = {"dtype": "BF16", "shape": list(tensors[name].shape), "data_offsets": [offset, offset + len(data)]}
+        header[name] = {
+            "dtype": "BF16",
+            "shape": list(tensors[name].shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
         offset += len(data)
         blobs.append(data)
     header["__metadata__"] = {"format": "pt"}
@@ -95,12 +111,26 @@ def build_weights(out: pathlib.Path) -> None:
 
 def build_config(out: pathlib.Path) -> None:
     config = {
-        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "torch_dtype": "bfloat16",
-        "hidden_size": HIDDEN, "intermediate_size": INTER, "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
-        "vocab_size": VOCAB, "max_position_embeddings": MAX_POS, "max_window_layers": LAYERS,
-        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": True,
-        "use_sliding_window": False, "sliding_window": None, "bos_token_id": None, "eos_token_id": 2,
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "torch_dtype": "bfloat16",
+        "hidden_size": HIDDEN,
+        "intermediate_size": INTER,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "vocab_size": VOCAB,
+        "max_position_embeddings": MAX_POS,
+        "max_window_layers": LAYERS,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": True,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "bos_token_id": None,
+        "eos_token_id": 2,
     }
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (out / "generation_config.json").write_text(json.dumps({"eos_token_id": 2, "max_new_tokens": 64}) + "\n")

@@ -81,14 +81,38 @@ def run_module(tmp_path: Path, module: str, args: dict[str, Any], path: tuple[st
         raise AssertionError(f"ansible is not installed next to {sys.executable} nor on PATH")
     config = tmp_path / "ansible.cfg"
     config.write_text("[defaults]\n")
-    env = dict(os.environ, ANSIBLE_LIBRARY=str(ROOT / "plugins" / "modules"),
-               ANSIBLE_MODULE_UTILS=str(ROOT / "plugins" / "module_utils"),
-               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-               ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=str(config), ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
-               PATH=os.pathsep.join([*path, str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
-    proc = subprocess.run([ansible, "localhost", "-i", "localhost,", "-c", "local", "-e",
-                           "ansible_python_interpreter=" + sys.executable, "-m", module, "-a", json.dumps(args)],
-                          env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+    env = dict(
+        os.environ,
+        ANSIBLE_LIBRARY=str(ROOT / "plugins" / "modules"),
+        ANSIBLE_MODULE_UTILS=str(ROOT / "plugins" / "module_utils"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_CONFIG=str(config),
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
+        PATH=os.pathsep.join([*path, str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    )
+    proc = subprocess.run(
+        [
+            ansible,
+            "localhost",
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            "ansible_python_interpreter=" + sys.executable,
+            "-m",
+            module,
+            "-a",
+            json.dumps(args),
+        ],
+        env=env,
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     # The minimal callback: "localhost | SUCCESS => {json}" (or FAILED!).
     assert " => " in proc.stdout, proc.stdout + proc.stderr
     head, body = proc.stdout.split(" => ", 1)

@@ -12,22 +12,39 @@ from conftest import ROOT
 
 
 def pins(path):
-    return {line.split("==")[0].lower().replace("_", "-"): line.split("==")[1]
-            for line in path.read_text().split() if "==" in line and not line.startswith("#")}
+    return {
+        line.split("==")[0].lower().replace("_", "-"): line.split("==")[1]
+        for line in path.read_text().split()
+        if "==" in line and not line.startswith("#")
+    }
 
 
 def test_the_ee_context_is_created_from_the_projects_own_requirements(tmp_path):
     builder = Path(sys.executable).parent / "ansible-builder"
-    proc = subprocess.run([str(builder), "create", "-f", "execution-environment.yml", "-c", str(tmp_path / "ctx"),
-                           "--output-filename", "Containerfile"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [
+            str(builder),
+            "create",
+            "-f",
+            "execution-environment.yml",
+            "-c",
+            str(tmp_path / "ctx"),
+            "--output-filename",
+            "Containerfile",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     build = tmp_path / "ctx" / "_build"
     containerfile = (tmp_path / "ctx" / "Containerfile").read_text()
     controller = pins(ROOT / "requirements" / "controller.txt")
-    assert f'ansible-core=={controller["ansible-core"]}' in containerfile
+    assert f"ansible-core=={controller['ansible-core']}" in containerfile
     assert yaml.safe_load((build / "requirements.yml").read_text()) == yaml.safe_load(
-        (ROOT / "requirements.yml").read_text())
+        (ROOT / "requirements.yml").read_text()
+    )
     assert "openssh-clients" in (build / "bindep.txt").read_text()
     ee = pins(build / "requirements.txt")
     assert ee and all(controller[name] == version for name, version in ee.items()), (ee, controller)
@@ -36,6 +53,9 @@ def test_the_ee_context_is_created_from_the_projects_own_requirements(tmp_path):
 def test_the_ee_has_every_library_dependency():
     """pyproject's dependencies are the ones requirements/ee.txt pins."""
     text = (ROOT / "pyproject.toml").read_text()
-    wanted = {d.split(">=")[0].lower().replace("_", "-")
-              for d in text.split("dependencies = [", 1)[1].split("]", 1)[0].replace('"', "").split(",") if d.strip()}
+    wanted = {
+        d.split(">=")[0].lower().replace("_", "-")
+        for d in text.split("dependencies = [", 1)[1].split("]", 1)[0].replace('"', "").split(",")
+        if d.strip()
+    }
     assert {name.strip() for name in wanted} == set(pins(ROOT / "requirements" / "ee.txt"))

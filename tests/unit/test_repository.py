@@ -1,5 +1,6 @@
 """What the repository tracks: the folders scripts/bootstrap.sh builds stay out of it, whatever they are (a folder,
 or a link made by hand to another checkout's, which an ignore rule ending in / would not match)."""
+
 import ast
 import re
 import subprocess
@@ -55,11 +56,16 @@ def test_the_roles_reach_the_templates_folder_through_one_variable():
             if not isinstance(value, str) or "/../" not in value and not name.endswith("_template"):
                 continue
             if name.endswith("templates_dir"):  # vllm_templates_dir, or a role's copy of it
-                assert value in ("{{ role_path }}/../../templates",
-                                 "{{ vllm_templates_dir | default(role_path ~ '/../../templates') }}"), defaults
+                assert value in (
+                    "{{ role_path }}/../../templates",
+                    "{{ vllm_templates_dir | default(role_path ~ '/../../templates') }}",
+                ), defaults
                 continue
-            folder = "{{ vllm_templates_dir }}/" if defaults.parts[-3] == "vllm" else \
-                "{{ %s_templates_dir }}/" % defaults.parts[-3]
+            folder = (
+                "{{ vllm_templates_dir }}/"
+                if defaults.parts[-3] == "vllm"
+                else "{{ %s_templates_dir }}/" % defaults.parts[-3]
+            )
             assert value.startswith(folder), f"{defaults}: {name}: {value}"
             assert value.removeprefix(folder) in templates, f"{defaults}: {name}: {value}"
             seen.add(value.rsplit("/", 1)[1])
@@ -107,11 +113,19 @@ def _strings(node, key=None):
 def _code_strings(path):
     """A Python file's string constants, docstrings left out (they describe; they load nothing)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    docs = {id(n.body[0].value) for n in ast.walk(tree)
-            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
-            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and id(n) not in docs]
+    docs = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
+    return [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+    ]
 
 
 def test_the_product_never_loads_the_lab_or_the_gpu_harness():
@@ -124,18 +138,31 @@ def test_the_product_never_loads_the_lab_or_the_gpu_harness():
                 if key not in PROVENANCE and PROOF.search(value):
                     found.append(f"{path.relative_to(ROOT)}: {key}: {value[:80]}")
         elif path.suffix == ".py":
-            found += [f"{path.relative_to(ROOT)}: {s[:80]!r}" for s in _code_strings(path)
-                      if PROOF.search(s) and not s.lstrip().startswith(("-", "#"))]
+            found += [
+                f"{path.relative_to(ROOT)}: {s[:80]!r}"
+                for s in _code_strings(path)
+                if PROOF.search(s) and not s.lstrip().startswith(("-", "#"))
+            ]
         elif path.suffix in (".j2", ".sh"):
-            found += [f"{path.relative_to(ROOT)}: {line.strip()[:80]}" for line in path.read_text().splitlines()
-                      if PROOF.search(line) and not line.lstrip().startswith(("#", "{#"))]
+            found += [
+                f"{path.relative_to(ROOT)}: {line.strip()[:80]}"
+                for line in path.read_text().splitlines()
+                if PROOF.search(line) and not line.lstrip().startswith(("#", "{#"))
+            ]
     assert not found, "the product loads files of the lab or the GPU harness:\n" + "\n".join(found)
 
 
 def test_the_proof_has_folders_of_its_own():
     """Lab, GPU harness and recorded runs each have a folder; docs/ keeps the operator's pages only."""
-    for folder in ("lab/playbooks", "lab/inventory", "lab/scripts", "gpu/bench", "gpu/host", "gpu/inventory",
-                   "results/gpu"):
+    for folder in (
+        "lab/playbooks",
+        "lab/inventory",
+        "lab/scripts",
+        "gpu/bench",
+        "gpu/host",
+        "gpu/inventory",
+        "results/gpu",
+    ):
         assert _git("ls-files", folder).strip(), f"{folder} is empty"
     docs = _git("ls-files", "docs").split()
     assert docs and all(d.endswith(".md") and d.count("/") == 1 for d in docs), docs

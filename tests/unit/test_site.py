@@ -5,6 +5,7 @@ once rolled out its second host as the canary). The rollout's host pattern must 
 in vllm_nodes' order whatever that fill order was. Ansible's own inventory, with the group filled the way the
 strategy fills it (InventoryManager.add_dynamic_group), resolves each play's pattern.
 """
+
 import yaml
 from ansible.inventory.host import Host
 from ansible.inventory.manager import InventoryManager
@@ -21,9 +22,18 @@ def plays_taking(group):
 
 def test_the_canary_and_the_batches_follow_the_inventory_not_group_bys_order(tmp_path):
     source = tmp_path / "hosts.yml"
-    source.write_text(yaml.safe_dump({"all": {"children": {
-        "vllm_nodes": {"hosts": {name: {} for name in NODES}},
-        "vllm_gateways": {"hosts": {"gw": {}}}}}}))
+    source.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "children": {
+                        "vllm_nodes": {"hosts": {name: {} for name in NODES}},
+                        "vllm_gateways": {"hosts": {"gw": {}}},
+                    }
+                }
+            }
+        )
+    )
     inventory = InventoryManager(loader=DataLoader(), sources=[str(source)])
     for name in ("node-5", "node-2", "node-6", "node-1", "node-3"):  # node-4 is unchanged: not in the group
         inventory.add_dynamic_group(Host(name), {"add_group": "vllm_nodes_to_roll_out", "parent_groups": ["all"]})

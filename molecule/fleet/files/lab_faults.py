@@ -4,6 +4,7 @@ With it (``--logits-processors lab_faults:CrashOnFirstRequest`` and this folder 
 starts and answers /health, then its engine core dies on the first request and the API server exits 0:
 the failure mode of a release that breaks on its first requests. Test-only; never shipped to a host by a role.
 """
+
 from vllm.v1.sample.logits_processor import LogitsProcessor
 
 

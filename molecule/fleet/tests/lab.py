@@ -1,5 +1,6 @@
 """What the fleet scenario's tests share: its hosts and instances, running the repository's playbooks against
 them, and reading an instance's state from inside its host."""
+
 import json
 import os
 import random
@@ -19,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.append(str(ROOT / "tests"))
 import browser  # noqa: E402,F401
 import serving  # noqa: E402
+
 INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
 REPORTS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"
 HOSTS = {"fleet-1": "10.89.77.21", "fleet-2": "10.89.77.22"}
@@ -42,16 +44,30 @@ def playbook(path, *extra, timeout=1800):
     """Run a playbook of the repository against the scenario's hosts; return (rc, output). A run still going after
     `timeout` seconds is stopped and returns rc 124 with what it printed until then (its last task shows where it
     hung)."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(INVENTORY), str(ROOT / path),
-           "-e", f"vllm_report_dir={REPORTS}", *extra]
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_FORCE_COLOR="0",
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+    )
+    cmd = [
+        str(Path(sys.executable).parent / "ansible-playbook"),
+        "-i",
+        str(INVENTORY),
+        str(ROOT / path),
+        "-e",
+        f"vllm_report_dir={REPORTS}",
+        *extra,
+    ]
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
         rc, output = proc.returncode, proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as stopped:
+
         def text(part):
             return part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+
         rc, output = 124, f"{text(stopped.stdout)}{text(stopped.stderr)}\n{path} stopped after {timeout} s"
     OUTPUTS.append(output)
     return rc, output
@@ -95,9 +111,11 @@ def state(host):
     return {instance: (args_of(host, instance), unit_mtime(host, instance)) for instance in INSTANCES}
 
 
-HISTORY = ("import json, os, sys; d = '/etc/vllm/releases/' + sys.argv[1]; print(json.dumps({'current': "
-           "open(d + '/current').read().strip(), 'entries': {n: json.load(open(os.path.join(d, n, 'release.json'))) "
-           "for n in os.listdir(d) if os.path.isfile(os.path.join(d, n, 'release.json'))}}))")
+HISTORY = (
+    "import json, os, sys; d = '/etc/vllm/releases/' + sys.argv[1]; print(json.dumps({'current': "
+    "open(d + '/current').read().strip(), 'entries': {n: json.load(open(os.path.join(d, n, 'release.json'))) "
+    "for n in os.listdir(d) if os.path.isfile(os.path.join(d, n, 'release.json'))}}))"
+)
 
 
 def history(host, instance="cpu0"):
@@ -109,8 +127,19 @@ def history(host, instance="cpu0"):
 def serves(host, instance="cpu0"):
     """A real completion from the instance, from inside its host."""
     body = json.dumps({"model": "tiny-qwen2", "prompt": "Hello", "max_tokens": 4})
-    out = on(host, "curl", "-s", "-m", "30", f"http://{HOSTS[host]}:{INSTANCES[instance]}/v1/completions",
-             "-H", "Content-Type: application/json", "-d", body, check=False)
+    out = on(
+        host,
+        "curl",
+        "-s",
+        "-m",
+        "30",
+        f"http://{HOSTS[host]}:{INSTANCES[instance]}/v1/completions",
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        body,
+        check=False,
+    )
     return bool(out) and bool(json.loads(out).get("choices"))
 
 
@@ -137,8 +166,14 @@ class AlertReceiver(serving.LocalServer):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
                 for alert in body.get("alerts") or []:
                     starts = datetime.fromisoformat(alert["startsAt"]).timestamp()  # RFC 3339, Z or an offset
-                    receiver.alerts.append({"status": alert.get("status"), "labels": alert.get("labels") or {},
-                                            "starts_at": starts, "received": time.time()})
+                    receiver.alerts.append(
+                        {
+                            "status": alert.get("status"),
+                            "labels": alert.get("labels") or {},
+                            "starts_at": starts,
+                            "received": time.time(),
+                        }
+                    )
                 self.send_response(200)
                 self.end_headers()
 
@@ -155,8 +190,11 @@ class AlertReceiver(serving.LocalServer):
         while time.monotonic() < deadline:
             for alert in self.alerts:
                 labels = alert["labels"]
-                if (alert["status"], labels.get("alertname"), labels.get("instance")) == (status, alertname, instance) \
-                        and alert["starts_at"] >= since:
+                if (alert["status"], labels.get("alertname"), labels.get("instance")) == (
+                    status,
+                    alertname,
+                    instance,
+                ) and alert["starts_at"] >= since:
                     return alert
             time.sleep(1)
         raise AssertionError(f"no {status} {alertname} for {instance} within {timeout} s; received: {self.alerts}")
@@ -174,8 +212,10 @@ def wait_instance_not_down(instance, timeout=120):
     `timeout` seconds: a restart leaves the alert standing until the next scrape and evaluation, and a test that
     then stops the instance would see that alert go on, not a new one start."""
     deadline = time.monotonic() + timeout
-    while any(a["labels"].get("alertname") == "VllmInstanceDown" and a["labels"].get("instance") == instance
-              for a in prometheus("/api/v1/alerts")["data"]["alerts"]):
+    while any(
+        a["labels"].get("alertname") == "VllmInstanceDown" and a["labels"].get("instance") == instance
+        for a in prometheus("/api/v1/alerts")["data"]["alerts"]
+    ):
         if time.monotonic() > deadline:
             raise AssertionError(f"Prometheus still holds VllmInstanceDown for {instance} after {timeout} s")
         time.sleep(2)
@@ -200,10 +240,12 @@ def load(url, model, seconds, max_requests, concurrency=8, max_tokens=300, stop=
                     return
                 counts["requests"] += 1
             prompt = " ".join([rng.choice(words) + str(rng.randrange(1000)) for _ in range(4)] * 3)
-            body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 1.0,
-                               "ignore_eos": True}).encode()
-            request = urllib.request.Request(url + "/v1/completions", data=body,
-                                             headers={"Content-Type": "application/json"})
+            body = json.dumps(
+                {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 1.0, "ignore_eos": True}
+            ).encode()
+            request = urllib.request.Request(
+                url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+            )
             try:
                 with urllib.request.urlopen(request, timeout=120) as answer:
                     ok = bool(json.loads(answer.read()).get("choices"))

@@ -10,6 +10,7 @@ window and reports its findings, and its report page renders in a real headless 
 the instance restarted as planned at the end. Runs first (file order): test_fleet.py finds every instance as
 converge left it.
 """
+
 import json
 import re
 import subprocess
@@ -18,24 +19,47 @@ from pathlib import Path
 
 import pytest
 
-from lab import (GATEWAY_HOST, HOSTS, INSTANCES, MONITORING_HOST, REPORTS, ROOT, AlertReceiver, browser, load, on,
-                 playbook, prometheus, wait_instance_not_down)
+from lab import (
+    GATEWAY_HOST,
+    HOSTS,
+    INSTANCES,
+    MONITORING_HOST,
+    REPORTS,
+    ROOT,
+    AlertReceiver,
+    browser,
+    load,
+    on,
+    playbook,
+    prometheus,
+    wait_instance_not_down,
+)
 
 DASHBOARD = ROOT / "roles" / "vllm_monitoring" / "files" / "grafana-vllm-fleet.json"
 TARGET = "fleet-2/cpu1"
 UNIT = "vllm@cpu1.service"
 DROPIN = "/run/systemd/system/vllm@cpu1.service.d/lab-tiny-kv.conf"
 URL = f"http://{HOSTS['fleet-2']}:{INSTANCES['cpu1']}"
-TINY_KV = ["--max-model-len", "512", "--num-gpu-blocks-override", "20", "--block-size", "32",
-           "--speculative-config",
-           "'{\"method\":\"ngram\",\"num_speculative_tokens\":3,\"prompt_lookup_min\":1,\"prompt_lookup_max\":3}'"]
+TINY_KV = [
+    "--max-model-len",
+    "512",
+    "--num-gpu-blocks-override",
+    "20",
+    "--block-size",
+    "32",
+    "--speculative-config",
+    '\'{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":1,"prompt_lookup_max":3}\'',
+]
 
 
 def wait_healthy(url, timeout):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        out = subprocess.run(["curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}", url + "/health"],
-                             capture_output=True, text=True).stdout
+        out = subprocess.run(
+            ["curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}", url + "/health"],
+            capture_output=True,
+            text=True,
+        ).stdout
         if out == "200":
             return
         time.sleep(2)
@@ -49,21 +73,34 @@ def test_prometheus_scrapes_every_instance_and_the_gateway_with_the_plans_labels
     for name, target in vllm.items():
         host, instance = name.split("/")
         assert target["scrapeUrl"] == f"http://{HOSTS[host]}:{INSTANCES[instance]}/metrics"
-        assert {k: target["labels"][k] for k in ("host", "vllm_instance", "profile", "card", "vllm_release")} == \
-            {"host": host, "vllm_instance": instance, "profile": "cpu-lab-tiny", "card": "cpu", "vllm_release": "0.32.0"}
+        assert {k: target["labels"][k] for k in ("host", "vllm_instance", "profile", "card", "vllm_release")} == {
+            "host": host,
+            "vllm_instance": instance,
+            "profile": "cpu-lab-tiny",
+            "card": "cpu",
+            "vllm_release": "0.32.0",
+        }
     deadline = time.monotonic() + 60
     while any(t["health"] != "up" for t in targets) and time.monotonic() < deadline:
         time.sleep(3)
         targets = prometheus("/api/v1/targets", state="active")["data"]["activeTargets"]
-    assert {(t["labels"]["job"], t["health"]) for t in targets} == {("vllm", "up"), ("haproxy", "up"),
-                                                                     ("prometheus", "up")}, targets
+    assert {(t["labels"]["job"], t["health"]) for t in targets} == {
+        ("vllm", "up"),
+        ("haproxy", "up"),
+        ("prometheus", "up"),
+    }, targets
 
 
 def test_the_rules_are_the_shipped_ones_with_the_sites_pending_periods():
     groups = prometheus("/api/v1/rules")["data"]["groups"]
     rules = {r["name"]: r for g in groups for r in g["rules"] if r["type"] == "alerting"}
-    assert set(rules) >= {"VllmInstanceDown", "VllmKvCacheNearFull", "VllmPreemptionsGrowing",
-                          "VllmSpeculativeAcceptanceLow", "VllmPrefixCacheHitRateLow"}
+    assert set(rules) >= {
+        "VllmInstanceDown",
+        "VllmKvCacheNearFull",
+        "VllmPreemptionsGrowing",
+        "VllmSpeculativeAcceptanceLow",
+        "VllmPrefixCacheHitRateLow",
+    }
     assert (rules["VllmInstanceDown"]["duration"], rules["VllmKvCacheNearFull"]["duration"]) == (10, 0)
     assert rules["VllmPrefixCacheHitRateLow"]["duration"] == 30 * 60  # as shipped
 
@@ -72,10 +109,40 @@ def test_prometheus_and_alertmanager_admit_only_the_operators():
     """From this machine (vllm_monitoring_allow) both answer; from the gateway host, not an operator, the
     connection is reset by the host's nftables rules."""
     for port in (9090, 9093):
-        assert subprocess.run(["curl", "-s", "-m", "10", "-o", "/dev/null", "-w", "%{http_code}",
-                               f"http://10.89.77.23:{port}/-/ready"], capture_output=True, text=True).stdout == "200"
-        refused = subprocess.run(["podman", "exec", GATEWAY_HOST, "curl", "-s", "-m", "10", "-o", "/dev/null",
-                                  f"http://10.89.77.23:{port}/-/ready"], capture_output=True, text=True)
+        assert (
+            subprocess.run(
+                [
+                    "curl",
+                    "-s",
+                    "-m",
+                    "10",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    f"http://10.89.77.23:{port}/-/ready",
+                ],
+                capture_output=True,
+                text=True,
+            ).stdout
+            == "200"
+        )
+        refused = subprocess.run(
+            [
+                "podman",
+                "exec",
+                GATEWAY_HOST,
+                "curl",
+                "-s",
+                "-m",
+                "10",
+                "-o",
+                "/dev/null",
+                f"http://10.89.77.23:{port}/-/ready",
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert refused.returncode == 7, (port, refused.returncode)  # curl: could not connect (reset)
     assert on(MONITORING_HOST, "systemctl", "is-active", "vllm-monitoring-firewall.service").strip() == "active"
 
@@ -88,11 +155,12 @@ def window():
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("ExecStart="))
     end = next(i for i in range(start, len(lines)) if not lines[i].rstrip().endswith("\\"))
-    exec_start = " ".join(line.rstrip().rstrip("\\").strip() for line in lines[start:end + 1])
+    exec_start = " ".join(line.rstrip().rstrip("\\").strip() for line in lines[start : end + 1])
     dropin = "[Service]\nExecStart=\n" + exec_start + " " + " ".join(TINY_KV) + "\n"
     on("fleet-2", "mkdir", "-p", str(Path(DROPIN).parent))
-    subprocess.run(["podman", "exec", "-i", "fleet-2", "sh", "-c", f"cat > {DROPIN}"], input=dropin, text=True,
-                   check=True)
+    subprocess.run(
+        ["podman", "exec", "-i", "fleet-2", "sh", "-c", f"cat > {DROPIN}"], input=dropin, text=True, check=True
+    )
     try:
         on("fleet-2", "systemctl", "daemon-reload")
         on("fleet-2", "systemctl", "restart", UNIT)
@@ -102,8 +170,15 @@ def window():
             fired = {}
 
             def both_fired():
-                fired.update({a["labels"]["alertname"]: a for a in receiver.alerts if a["status"] == "firing"
-                              and a["labels"].get("instance") == TARGET and a["starts_at"] >= started})
+                fired.update(
+                    {
+                        a["labels"]["alertname"]: a
+                        for a in receiver.alerts
+                        if a["status"] == "firing"
+                        and a["labels"].get("instance") == TARGET
+                        and a["starts_at"] >= started
+                    }
+                )
                 return {"VllmKvCacheNearFull", "VllmPreemptionsGrowing"} <= set(fired)
 
             counts = load(URL, "tiny-qwen2", seconds=150, max_requests=2000, stop=both_fired)
@@ -111,21 +186,41 @@ def window():
             # The condition ends with the load: Prometheus stops holding the KV alert, Alertmanager says so.
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and any(
-                    a["labels"].get("alertname") == "VllmKvCacheNearFull" and a["labels"].get("instance") == TARGET
-                    for a in prometheus("/api/v1/alerts")["data"]["alerts"]):
+                a["labels"].get("alertname") == "VllmKvCacheNearFull" and a["labels"].get("instance") == TARGET
+                for a in prometheus("/api/v1/alerts")["data"]["alerts"]
+            ):
                 time.sleep(2)
             # Under the load the KV alert may fire, resolve and fire again (it fires at the first evaluation over
             # 90 %, and preemptions free the cache): the firing that counts is the last, and it must resolve.
-            kv_firings = [a for a in receiver.alerts if a["status"] == "firing" and a["starts_at"] >= started
-                          and (a["labels"].get("alertname"), a["labels"].get("instance")) == ("VllmKvCacheNearFull",
-                                                                                             TARGET)]
+            kv_firings = [
+                a
+                for a in receiver.alerts
+                if a["status"] == "firing"
+                and a["starts_at"] >= started
+                and (a["labels"].get("alertname"), a["labels"].get("instance")) == ("VllmKvCacheNearFull", TARGET)
+            ]
             last_kv = max(kv_firings, key=lambda a: (a["starts_at"], a["received"]), default=None)
-            resolved = receiver.wait("resolved", "VllmKvCacheNearFull", TARGET, timeout=60,
-                                     since=last_kv["starts_at"] if last_kv else started)
-            still = [a["labels"]["alertname"] for a in prometheus("/api/v1/alerts")["data"]["alerts"]
-                     if a["labels"].get("instance") == TARGET]
-        yield {"counts": counts, "fired": fired, "last_kv": last_kv, "resolved": resolved, "started": started,
-               "ended": ended, "still_active": still}
+            resolved = receiver.wait(
+                "resolved",
+                "VllmKvCacheNearFull",
+                TARGET,
+                timeout=60,
+                since=last_kv["starts_at"] if last_kv else started,
+            )
+            still = [
+                a["labels"]["alertname"]
+                for a in prometheus("/api/v1/alerts")["data"]["alerts"]
+                if a["labels"].get("instance") == TARGET
+            ]
+        yield {
+            "counts": counts,
+            "fired": fired,
+            "last_kv": last_kv,
+            "resolved": resolved,
+            "started": started,
+            "ended": ended,
+            "still_active": still,
+        }
     finally:
         on("fleet-2", "rm", "-f", DROPIN)
         on("fleet-2", "systemctl", "daemon-reload")
@@ -157,8 +252,7 @@ def test_every_dashboard_panel_returns_series(window):
     for panel in board["panels"]:
         for target in panel.get("targets") or []:
             query = target["expr"].replace("$__rate_interval", "2m").replace("$instance", ".*")
-            answer = prometheus("/api/v1/query_range", query=query, start=window["started"],
-                                end=time.time(), step=5)
+            answer = prometheus("/api/v1/query_range", query=query, start=window["started"], end=time.time(), step=5)
             if not answer["data"]["result"]:
                 empty.append((panel["title"], query))
     assert empty == [], empty
@@ -168,8 +262,9 @@ def test_diagnose_reports_the_windows_findings_and_its_page_renders(window, tmp_
     """playbooks/diagnose.yml over the last 10 minutes: the loaded instance's preemptions and its prefix cache hit
     rate (varied prompts) are findings, read from Prometheus; the report has the window's plots, and Debian's
     Chromium renders its page without errors (screenshot: tests/artifacts/report-diagnose.png)."""
-    rc, output = playbook("playbooks/diagnose.yml", "-e", "vllm_diagnose_window=10m", "-e",
-                          "vllm_diagnose_run_id=diagnose-lab")
+    rc, output = playbook(
+        "playbooks/diagnose.yml", "-e", "vllm_diagnose_window=10m", "-e", "vllm_diagnose_run_id=diagnose-lab"
+    )
     assert rc == 0, output[-4000:]
     report = json.loads((REPORTS / "diagnose-lab" / "report.json").read_text())
     day2 = report["hosts"][TARGET]["events"]["diagnose"][-1]

@@ -28,6 +28,7 @@ site.yml again, as an operator would, with the scenario's inventory:
    output, a report or a journal.
 The tests run in file order (each builds on the one before); test_instances.py runs after them.
 """
+
 import json
 import shutil
 import subprocess
@@ -36,9 +37,31 @@ import time
 
 import pytest
 
-from lab import (CA, GATEWAY, GATEWAY_HOST, HOSTS, INSTANCES, KEYS, OUTPUTS, REPORTS, ROOT, ENV, AlertReceiver, args_of,
-                 gateway_state, history, on, playbook, recap, serves, site, state, unit_mtime, value_after,
-                 wait_instance_not_down)
+from lab import (
+    CA,
+    GATEWAY,
+    GATEWAY_HOST,
+    HOSTS,
+    INSTANCES,
+    KEYS,
+    OUTPUTS,
+    REPORTS,
+    ROOT,
+    ENV,
+    AlertReceiver,
+    args_of,
+    gateway_state,
+    history,
+    on,
+    playbook,
+    recap,
+    serves,
+    site,
+    state,
+    unit_mtime,
+    value_after,
+    wait_instance_not_down,
+)
 
 
 def stream_loop(run_id, seconds=1200):
@@ -49,21 +72,60 @@ def stream_loop(run_id, seconds=1200):
     stop = REPORTS / f"{run_id}.gateway.stop"
     stop.unlink(missing_ok=True)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vllm_fleet.streamload", "--url", GATEWAY, "--key-file", str(KEYS / "lab-team-a"),
-         "--cafile", str(CA), "--model", "tiny-qwen2", "--concurrency", "2", "--max-tokens", "32",
-         "--max-seconds", str(seconds), "--max-requests", "6000", "--stop-file", str(stop), "--think-seconds", "2"],
-        stdout=subprocess.PIPE, text=True, env=ENV)
+        [
+            sys.executable,
+            "-m",
+            "vllm_fleet.streamload",
+            "--url",
+            GATEWAY,
+            "--key-file",
+            str(KEYS / "lab-team-a"),
+            "--cafile",
+            str(CA),
+            "--model",
+            "tiny-qwen2",
+            "--concurrency",
+            "2",
+            "--max-tokens",
+            "32",
+            "--max-seconds",
+            str(seconds),
+            "--max-requests",
+            "6000",
+            "--stop-file",
+            str(stop),
+            "--think-seconds",
+            "2",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
 
     def stop_loop():
         stop.touch()
         return json.loads(proc.communicate(timeout=180)[0])
+
     return stop_loop
 
 
 def front_door(path, key=None, method="GET"):
     """(HTTP status, body) of one request to the gateway, the lab CA verifying its certificate."""
-    cmd = ["curl", "-s", "-m", "30", "--cacert", str(CA), "-o", "-", "-w", "\n%{http_code}", "-X", method,
-           GATEWAY + path]
+    cmd = [
+        "curl",
+        "-s",
+        "-m",
+        "30",
+        "--cacert",
+        str(CA),
+        "-o",
+        "-",
+        "-w",
+        "\n%{http_code}",
+        "-X",
+        method,
+        GATEWAY + path,
+    ]
     if key is not None:
         cmd += ["-H", f"Authorization: Bearer {key}"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
@@ -97,12 +159,32 @@ def good_rollout():
     # over 10 s while its neighbour's vLLM started (a 13 s window on fleet-1/cpu0 during cpu1's restart). Slow is not
     # down; a refused connection or an error status still opens a window at once.
     probe = subprocess.Popen(
-        [sys.executable, "-m", "vllm_fleet.probe", "--interval", "5.0", "--timeout", "30",
-         "--max-seconds", str(ROLLOUT_BOUND_S + 60),
-         "--max-requests", "20000", "--stop-file", str(stop), "--run-dir", str(REPORTS / run_id)]
-        + [f"--target={host}/{instance}=http://{HOSTS[host]}:{port}" for host in HOSTS
-           for instance, port in INSTANCES.items()],
-        stdout=subprocess.PIPE, text=True, env=ENV)
+        [
+            sys.executable,
+            "-m",
+            "vllm_fleet.probe",
+            "--interval",
+            "5.0",
+            "--timeout",
+            "30",
+            "--max-seconds",
+            str(ROLLOUT_BOUND_S + 60),
+            "--max-requests",
+            "20000",
+            "--stop-file",
+            str(stop),
+            "--run-dir",
+            str(REPORTS / run_id),
+        ]
+        + [
+            f"--target={host}/{instance}=http://{HOSTS[host]}:{port}"
+            for host in HOSTS
+            for instance, port in INSTANCES.items()
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     gateway_loop = stream_loop(run_id, seconds=ROLLOUT_BOUND_S + 60)
     time.sleep(3)  # the loops see every instance healthy before the change
     rc, output = site("-e", '{"vllm_profile": {"max_num_seqs": 6}}', run_id=run_id, timeout=ROLLOUT_BOUND_S)
@@ -110,14 +192,24 @@ def good_rollout():
     stop.touch()
     loop = json.loads(probe.communicate(timeout=60)[0])
     through_gateway = gateway_loop()
-    merged = subprocess.run([sys.executable, "-m", "vllm_fleet.report", "--merge", str(REPORTS / run_id)],
-                            capture_output=True, text=True, env=ENV)
+    merged = subprocess.run(
+        [sys.executable, "-m", "vllm_fleet.report", "--merge", str(REPORTS / run_id)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
     report = json.loads((REPORTS / run_id / "report.json").read_text())
     print(output[-3000:])
     print(json.dumps(loop, indent=2))
     print(json.dumps({k: v for k, v in through_gateway.items() if k != "log"}, indent=2))
-    return {"rc": rc, "output": output, "loop": loop, "report": report, "merge_rc": merged.returncode,
-            "gateway": through_gateway}
+    return {
+        "rc": rc,
+        "output": output,
+        "loop": loop,
+        "report": report,
+        "merge_rc": merged.returncode,
+        "gateway": through_gateway,
+    }
 
 
 def test_the_first_deployment_installed_both_hosts_at_once():
@@ -131,20 +223,25 @@ def test_the_first_deployment_installed_both_hosts_at_once():
 
     def stamp(name, path):
         return int(on(name, "stat", "-c", "%Y", path))
+
     assert stamp("fleet-2", f"{venv}/bin/python") < stamp("fleet-1", f"{venv}/.installed")
     assert stamp("fleet-1", f"{venv}/bin/python") < stamp("fleet-2", f"{venv}/.installed")
 
     def started(name, instance):
         """When the instance's service started, on the kernel's monotonic clock (the lab hosts share the kernel)."""
         return int(on(name, "systemctl", "show", "-P", "ExecMainStartTimestampMonotonic", f"vllm@{instance}.service"))
+
     assert started("fleet-1", "cpu0") < started("fleet-1", "cpu1")
     assert started("fleet-2", "cpu0") < started("fleet-1", "cpu1")
 
 
 def rolled_out(output):
     """The hosts the run's rollout play (site.yml's last play) took: those it ran a task on."""
-    play = output.split("PLAY [Roll out vLLM host by host]", 1)[-1].split("PLAY RECAP", 1)[0] \
-        if "PLAY [Roll out vLLM host by host]" in output else ""
+    play = (
+        output.split("PLAY [Roll out vLLM host by host]", 1)[-1].split("PLAY RECAP", 1)[0]
+        if "PLAY [Roll out vLLM host by host]" in output
+        else ""
+    )
     return {host for host in HOSTS if f"[{host}]" in play or f" for {host}" in play}
 
 
@@ -160,8 +257,12 @@ def test_a_rerun_leaves_unchanged_hosts_alone_and_repairs_a_stopped_instance():
         stopped = time.time()
         on("fleet-2", "systemctl", "stop", "vllm@cpu1.service")
         firing = receiver.wait("firing", "VllmInstanceDown", "fleet-2/cpu1", timeout=120, since=stopped)
-        assert {key: firing["labels"].get(key) for key in ("host", "vllm_instance", "profile", "severity")} == \
-            {"host": "fleet-2", "vllm_instance": "cpu1", "profile": "cpu-lab-tiny", "severity": "critical"}
+        assert {key: firing["labels"].get(key) for key in ("host", "vllm_instance", "profile", "severity")} == {
+            "host": "fleet-2",
+            "vllm_instance": "cpu1",
+            "profile": "cpu-lab-tiny",
+            "severity": "critical",
+        }
         rc, output = site(run_id="rerun-stopped")
         assert rc == 0, output[-4000:]
         resolved = receiver.wait("resolved", "VllmInstanceDown", "fleet-2/cpu1", timeout=120, since=stopped)
@@ -224,8 +325,9 @@ def test_good_change_goes_instance_by_instance_and_host_by_host(good_rollout):
     for host in HOSTS:
         for instance, other in (("cpu0", "cpu1"), ("cpu1", "cpu0")):
             start, end = restart_window(loop, f"{host}/{instance}")
-            overlapping = [w for w in loop["hosts"][f"{host}/{other}"]["unhealthy_windows"]
-                           if w[0] < end and w[1] > start]
+            overlapping = [
+                w for w in loop["hosts"][f"{host}/{other}"]["unhealthy_windows"] if w[0] < end and w[1] > start
+            ]
             assert overlapping == [], (host, instance, overlapping)
 
 
@@ -243,10 +345,15 @@ def test_benchmark_playbook_measures_every_instance(good_rollout):
     """playbooks/benchmark.yml against the deployed lab hosts (a real vLLM on CPU): a bounded load on each
     instance, one at a time, into the run report and benchmark.md; nothing on the hosts changes."""
     before = {host: state(host) for host in HOSTS}
-    rc, output = playbook("playbooks/benchmark.yml", "-e", "vllm_benchmark_run_id=benchmark-lab",
-                          "-e", '{"vllm_benchmark_requests": 12, "vllm_benchmark_concurrency": 3,'
-                                ' "vllm_benchmark_prompt_tokens": 64, "vllm_benchmark_max_tokens": 16,'
-                                ' "vllm_benchmark_single_requests": 2, "vllm_benchmark_duration_s": 120}')
+    rc, output = playbook(
+        "playbooks/benchmark.yml",
+        "-e",
+        "vllm_benchmark_run_id=benchmark-lab",
+        "-e",
+        '{"vllm_benchmark_requests": 12, "vllm_benchmark_concurrency": 3,'
+        ' "vllm_benchmark_prompt_tokens": 64, "vllm_benchmark_max_tokens": 16,'
+        ' "vllm_benchmark_single_requests": 2, "vllm_benchmark_duration_s": 120}',
+    )
     print(output[-3000:])
     assert rc == 0, output[-4000:]
     report = json.loads((REPORTS / "benchmark-lab" / "report.json").read_text())
@@ -282,14 +389,18 @@ def assert_the_canary_was_restored_and_the_rest_spared(rc, output, before):
 
 def test_bad_change_fails_on_the_canary_restores_it_and_spares_the_rest(good_rollout):
     before = {host: state(host) for host in HOSTS}
-    rc, output = site("-e", '{"vllm_extra_args": {"enforce_eager": true, "tokenizer": "/nonexistent/tokenizer"}}',
-                      run_id="rollout-bad")
+    rc, output = site(
+        "-e",
+        '{"vllm_extra_args": {"enforce_eager": true, "tokenizer": "/nonexistent/tokenizer"}}',
+        run_id="rollout-bad",
+    )
     assert_the_canary_was_restored_and_the_rest_spared(rc, output, before)
     # Drained before the bad start, back in the gateway only after its rollback was verified (requests through
     # the gateway during such a change: benchmarks/gateway_rollout.py --bad, docs/benchmarks.md).
     assert "Drain the instance at every gateway fleet-1_cpu0" in output
     assert output.index("Put the verified restored release back into every gateway") > output.index(
-        "Verify the restored release")
+        "Verify the restored release"
+    )
     assert gateway_state("fleet-1_cpu0") == "UP"
     assert "/nonexistent/tokenizer" not in json.dumps(args_of("fleet-2"))
     report = json.loads((REPORTS / "rollout-bad" / "report.json").read_text())
@@ -297,8 +408,12 @@ def test_bad_change_fails_on_the_canary_restores_it_and_spares_the_rest(good_rol
     assert set(report["hosts"]) == {"fleet-1/cpu0"}
 
 
-LAB_ENVIRONMENT = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1", "OMP_NUM_THREADS": "1",
-                   "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+LAB_ENVIRONMENT = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_HOST_IP": "127.0.0.1",
+    "OMP_NUM_THREADS": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+}
 
 
 def test_a_change_that_dies_on_its_first_requests_is_rolled_back_and_serves(good_rollout):
@@ -311,9 +426,11 @@ def test_a_change_that_dies_on_its_first_requests_is_rolled_back_and_serves(good
         subprocess.run(["podman", "cp", str(fault), f"{host}:/opt/lab-faults/lab_faults.py"], check=True)
     before = {host: state(host) for host in HOSTS}
     current_before = history("fleet-1", "cpu0")[0]
-    change = {"vllm_environment": dict(LAB_ENVIRONMENT, PYTHONPATH="/opt/lab-faults"),
-              "vllm_environment_allow": ["PYTHONPATH"],  # the explicit opt-in the plan asks for
-              "vllm_extra_args": {"enforce_eager": True, "logits_processors": ["lab_faults:CrashOnFirstRequest"]}}
+    change = {
+        "vllm_environment": dict(LAB_ENVIRONMENT, PYTHONPATH="/opt/lab-faults"),
+        "vllm_environment_allow": ["PYTHONPATH"],  # the explicit opt-in the plan asks for
+        "vllm_extra_args": {"enforce_eager": True, "logits_processors": ["lab_faults:CrashOnFirstRequest"]},
+    }
     rc, output = site("-e", json.dumps(change), run_id="rollout-first-request")
     assert_the_canary_was_restored_and_the_rest_spared(rc, output, before)
     assert history("fleet-1", "cpu0")[0] == current_before, "the crashed change must not enter the history"
@@ -331,8 +448,15 @@ def test_rollback_playbook_goes_back_to_the_release_before_the_running_one(good_
     current, entries = history("fleet-1", "cpu0")
     assert len(entries) == 2, entries
     other = state("fleet-1")["cpu1"]
-    rc, output = playbook("playbooks/rollback.yml", "-l", "fleet-1", "-e", "vllm_verify_report_run_id=rollback-a",
-                          "-e", '{"vllm_rollback_instances": ["cpu0"]}')
+    rc, output = playbook(
+        "playbooks/rollback.yml",
+        "-l",
+        "fleet-1",
+        "-e",
+        "vllm_verify_report_run_id=rollback-a",
+        "-e",
+        '{"vllm_rollback_instances": ["cpu0"]}',
+    )
     assert rc == 0, output[-4000:]
     assert value_after(args_of("fleet-1", "cpu0"), "--max-num-seqs") == "8"
     assert serves("fleet-1", "cpu0")
@@ -347,8 +471,15 @@ def test_rollback_playbook_goes_back_to_the_release_before_the_running_one(good_
 
 def test_a_second_rollback_finds_nothing_older_and_changes_nothing(good_rollout):
     before = (args_of("fleet-1", "cpu0"), unit_mtime("fleet-1", "cpu0"), history("fleet-1", "cpu0"))
-    rc, output = playbook("playbooks/rollback.yml", "-l", "fleet-1", "-e", "vllm_verify_report_run_id=rollback-none",
-                          "-e", '{"vllm_rollback_instances": ["cpu0"]}')
+    rc, output = playbook(
+        "playbooks/rollback.yml",
+        "-l",
+        "fleet-1",
+        "-e",
+        "vllm_verify_report_run_id=rollback-none",
+        "-e",
+        '{"vllm_rollback_instances": ["cpu0"]}',
+    )
     assert rc != 0
     assert "no verified release to go back to" in output and "is the oldest kept" in output, output[-3000:]
     assert (args_of("fleet-1", "cpu0"), unit_mtime("fleet-1", "cpu0"), history("fleet-1", "cpu0")) == before
@@ -373,8 +504,11 @@ def test_the_front_door_refuses_a_client_without_a_valid_key_and_never_serves_me
 
 def curl_status(from_host, url):
     """(curl's exit code, HTTP status) of one GET from inside a lab host."""
-    out = subprocess.run(["podman", "exec", from_host, "curl", "-s", "-m", "10", "-o", "/dev/null", "-w", "%{http_code}",
-                          url], capture_output=True, text=True)
+    out = subprocess.run(
+        ["podman", "exec", from_host, "curl", "-s", "-m", "10", "-o", "/dev/null", "-w", "%{http_code}", url],
+        capture_output=True,
+        text=True,
+    )
     return out.returncode, out.stdout.strip()
 
 
@@ -393,8 +527,9 @@ def test_vllms_ports_admit_only_the_host_the_gateway_and_the_monitoring_hosts(go
         active = on(name, "systemctl", "is-enabled", "vllm-firewall.service", check=False).strip()
         assert active == "enabled"
     # This machine is the lab's controller, admitted as a monitoring host: it reads /metrics directly.
-    out = subprocess.run(["curl", "-s", "-m", "10", f"http://{HOSTS['fleet-1']}:8001/metrics"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["curl", "-s", "-m", "10", f"http://{HOSTS['fleet-1']}:8001/metrics"], capture_output=True, text=True
+    )
     assert "vllm:num_requests_running" in out.stdout
 
 

@@ -2,6 +2,7 @@
 CPU slots: cpu0 on port 8000, cpu1 on 8001), each with its own unit, environment, caches and home; a restart of one
 leaves nothing behind and the other serves meanwhile; a dead engine is restarted; an instance the plan no longer
 has is removed. Runs after test_fleet.py (the rollouts there leave every instance serving)."""
+
 import json
 import time
 
@@ -70,12 +71,17 @@ def test_unit_carries_the_plans_arguments(host, instance):
         ("/var/cache/vllm", "vllm", "vllm", 0o750),
         ("/var/lib/vllm", "vllm", "vllm", 0o750),
         ("/opt/vllm/bin/vllm-launch", "root", "root", 0o755),
-        *[(path.format(i=i), user, group, mode) for i in INSTANCES for path, user, group, mode in (
-            ("/etc/vllm/{i}.env", "root", "root", 0o600),
-            ("/etc/vllm/{i}.args.json", "root", "vllm", 0o640),
-            ("/etc/systemd/system/vllm@{i}.service", "root", "root", 0o644),
-            ("/var/cache/vllm/{i}", "vllm", "vllm", 0o750),
-            ("/var/lib/vllm/instances/{i}", "vllm", "vllm", 0o750))],
+        *[
+            (path.format(i=i), user, group, mode)
+            for i in INSTANCES
+            for path, user, group, mode in (
+                ("/etc/vllm/{i}.env", "root", "root", 0o600),
+                ("/etc/vllm/{i}.args.json", "root", "vllm", 0o640),
+                ("/etc/systemd/system/vllm@{i}.service", "root", "root", 0o644),
+                ("/var/cache/vllm/{i}", "vllm", "vllm", 0o750),
+                ("/var/lib/vllm/instances/{i}", "vllm", "vllm", 0o750),
+            )
+        ],
     ],
 )
 def test_owners_and_modes(host, path, user, group, mode):
@@ -87,8 +93,13 @@ def test_owners_and_modes(host, path, user, group, mode):
 @pytest.mark.parametrize("instance", INSTANCES)
 def test_environment_keeps_the_site_offline_and_the_instance_in_its_own_folders(host, instance):
     env = host.file(f"/etc/vllm/{instance}.env").content_string
-    for line in ("HF_HUB_OFFLINE=1", "VLLM_NO_USAGE_STATS=1", "DO_NOT_TRACK=1",
-                 f"HOME=/var/lib/vllm/instances/{instance}", f"VLLM_CACHE_ROOT=/var/cache/vllm/{instance}/vllm"):
+    for line in (
+        "HF_HUB_OFFLINE=1",
+        "VLLM_NO_USAGE_STATS=1",
+        "DO_NOT_TRACK=1",
+        f"HOME=/var/lib/vllm/instances/{instance}",
+        f"VLLM_CACHE_ROOT=/var/cache/vllm/{instance}/vllm",
+    ):
         assert line in env.splitlines(), env
 
 
@@ -104,8 +115,11 @@ def test_each_instance_answers_a_chat_completion(host, instance, port):
     its shape and its count of generated tokens, not for text."""
     assert host.check_output(f"curl -s -o /dev/null -w '%{{http_code}}' http://{ADDRESS}:{port}/health") == "200"
     body = json.dumps({"model": "tiny-qwen2", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8})
-    reply = json.loads(host.check_output(
-        f"curl -s http://{ADDRESS}:{port}/v1/chat/completions -H 'Content-Type: application/json' -d '{body}'"))
+    reply = json.loads(
+        host.check_output(
+            f"curl -s http://{ADDRESS}:{port}/v1/chat/completions -H 'Content-Type: application/json' -d '{body}'"
+        )
+    )
     choice = reply["choices"][0]
     assert choice["message"]["role"] == "assistant" and isinstance(choice["message"]["content"], str), reply
     assert choice["finish_reason"] in ("length", "stop"), reply
@@ -146,8 +160,9 @@ def wait_healthy(host, port, timeout=300):
 
 def completion(host, port):
     body = json.dumps({"model": "tiny-qwen2", "prompt": "Hello", "max_tokens": 8})
-    out = host.run(f"curl -s -m 60 http://{ADDRESS}:{port}/v1/completions -H 'Content-Type: application/json' "
-                   f"-d '{body}'")
+    out = host.run(
+        f"curl -s -m 60 http://{ADDRESS}:{port}/v1/completions -H 'Content-Type: application/json' -d '{body}'"
+    )
     return json.loads(out.stdout or "{}")
 
 
@@ -179,8 +194,12 @@ def test_a_restart_leaves_nothing_of_the_old_release_and_the_other_instance_serv
     assert unit_show(host, "cpu1", "MainPID") == other, "cpu1 was restarted too"
     journal = host.check_output(f"journalctl -u {unit('cpu0')} --since '{since}' --no-pager -o cat")
     # vLLM's own process manager kills an engine that did not exit by the end of --shutdown-timeout.
-    for sign in ("remains running after unit stopped", "left-over process", "timed out. Killing",
-                 "force killing remaining process"):
+    for sign in (
+        "remains running after unit stopped",
+        "left-over process",
+        "timed out. Killing",
+        "force killing remaining process",
+    ):
         assert sign not in journal, journal[-3000:]
     # The stop itself was quick: nothing waited out vLLM's --shutdown-timeout (30 s), let alone TimeoutStopSec (60 s).
     assert restart_s < 30, restart_s
@@ -211,12 +230,14 @@ def test_an_instance_the_plan_no_longer_has_is_drained_and_removed():
     files; cpu0 keeps its name, port and release (the good change of test_fleet.py, given again), untouched, and
     serves."""
     before = state("fleet-2")["cpu0"]
-    rc, output = site("-l", "fleet-2", "-e", '{"vllm_gpus": [0], "vllm_profile": {"max_num_seqs": 6}}',
-                      run_id="remove-cpu1")
+    rc, output = site(
+        "-l", "fleet-2", "-e", '{"vllm_gpus": [0], "vllm_profile": {"max_num_seqs": 6}}', run_id="remove-cpu1"
+    )
     assert rc == 0, output[-4000:]
     assert "Stop and disable the removed instance cpu1" in output
     assert output.index("Drain the removed instance at every gateway") < output.index(
-        "Stop and disable the removed instance cpu1")
+        "Stop and disable the removed instance cpu1"
+    )
     left = on("fleet-2", "sh", "-c", "ls /etc/systemd/system/vllm@*.service /etc/vllm/*.env /etc/vllm/releases")
     assert "vllm@cpu1.service" not in left and "cpu1.env" not in left and "cpu1" not in left.split(), left
     assert on("fleet-2", "systemctl", "is-active", "vllm@cpu1.service", check=False).strip() == "inactive"

@@ -1,4 +1,5 @@
 """Both nvidia_driver hosts after converge (see ../molecule.yml): nouveau blacklisted, nothing installed or held."""
+
 testinfra_hosts = ["podman://nvd-present", "podman://nvd-install"]
 
 BLACKLIST = "/etc/modprobe.d/nvidia-driver-blacklist-nouveau.conf"

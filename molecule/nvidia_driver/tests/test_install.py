@@ -1,5 +1,6 @@
 """nvd-install: Debian's own R535 packages, SIMULATED INSTALL: the repository setup is real, the package
 selection resolves against the real Debian mirror, and nothing is installed."""
+
 import json
 
 testinfra_hosts = ["podman://nvd-install"]

@@ -1,5 +1,6 @@
 """nvd-present: the wanted driver "is loaded" (an nvidia-smi stand-in replays the real H200 capture):
 nothing installed, no repository added, the detected GPU published as nvidia_driver_gpus."""
+
 import json
 
 testinfra_hosts = ["podman://nvd-present"]
@@ -29,7 +30,12 @@ def test_present_host_facts_come_from_the_replayed_h200(host):
     # (vllm_fleet.planner.detected_gpu, tests/unit).
     gpu = found["nvidia_driver_gpus"]
     assert {key: gpu[key] for key in ("name", "memory_mib", "count", "bandwidth_gb_s", "compute_cap")} == {
-        "name": "NVIDIA H200", "memory_mib": 143771, "count": 1, "bandwidth_gb_s": 4800, "compute_cap": "9.0"}
+        "name": "NVIDIA H200",
+        "memory_mib": 143771,
+        "count": 1,
+        "bandwidth_gb_s": 4800,
+        "compute_cap": "9.0",
+    }
     assert gpu["model"] == "H200"
     assert found["nvidia_driver_min_version"] == "580.65.06"
     assert gpu["name"] == "NVIDIA H200"
@@ -40,8 +46,13 @@ def test_present_host_facts_come_from_the_replayed_h200(host):
 
 
 def test_standin_replays_the_capture_under_c_locale(host):
-    query = ("--query-gpu=index,uuid,name,memory.total,memory.used,driver_version,compute_cap,pci.bus_id,"
-             "persistence_mode --format=csv,noheader,nounits")
+    query = (
+        "--query-gpu=index,uuid,name,memory.total,memory.used,driver_version,compute_cap,pci.bus_id,"
+        "persistence_mode --format=csv,noheader,nounits"
+    )
     assert host.run(f"nvidia-smi {query}").rc == 3  # refuses to answer without LC_ALL=C
     out = host.check_output(f"LC_ALL=C nvidia-smi {query}")
-    assert out == "0, GPU-00000000-0000-0000-0000-000000000000, NVIDIA H200, 143771, 0, 580.159.04, 9.0, 00000000:00:06.0, Enabled"
+    assert (
+        out
+        == "0, GPU-00000000-0000-0000-0000-000000000000, NVIDIA H200, 143771, 0, 580.159.04, 9.0, 00000000:00:06.0, Enabled"
+    )

@@ -23,6 +23,7 @@ Not run, because they need a kernel module or a CUDA device: the driver's instal
 (/proc/driver/nvidia), the CUDA build's driver check in the vllm role, and the unit's GPU device list (the CPU build
 runs with PrivateDevices; the plan's device list per instance is tests/unit/vllm_fleet/test_placement.py's).
 """
+
 import json
 import os
 import ssl
@@ -35,6 +36,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "src"))
 from vllm_fleet.streamload import Stream  # noqa: E402
+
 INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
 REPORTS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"
 HOSTS = ("prod-4090", "prod-l40")
@@ -46,8 +48,12 @@ LAB = ROOT / ".cache" / "lab"
 
 def playbook(path, *extra):
     """Run a playbook of the repository, as the README shows it, against the scenario's inventory."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default")
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_FORCE_COLOR="0",
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default",
+    )
     cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(INVENTORY), str(ROOT / path), *extra]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     return proc.returncode, proc.stdout + proc.stderr
@@ -81,8 +87,13 @@ def request(host, path, body=None, key=None, port=8000):
 def serves(host, instance):
     variables = layer(host)
     name = (variables.get("vllm_profile") or {}).get("served_model_name", "tiny-qwen2")
-    status, out = request(host, "/v1/completions", {"model": name, "prompt": "Hello", "max_tokens": 4},
-                          key=variables.get("vault_vllm_api_key"), port=INSTANCES[host][instance])
+    status, out = request(
+        host,
+        "/v1/completions",
+        {"model": name, "prompt": "Hello", "max_tokens": 4},
+        key=variables.get("vault_vllm_api_key"),
+        port=INSTANCES[host][instance],
+    )
     return status == 200 and bool(json.loads(out).get("choices"))
 
 
@@ -92,8 +103,9 @@ def service_process(host, instance, what):
     another user's /proc/PID/environ needs."""
     pid = on(host, "systemctl", "show", "-p", "MainPID", "--value", f"vllm@{instance}.service").strip()
     user = ["--user", "vllm"] if what == "environ" else []
-    raw = subprocess.run(["podman", "exec", *user, host, "cat", f"/proc/{pid}/{what}"], capture_output=True,
-                         text=True, check=True).stdout
+    raw = subprocess.run(
+        ["podman", "exec", *user, host, "cat", f"/proc/{pid}/{what}"], capture_output=True, text=True, check=True
+    ).stdout
     items = [item for item in raw.split("\0") if item]
     return dict(item.split("=", 1) for item in items) if what == "environ" else items
 
@@ -119,11 +131,19 @@ def test_each_host_was_planned_deployed_and_reported_with_its_detected_cards():
     was planned again, deployed and reported with it. prod-l40 says two L40s; the driver role detected the two of
     its capture, and the re-plan placed one instance on each."""
     report = converge_report()
-    assert report["hosts"]["prod-4090/main"]["gpu"] == {"name": "NVIDIA H200", "count": 1, "memory_mib": 143771,
-                                                        "compute_cap": "9.0"}
+    assert report["hosts"]["prod-4090/main"]["gpu"] == {
+        "name": "NVIDIA H200",
+        "count": 1,
+        "memory_mib": 143771,
+        "compute_cap": "9.0",
+    }
     for instance in INSTANCES["prod-l40"]:
-        assert report["hosts"][f"prod-l40/{instance}"]["gpu"] == {"name": "NVIDIA L40", "count": 2,
-                                                                  "memory_mib": 46068, "compute_cap": "8.9"}
+        assert report["hosts"][f"prod-l40/{instance}"]["gpu"] == {
+            "name": "NVIDIA L40",
+            "count": 2,
+            "memory_mib": 46068,
+            "compute_cap": "8.9",
+        }
 
 
 def test_each_unit_runs_its_instances_arguments_and_sees_its_own_card():
@@ -138,7 +158,7 @@ def test_each_unit_runs_its_instances_arguments_and_sees_its_own_card():
             assert args[0] == "/var/lib/vllm/models/lab--tiny-qwen2" and args[args.index("--port") + 1] == str(port)
             # What systemd parsed out of the unit's ExecStart= and started: the launcher, `serve`, then exactly these.
             argv = service_process(host, instance, "cmdline")
-            assert argv[argv.index("serve") + 1:] == args
+            assert argv[argv.index("serve") + 1 :] == args
     for position, instance in enumerate(INSTANCES["prod-l40"]):
         environ = service_process("prod-l40", instance, "environ")
         # The two-card capture's UUIDs (tests/unit/fixtures/gpu/l40x2, made by hand, unmasked).
@@ -181,25 +201,42 @@ def test_a_host_whose_detection_finds_fewer_cards_than_its_profile_needs_is_stop
     """The group says four L40s and the profile spreads the model over all four (tensor_parallel_size 4), so the
     plan on the controller passes; the host's driver then reports two RTX 4090s (24 GiB each), the re-plan with
     them refuses the placement, and the host stops there: its units, arguments and services are as before."""
-    before = {i: (args_of("prod-l40", i), on("prod-l40", "stat", "-c", "%Y", f"/etc/systemd/system/vllm@{i}.service"))
-              for i in INSTANCES["prod-l40"]}
+    before = {
+        i: (args_of("prod-l40", i), on("prod-l40", "stat", "-c", "%Y", f"/etc/systemd/system/vllm@{i}.service"))
+        for i in INSTANCES["prod-l40"]
+    }
     variables = layer("prod-l40")
     four_l40s = {"name": "NVIDIA L40", "memory_mib": 46068, "bandwidth_gb_s": 864, "count": 4, "compute_cap": "8.9"}
     on("prod-l40", "sh", "-c", "echo /usr/share/nvidia-smi-standin/rtx4090 > /etc/nvidia-smi-standin/fixture")
     try:
         # The hand-made RTX 4090 capture has persistence mode off; the driver role's check of it is not the
         # point here.
-        rc, out = playbook("site.yml", "-l", "prod-l40", "-e", json.dumps({
-            "vllm_gpu": four_l40s, "vllm_profile": dict(variables["vllm_profile"], tensor_parallel_size=4),
-            "nvidia_driver_expected_gpu": "RTX 4090", "nvidia_driver_persistence_mode": False}))
+        rc, out = playbook(
+            "site.yml",
+            "-l",
+            "prod-l40",
+            "-e",
+            json.dumps(
+                {
+                    "vllm_gpu": four_l40s,
+                    "vllm_profile": dict(variables["vllm_profile"], tensor_parallel_size=4),
+                    "nvidia_driver_expected_gpu": "RTX 4090",
+                    "nvidia_driver_persistence_mode": False,
+                }
+            ),
+        )
     finally:
         on("prod-l40", "sh", "-c", "echo /usr/share/nvidia-smi-standin/l40x2 > /etc/nvidia-smi-standin/fixture")
     assert rc != 0, out[-3000:]
     assert "prod-l40: planned again with the detected GPUs" in out, out[-4000:]
-    assert ("tensor_parallel_size=4 but the host has 2 GPU(s) (NVIDIA GeForce RTX 4090)" in out
-            and "Nothing was changed on this host" in out), out[-4000:]
-    after = {i: (args_of("prod-l40", i), on("prod-l40", "stat", "-c", "%Y", f"/etc/systemd/system/vllm@{i}.service"))
-             for i in INSTANCES["prod-l40"]}
+    assert (
+        "tensor_parallel_size=4 but the host has 2 GPU(s) (NVIDIA GeForce RTX 4090)" in out
+        and "Nothing was changed on this host" in out
+    ), out[-4000:]
+    after = {
+        i: (args_of("prod-l40", i), on("prod-l40", "stat", "-c", "%Y", f"/etc/systemd/system/vllm@{i}.service"))
+        for i in INSTANCES["prod-l40"]
+    }
     assert after == before
     assert all(serves("prod-l40", i) for i in INSTANCES["prod-l40"])
 
@@ -238,8 +275,11 @@ def test_the_rollout_proved_every_instance_through_the_gateway_with_a_tenant_key
     for host in HOSTS:
         for instance in INSTANCES[host]:
             server = f"vllm/{host}_{instance}"
-            lines = [line for line in log.splitlines() if server in line and "{chat-frontend}" in line
-                     and "POST /v1/completions" in line]
+            lines = [
+                line
+                for line in log.splitlines()
+                if server in line and "{chat-frontend}" in line and "POST /v1/completions" in line
+            ]
             assert any(" 200 " in line for line in lines), (server, lines[-3:], log[-2000:])
 
 
@@ -289,8 +329,10 @@ def test_a_key_change_the_gateway_was_not_given_is_rolled_back_at_the_canary():
     rc, out = playbook("site.yml", "-l", "prod-4090", "-e", json.dumps({"vault_vllm_api_key": "rotated-" + "k" * 40}))
     assert rc != 0, out[-3000:]
     text = " ".join(out.split())  # the callback folds long messages
-    assert ("a tenant's completion through the gateway prod-gw got HTTP 401 from server prod-4090_main" in text
-            and "Restored the last working release" in text), out[-5000:]
+    assert (
+        "a tenant's completion through the gateway prod-gw got HTTP 401 from server prod-4090_main" in text
+        and "Restored the last working release" in text
+    ), out[-5000:]
     assert "rotated-" not in out
     assert (args_of("prod-4090", "main"), on("prod-4090", "ls", "/etc/vllm/releases/main")) == before
     assert service_process("prod-4090", "main", "environ")["VLLM_API_KEY"] == key

@@ -1,5 +1,6 @@
 """playbooks/plan.yml (the vllm_plan role) on hosts that cannot be reached: the table, plan.json, and the stop
 on a host's error after the report is written."""
+
 import json
 import os
 import subprocess
@@ -15,15 +16,33 @@ ROOT = str(_ROOT)
 
 def write_inventory(path, rtx_profile="rtx4090-7b-decode", l40_overrides=None):
     (path / "group_vars").mkdir(parents=True)
-    (path / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"vllm_nodes": {"children": {
-        "rtx4090_nodes": {"hosts": {"gpu-4090-01.invalid": {}, "gpu-4090-02.invalid": {}}},
-        "l40_nodes": {"hosts": {"gpu-l40-01.invalid": {}}}}}}}}))
-    (path / "group_vars" / "all.yml").write_text(yaml.safe_dump(
-        {"vllm_version": "0.33.0", "ansible_user": "nobody", "ansible_become": True}))
-    (path / "group_vars" / "rtx4090_nodes.yml").write_text(yaml.safe_dump(
-        {"vllm_profile_name": rtx_profile, "vllm_gpu": RTX4090}))
-    (path / "group_vars" / "l40_nodes.yml").write_text(yaml.safe_dump(
-        {"vllm_profile_name": "l40-14b-awq-prefill", "vllm_gpu": L40, "vllm_profile": l40_overrides or {}}))
+    (path / "hosts.yml").write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "children": {
+                        "vllm_nodes": {
+                            "children": {
+                                "rtx4090_nodes": {"hosts": {"gpu-4090-01.invalid": {}, "gpu-4090-02.invalid": {}}},
+                                "l40_nodes": {"hosts": {"gpu-l40-01.invalid": {}}},
+                            }
+                        }
+                    }
+                }
+            }
+        )
+    )
+    (path / "group_vars" / "all.yml").write_text(
+        yaml.safe_dump({"vllm_version": "0.33.0", "ansible_user": "nobody", "ansible_become": True})
+    )
+    (path / "group_vars" / "rtx4090_nodes.yml").write_text(
+        yaml.safe_dump({"vllm_profile_name": rtx_profile, "vllm_gpu": RTX4090})
+    )
+    (path / "group_vars" / "l40_nodes.yml").write_text(
+        yaml.safe_dump(
+            {"vllm_profile_name": "l40-14b-awq-prefill", "vllm_gpu": L40, "vllm_profile": l40_overrides or {}}
+        )
+    )
 
 
 def run_plan(inventory, report_dir):
@@ -31,9 +50,21 @@ def run_plan(inventory, report_dir):
     if not os.path.exists(ansible_playbook):
         pytest.skip("ansible-playbook is not in this Python's venv")
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    return subprocess.run([ansible_playbook, "-i", str(inventory), os.path.join(ROOT, "playbooks", "plan.yml"),
-                           "-e", f"vllm_report_dir={report_dir}"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [
+            ansible_playbook,
+            "-i",
+            str(inventory),
+            os.path.join(ROOT, "playbooks", "plan.yml"),
+            "-e",
+            f"vllm_report_dir={report_dir}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.integration

@@ -22,21 +22,43 @@ from conftest import ROOT
 SECRET = "sk-lab-7f3a9c"  # a test value, not a real key: it must never appear in a message
 UNIT_LINE = "\nExecStartPre=+/bin/sh -c id"
 # Llama-3.1-8B's dimensions, typed by hand from its published config.json (a target of another tokenizer family).
-LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-            "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-            "vocab_size": 128256, "max_position_embeddings": 131072, "tie_word_embeddings": False,
-            "torch_dtype": "bfloat16"}
-FOUR_4090 = {"name": "NVIDIA GeForce RTX 4090", "memory_mib": 24564, "bandwidth_gb_s": 1008, "count": 4,
-             "compute_cap": "8.9"}
+LLAMA_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+FOUR_4090 = {
+    "name": "NVIDIA GeForce RTX 4090",
+    "memory_mib": 24564,
+    "bandwidth_gb_s": 1008,
+    "count": 4,
+    "compute_cap": "8.9",
+}
 
 # (case, host vars, the setting the message names, what else it must say). The value must be in the message
 # unless the setting is a secret (then "(value not shown)" is, and the value is not).
 CASES = [
     # --- strings written into the unit: injection and what the unit cannot hold --------------------------------
-    ("cache-dir-newline", {"vllm_cache_dir": "/var/cache/vllm" + UNIT_LINE}, "vllm_cache_dir",
-     "control or format character"),
-    ("state-dir-newline", {"vllm_state_dir": "/var/lib/vllm" + UNIT_LINE}, "vllm_state_dir",
-     "control or format character"),
+    (
+        "cache-dir-newline",
+        {"vllm_cache_dir": "/var/cache/vllm" + UNIT_LINE},
+        "vllm_cache_dir",
+        "control or format character",
+    ),
+    (
+        "state-dir-newline",
+        {"vllm_state_dir": "/var/lib/vllm" + UNIT_LINE},
+        "vllm_state_dir",
+        "control or format character",
+    ),
     ("state-dir-paragraph-separator", {"vllm_state_dir": "/var/lib/vllm\u2029x"}, "vllm_state_dir", "U+2029"),
     ("home-space", {"vllm_home": "/opt/my vllm"}, "vllm_home", "whitespace"),
     ("config-dir-relative", {"vllm_config_dir": "etc/vllm"}, "vllm_config_dir", "not an absolute"),
@@ -53,8 +75,12 @@ CASES = [
     ("device-newline", {"vllm_device_allow": ["/dev/nvidia0" + UNIT_LINE]}, "vllm_device_allow", "not a /dev path"),
     ("device-not-dev", {"vllm_device_allow": ["/tmp/x"]}, "vllm_device_allow", "not a /dev path"),
     ("device-mode", {"vllm_device_allow": ["/dev/nvidia0 rw"]}, "vllm_device_allow", "not a /dev path"),
-    ("syscall-newline", {"vllm_syscall_filter": ["@system-service" + UNIT_LINE]}, "vllm_syscall_filter",
-     "not a system call or @group"),
+    (
+        "syscall-newline",
+        {"vllm_syscall_filter": ["@system-service" + UNIT_LINE]},
+        "vllm_syscall_filter",
+        "not a system call or @group",
+    ),
     ("instance-slash", {"vllm_instance": "a/b"}, "vllm_instance", "letters, digits, _ and -"),
     ("instance-space", {"vllm_instance": "gpu 0"}, "vllm_instance", "letters, digits, _ and -"),
     ("instance-empty", {"vllm_instance": ""}, "vllm_instance", "letters, digits, _ and -"),
@@ -68,63 +94,151 @@ CASES = [
     ("env-key-space", {"vllm_environment": {"BAD KEY": "1"}}, "vllm_environment", "not a variable name"),
     ("env-key-equals", {"vllm_environment": {"A=B": "1"}}, "vllm_environment", "not a variable name"),
     ("env-key-digit", {"vllm_environment": {"1X": "1"}}, "vllm_environment", "not a variable name"),
-    ("env-ld-preload", {"vllm_environment": {"LD_PRELOAD": "/tmp/x.so"}}, "vllm_environment.LD_PRELOAD",
-     "vllm_environment_allow"),
-    ("env-pythonpath", {"vllm_environment": {"PYTHONPATH": "/tmp"}}, "vllm_environment.PYTHONPATH",
-     "changes which code the service loads"),
-    ("env-ld-library-path", {"vllm_environment": {"LD_LIBRARY_PATH": "/tmp"}}, "vllm_environment.LD_LIBRARY_PATH",
-     "changes which code"),
-    ("env-online", {"vllm_environment": {"HF_HUB_OFFLINE": "0"}}, "vllm_environment.HF_HUB_OFFLINE",
-     "site's guarantees"),
-    ("env-telemetry", {"vllm_environment": {"VLLM_NO_USAGE_STATS": "0"}}, "vllm_environment.VLLM_NO_USAGE_STATS",
-     "site's guarantees"),
-    ("env-transformers-online", {"vllm_environment": {"TRANSFORMERS_OFFLINE": "0"}},
-     "vllm_environment.TRANSFORMERS_OFFLINE", "site's guarantees"),
+    (
+        "env-ld-preload",
+        {"vllm_environment": {"LD_PRELOAD": "/tmp/x.so"}},
+        "vllm_environment.LD_PRELOAD",
+        "vllm_environment_allow",
+    ),
+    (
+        "env-pythonpath",
+        {"vllm_environment": {"PYTHONPATH": "/tmp"}},
+        "vllm_environment.PYTHONPATH",
+        "changes which code the service loads",
+    ),
+    (
+        "env-ld-library-path",
+        {"vllm_environment": {"LD_LIBRARY_PATH": "/tmp"}},
+        "vllm_environment.LD_LIBRARY_PATH",
+        "changes which code",
+    ),
+    (
+        "env-online",
+        {"vllm_environment": {"HF_HUB_OFFLINE": "0"}},
+        "vllm_environment.HF_HUB_OFFLINE",
+        "site's guarantees",
+    ),
+    (
+        "env-telemetry",
+        {"vllm_environment": {"VLLM_NO_USAGE_STATS": "0"}},
+        "vllm_environment.VLLM_NO_USAGE_STATS",
+        "site's guarantees",
+    ),
+    (
+        "env-transformers-online",
+        {"vllm_environment": {"TRANSFORMERS_OFFLINE": "0"}},
+        "vllm_environment.TRANSFORMERS_OFFLINE",
+        "site's guarantees",
+    ),
     ("env-home", {"vllm_environment": {"HOME": "/root"}}, "vllm_environment.HOME", "role's own settings"),
-    ("env-api-key", {"vllm_environment": {"VLLM_API_KEY": SECRET}}, "vllm_environment.VLLM_API_KEY",
-     "set vllm_api_key"),
-    ("env-value-newline", {"vllm_environment": {"OMP_NUM_THREADS": "8\nLD_PRELOAD=/tmp/x.so"}},
-     "vllm_environment.OMP_NUM_THREADS", "control or format character"),
-    ("env-value-list", {"vllm_environment": {"OMP_NUM_THREADS": ["8"]}}, "vllm_environment.OMP_NUM_THREADS",
-     "must be a string"),
-    ("env-value-line-separator", {"vllm_environment": {"OMP_NUM_THREADS": "8\u2028LD_PRELOAD=/tmp/x.so"}},
-     "vllm_environment.OMP_NUM_THREADS", "U+2028 LINE SEPARATOR"),
-    ("env-value-next-line", {"vllm_environment": {"OMP_NUM_THREADS": "8\u0085LD_PRELOAD=/tmp/x.so"}},
-     "vllm_environment.OMP_NUM_THREADS", "U+0085"),
+    (
+        "env-api-key",
+        {"vllm_environment": {"VLLM_API_KEY": SECRET}},
+        "vllm_environment.VLLM_API_KEY",
+        "set vllm_api_key",
+    ),
+    (
+        "env-value-newline",
+        {"vllm_environment": {"OMP_NUM_THREADS": "8\nLD_PRELOAD=/tmp/x.so"}},
+        "vllm_environment.OMP_NUM_THREADS",
+        "control or format character",
+    ),
+    (
+        "env-value-list",
+        {"vllm_environment": {"OMP_NUM_THREADS": ["8"]}},
+        "vllm_environment.OMP_NUM_THREADS",
+        "must be a string",
+    ),
+    (
+        "env-value-line-separator",
+        {"vllm_environment": {"OMP_NUM_THREADS": "8\u2028LD_PRELOAD=/tmp/x.so"}},
+        "vllm_environment.OMP_NUM_THREADS",
+        "U+2028 LINE SEPARATOR",
+    ),
+    (
+        "env-value-next-line",
+        {"vllm_environment": {"OMP_NUM_THREADS": "8\u0085LD_PRELOAD=/tmp/x.so"}},
+        "vllm_environment.OMP_NUM_THREADS",
+        "U+0085",
+    ),
     ("env-not-a-dict", {"vllm_environment": "OMP_NUM_THREADS=8"}, "vllm_environment", "must be a dict"),
-    ("env-token-newline", {"vllm_environment": {"MY_TOKEN": SECRET + "\nX=1"}}, "vllm_environment.MY_TOKEN",
-     "(value not shown)"),
+    (
+        "env-token-newline",
+        {"vllm_environment": {"MY_TOKEN": SECRET + "\nX=1"}},
+        "vllm_environment.MY_TOKEN",
+        "(value not shown)",
+    ),
     ("api-key-newline", {"vllm_api_key": SECRET + "\nHF_HUB_OFFLINE=0"}, "vllm_api_key", "(value not shown)"),
     ("hf-token-escape", {"vllm_hf_token": SECRET + "\x1b[2J"}, "vllm_hf_token", "(value not shown)"),
     ("api-key-zero-width", {"vllm_api_key": SECRET + "\u200b"}, "vllm_api_key", "control or format character"),
     # --- vLLM arguments -----------------------------------------------------------------------------------------
-    ("extra-unknown", {"vllm_extra_args": {"max_num_seqz": 4}}, "vllm_extra_args.max_num_seqz",
-     "not an option of vLLM 0.33.0's serve parser"),
-    ("extra-speculative-model", {"vllm_extra_args": {"speculative_model": "Qwen/Qwen2.5-0.5B-Instruct"}},
-     "vllm_extra_args.speculative_model", "--speculative-config"),
+    (
+        "extra-unknown",
+        {"vllm_extra_args": {"max_num_seqz": 4}},
+        "vllm_extra_args.max_num_seqz",
+        "not an option of vLLM 0.33.0's serve parser",
+    ),
+    (
+        "extra-speculative-model",
+        {"vllm_extra_args": {"speculative_model": "Qwen/Qwen2.5-0.5B-Instruct"}},
+        "vllm_extra_args.speculative_model",
+        "--speculative-config",
+    ),
     ("extra-dashes", {"vllm_extra_args": {"--port": 8001}}, "vllm_extra_args", "snake_case"),
     ("extra-model", {"vllm_extra_args": {"model": "x"}}, "vllm_extra_args.model", "set it in vllm_profile"),
-    ("extra-profile-key", {"vllm_extra_args": {"max_num_seqs": 8}}, "vllm_extra_args.max_num_seqs",
-     "duplicates a profile key"),
+    (
+        "extra-profile-key",
+        {"vllm_extra_args": {"max_num_seqs": 8}},
+        "vllm_extra_args.max_num_seqs",
+        "duplicates a profile key",
+    ),
     ("extra-not-a-dict", {"vllm_extra_args": ["--enforce-eager"]}, "vllm_extra_args", "is not a dict"),
-    ("extra-negative-unknown", {"vllm_extra_args": {"enable_magic": False}}, "vllm_extra_args.enable_magic",
-     "--disable-magic"),
+    (
+        "extra-negative-unknown",
+        {"vllm_extra_args": {"enable_magic": False}},
+        "vllm_extra_args.enable_magic",
+        "--disable-magic",
+    ),
     # keys a setting of its own manages (render.MANAGED_EXTRA_ARGS): these crashed the plan or reached the unit
-    ("extra-shutdown-timeout", {"vllm_extra_args": {"shutdown_timeout": 20}}, "vllm_extra_args.shutdown_timeout",
-     "set vllm_shutdown_timeout instead"),
+    (
+        "extra-shutdown-timeout",
+        {"vllm_extra_args": {"shutdown_timeout": 20}},
+        "vllm_extra_args.shutdown_timeout",
+        "set vllm_shutdown_timeout instead",
+    ),
     ("extra-host", {"vllm_extra_args": {"host": "0.0.0.0"}}, "vllm_extra_args.host", "set vllm_bind_address instead"),
     ("extra-api-key", {"vllm_extra_args": {"api_key": SECRET}}, "vllm_extra_args.api_key", "set vllm_api_key instead"),
-    ("extra-removed-flag", {"vllm_profile": {"swap_space": None}, "vllm_extra_args": {"swap_space": 4}},
-     "vllm_extra_args.swap_space=4", "vLLM 0.33.0 no longer has --swap-space"),
-    ("extra-value-line-separator", {"vllm_extra_args": {"chat_template": "x\u2028y"}},
-     "vllm_extra_args.chat_template", "U+2028"),
+    (
+        "extra-removed-flag",
+        {"vllm_profile": {"swap_space": None}, "vllm_extra_args": {"swap_space": 4}},
+        "vllm_extra_args.swap_space=4",
+        "vLLM 0.33.0 no longer has --swap-space",
+    ),
+    (
+        "extra-value-line-separator",
+        {"vllm_extra_args": {"chat_template": "x\u2028y"}},
+        "vllm_extra_args.chat_template",
+        "U+2028",
+    ),
     # strings of the profile that reach the unit's command line
-    ("served-name-newline", {"vllm_profile": {"served_model_name": "tiny\nqwen"}}, "vllm_profile.served_model_name",
-     "control or format character"),
-    ("served-name-line-separator", {"vllm_profile": {"served_model_name": "tiny\u2028qwen"}},
-     "vllm_profile.served_model_name", "U+2028"),
-    ("speculative-list", {"vllm_profile": {"speculative": [{"model": "Qwen/Qwen2.5-0.5B-Instruct"}]}},
-     "vllm_profile.speculative", "must be a mapping"),
+    (
+        "served-name-newline",
+        {"vllm_profile": {"served_model_name": "tiny\nqwen"}},
+        "vllm_profile.served_model_name",
+        "control or format character",
+    ),
+    (
+        "served-name-line-separator",
+        {"vllm_profile": {"served_model_name": "tiny\u2028qwen"}},
+        "vllm_profile.served_model_name",
+        "U+2028",
+    ),
+    (
+        "speculative-list",
+        {"vllm_profile": {"speculative": [{"model": "Qwen/Qwen2.5-0.5B-Instruct"}]}},
+        "vllm_profile.speculative",
+        "must be a mapping",
+    ),
     # --- the release --------------------------------------------------------------------------------------------
     ("version-short", {"vllm_version": "0.33"}, "vllm_version", "not a full release number"),
     ("version-future", {"vllm_version": "99.0.0"}, "vllm_version", "newer than the 0.33 series"),
@@ -143,46 +257,91 @@ CASES = [
     # --- the model and its staging ------------------------------------------------------------------------------
     ("model-source", {"vllm_model_source": "s3"}, "vllm_model_source", "one of url, controller, path, hub"),
     ("model-url-empty", {"vllm_model_url": ""}, "vllm_model_source", "needs vllm_model_url"),
-    ("model-controller-no-src", {"vllm_model_source": "controller", "vllm_profile": {"speculative": None}},
-     "vllm_model_source", "needs vllm_model_src"),
-    ("draft-controller-no-src", {"vllm_model_source": "controller", "vllm_model_src": "/srv/models/qwen"},
-     "vllm_draft_model_source", "needs vllm_draft_model_src"),
-    ("model-path-relative", {"vllm_model_source": "path", "vllm_model_src": "models/qwen",
-                             "vllm_profile": {"speculative": None}}, "vllm_model_src", "not an absolute"),
+    (
+        "model-controller-no-src",
+        {"vllm_model_source": "controller", "vllm_profile": {"speculative": None}},
+        "vllm_model_source",
+        "needs vllm_model_src",
+    ),
+    (
+        "draft-controller-no-src",
+        {"vllm_model_source": "controller", "vllm_model_src": "/srv/models/qwen"},
+        "vllm_draft_model_source",
+        "needs vllm_draft_model_src",
+    ),
+    (
+        "model-path-relative",
+        {"vllm_model_source": "path", "vllm_model_src": "models/qwen", "vllm_profile": {"speculative": None}},
+        "vllm_model_src",
+        "not an absolute",
+    ),
     ("profile-unknown", {"vllm_profile_name": "rtx4090-7b-fast"}, "rtx4090-7b-fast", "fix:"),
     ("profile-key-unknown", {"vllm_profile": {"max_num_seq": 8}}, "max_num_seq", "fix:"),
-    ("utilization", {"vllm_profile": {"gpu_memory_utilization": 0.99}}, "gpu_memory_utilization=0.99",
-     "0.90-0.95"),
-    ("tp-heads", {"vllm_gpu": FOUR_4090, "vllm_profile": {"tensor_parallel_size": 3, "speculative": None}},
-     "tensor_parallel_size=3", "does not divide"),
-    ("tp-more-than-gpus", {"vllm_profile": {"tensor_parallel_size": 2}}, "tensor_parallel_size=2",
-     "has 1 GPU"),
-    ("draft-larger", {"vllm_profile": {"model": "Qwen/Qwen2.5-0.5B-Instruct",
-                                       "speculative": {"model": "Qwen/Qwen2.5-1.5B-Instruct"}}},
-     "speculative.model=Qwen/Qwen2.5-1.5B-Instruct", "not fewer than"),
-    ("draft-other-family", {"vllm_gpu": dict(FOUR_4090, name="NVIDIA L40", memory_mib=46068, count=1),
-                            "vllm_profile": {"model": "meta-llama/Llama-3.1-8B-Instruct", "max_model_len": 8192},
-                            "vllm_model_config": "LLAMA_CONFIG"},
-     "speculative.model=Qwen/Qwen2.5-0.5B-Instruct", "pick a draft of the target's family"),
-    ("gpu-no-memory", {"vllm_gpu": {"name": "NVIDIA GeForce RTX 4090", "bandwidth_gb_s": 1008, "count": 1}},
-     "vllm_gpu.memory_mib", "missing"),
+    ("utilization", {"vllm_profile": {"gpu_memory_utilization": 0.99}}, "gpu_memory_utilization=0.99", "0.90-0.95"),
+    (
+        "tp-heads",
+        {"vllm_gpu": FOUR_4090, "vllm_profile": {"tensor_parallel_size": 3, "speculative": None}},
+        "tensor_parallel_size=3",
+        "does not divide",
+    ),
+    ("tp-more-than-gpus", {"vllm_profile": {"tensor_parallel_size": 2}}, "tensor_parallel_size=2", "has 1 GPU"),
+    (
+        "draft-larger",
+        {
+            "vllm_profile": {
+                "model": "Qwen/Qwen2.5-0.5B-Instruct",
+                "speculative": {"model": "Qwen/Qwen2.5-1.5B-Instruct"},
+            }
+        },
+        "speculative.model=Qwen/Qwen2.5-1.5B-Instruct",
+        "not fewer than",
+    ),
+    (
+        "draft-other-family",
+        {
+            "vllm_gpu": dict(FOUR_4090, name="NVIDIA L40", memory_mib=46068, count=1),
+            "vllm_profile": {"model": "meta-llama/Llama-3.1-8B-Instruct", "max_model_len": 8192},
+            "vllm_model_config": "LLAMA_CONFIG",
+        },
+        "speculative.model=Qwen/Qwen2.5-0.5B-Instruct",
+        "pick a draft of the target's family",
+    ),
+    (
+        "gpu-no-memory",
+        {"vllm_gpu": {"name": "NVIDIA GeForce RTX 4090", "bandwidth_gb_s": 1008, "count": 1}},
+        "vllm_gpu.memory_mib",
+        "missing",
+    ),
     # --- the other roles site.yml runs on the host --------------------------------------------------------------
-    ("driver-bool", {"nvidia_driver_open_kernel_modules": "maybe"}, "nvidia_driver_open_kernel_modules",
-     "is not a bool"),
+    (
+        "driver-bool",
+        {"nvidia_driver_open_kernel_modules": "maybe"},
+        "nvidia_driver_open_kernel_modules",
+        "is not a bool",
+    ),
     ("driver-source", {"nvidia_driver_source": "ppa"}, "nvidia_driver_source", "one of distro, cuda, local"),
     ("driver-count", {"nvidia_driver_expected_count": "two"}, "nvidia_driver_expected_count", "is not an int"),
     ("verify-scheme", {"vllm_verify_scheme": "ftp"}, "vllm_verify_scheme", "one of http, https"),
-    ("verify-budget", {"vllm_verify_smoke_latency_budget": "fast"}, "vllm_verify_smoke_latency_budget",
-     "is not a float"),
+    (
+        "verify-budget",
+        {"vllm_verify_smoke_latency_budget": "fast"},
+        "vllm_verify_smoke_latency_budget",
+        "is not a float",
+    ),
 ]
-SECRETS = ("vllm_api_key", "vllm_hf_token", "vllm_environment.MY_TOKEN", "vllm_environment.VLLM_API_KEY",
-           "vllm_extra_args.api_key")
+SECRETS = (
+    "vllm_api_key",
+    "vllm_hf_token",
+    "vllm_environment.MY_TOKEN",
+    "vllm_environment.VLLM_API_KEY",
+    "vllm_extra_args.api_key",
+)
 # Valid but odd: they must plan clean (the unit and environment files quote them; the production scenario reads
 # them back from a real systemd).
 ODD = [
     ("odd-served-name", {"vllm_profile": {"served_model_name": "tiny qwen 100% $HOME \"q\" 'x'"}}),
-    ("odd-env-value", {"vllm_environment": {"VLLM_FLEET_NOTE": " a\\b \"q\" $HOME %h `x` "}}),
-    ("odd-api-key", {"vllm_api_key": SECRET + "\"\\$%"}),
+    ("odd-env-value", {"vllm_environment": {"VLLM_FLEET_NOTE": ' a\\b "q" $HOME %h `x` '}}),
+    ("odd-api-key", {"vllm_api_key": SECRET + '"\\$%'}),
     ("odd-opt-in", {"vllm_environment": {"PYTHONPATH": "/opt/faults"}, "vllm_environment_allow": ["PYTHONPATH"]}),
     ("odd-store-true-off", {"vllm_extra_args": {"disable_log_stats": False}}),
 ]
@@ -194,8 +353,13 @@ def host_name(case):
 
 
 def run(*args, timeout=300):
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
-               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default")
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_FORCE_COLOR="0",
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default",
+    )
     cmd = [str(Path(sys.executable).parent / "ansible-playbook"), *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -204,8 +368,11 @@ def inventory(folder, hosts):
     """The production example's group_vars as shipped, and these hosts in rtx4090_nodes."""
     folder.mkdir()
     (folder / "group_vars").symlink_to(ROOT / "inventories" / "production" / "group_vars")
-    tree = {"all": {"children": {"vllm_nodes": {"children": {"gpu_nodes": {"children": {
-        "rtx4090_nodes": {"hosts": hosts}}}}}}}}
+    tree = {
+        "all": {
+            "children": {"vllm_nodes": {"children": {"gpu_nodes": {"children": {"rtx4090_nodes": {"hosts": hosts}}}}}}
+        }
+    }
     (folder / "hosts.yml").write_text(yaml.safe_dump(tree, sort_keys=False))
     return folder
 
@@ -247,8 +414,9 @@ def test_a_host_without_bad_input_plans_clean(plan):
 
 @pytest.mark.integration
 @pytest.mark.parametrize("case,variables,setting,says", CASES, ids=[c[0] for c in CASES])
-def test_each_bad_input_is_refused_with_one_message_naming_host_setting_value_and_fix(plan, case, variables,
-                                                                                        setting, says):
+def test_each_bad_input_is_refused_with_one_message_naming_host_setting_value_and_fix(
+    plan, case, variables, setting, says
+):
     errors = plan[1]["hosts"][host_name(case)]["errors"]
     assert len(errors) == 1, errors
     (message,) = errors
@@ -276,10 +444,13 @@ def test_valid_but_odd_values_plan_clean(plan, case, variables):
 @pytest.mark.integration
 def test_site_yml_stops_at_the_plan_before_the_driver_play(tmp_path):
     """The first play's any_errors_fatal stops every host: the driver play never starts, nothing is reached."""
-    hosts = {"gpu-4090-01.example.internal": {"vllm_cache_dir": "/var/cache/vllm" + UNIT_LINE},
-             "gpu-4090-02.example.internal": {}}
-    proc = run("-i", str(inventory(tmp_path / "inventory", hosts)), "site.yml", "-e",
-               f"vllm_report_dir={tmp_path / 'reports'}")
+    hosts = {
+        "gpu-4090-01.example.internal": {"vllm_cache_dir": "/var/cache/vllm" + UNIT_LINE},
+        "gpu-4090-02.example.internal": {},
+    }
+    proc = run(
+        "-i", str(inventory(tmp_path / "inventory", hosts)), "site.yml", "-e", f"vllm_report_dir={tmp_path / 'reports'}"
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "PLAY [NVIDIA driver]" not in out and "UNREACHABLE" not in out and "Gathering Facts" not in out
@@ -299,21 +470,37 @@ def _gateway_inventory(folder, vllm_hosts):
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gw-01.example.internal")])
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
-            .not_valid_after(now + datetime.timedelta(days=30)).sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .sign(key, hashes.SHA256())
+    )
     folder.mkdir()
     (folder / "group_vars").symlink_to(ROOT / "inventories" / "production" / "group_vars")
-    gateway = {"ansible_host": "10.0.10.5",
-               "vllm_gateway_tls_certificate": cert.public_bytes(serialization.Encoding.PEM).decode(),
-               "vault_vllm_gateway_tls_key": key.private_bytes(serialization.Encoding.PEM,
-                                                               serialization.PrivateFormat.PKCS8,
-                                                               serialization.NoEncryption()).decode(),
-               "vault_vllm_gateway_keys": {"chat-frontend": SECRET + "-chat-frontend-0123456789",
-                                           "batch-jobs": SECRET + "-batch-jobs-0123456789"}}
-    tree = {"all": {"children": {
-        "vllm_nodes": {"children": {"gpu_nodes": {"children": {"rtx4090_nodes": {"hosts": vllm_hosts}}}}},
-        "vllm_gateways": {"hosts": {"gw-01.example.internal": gateway}}}}}
+    gateway = {
+        "ansible_host": "10.0.10.5",
+        "vllm_gateway_tls_certificate": cert.public_bytes(serialization.Encoding.PEM).decode(),
+        "vault_vllm_gateway_tls_key": key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ).decode(),
+        "vault_vllm_gateway_keys": {
+            "chat-frontend": SECRET + "-chat-frontend-0123456789",
+            "batch-jobs": SECRET + "-batch-jobs-0123456789",
+        },
+    }
+    tree = {
+        "all": {
+            "children": {
+                "vllm_nodes": {"children": {"gpu_nodes": {"children": {"rtx4090_nodes": {"hosts": vllm_hosts}}}}},
+                "vllm_gateways": {"hosts": {"gw-01.example.internal": gateway}},
+            }
+        }
+    }
     (folder / "hosts.yml").write_text(yaml.safe_dump(tree, sort_keys=False))
     return folder
 
@@ -324,10 +511,19 @@ def test_a_gateway_planned_alone_refuses_a_backend_whose_plan_fails(tmp_path):
     whose settings break its plan (vllm_extra_args.host, which crashed vllm_plan_instances with a TypeError) would
     be left out of the gateway without a word. It is refused, naming the host's own error; no Python exception."""
     key = {"vault_vllm_api_key": SECRET + "-vllm-0123456789"}
-    hosts = {"gpu-4090-01.example.internal": dict(key, vllm_extra_args={"host": "0.0.0.0"}),
-             "gpu-4090-02.example.internal": dict(key)}
-    proc = run("-i", str(_gateway_inventory(tmp_path / "inventory", hosts)), "playbooks/plan.yml",
-               "-l", "gw-01.example.internal", "-e", f"vllm_report_dir={tmp_path / 'reports'}")
+    hosts = {
+        "gpu-4090-01.example.internal": dict(key, vllm_extra_args={"host": "0.0.0.0"}),
+        "gpu-4090-02.example.internal": dict(key),
+    }
+    proc = run(
+        "-i",
+        str(_gateway_inventory(tmp_path / "inventory", hosts)),
+        "playbooks/plan.yml",
+        "-l",
+        "gw-01.example.internal",
+        "-e",
+        f"vllm_report_dir={tmp_path / 'reports'}",
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     assert "TypeError" not in out and "Traceback" not in out and SECRET not in out
@@ -339,16 +535,23 @@ def test_a_gateway_planned_alone_refuses_a_backend_whose_plan_fails(tmp_path):
 def test_backends_with_two_keys_are_refused_at_plan_time_naming_both_hosts(tmp_path):
     """One key, one home: the gateway sends the backend hosts' own vllm_api_key; two hosts with different keys are
     refused before anything changes, naming both hosts and never a key."""
-    hosts = {"gpu-4090-01.example.internal": {"vault_vllm_api_key": SECRET + "-one-0123456789abcdef"},
-             "gpu-4090-02.example.internal": {"vault_vllm_api_key": SECRET + "-two-0123456789abcdef"}}
-    proc = run("-i", str(_gateway_inventory(tmp_path / "inventory", hosts)), "playbooks/plan.yml",
-               "-e", f"vllm_report_dir={tmp_path / 'reports'}")
+    hosts = {
+        "gpu-4090-01.example.internal": {"vault_vllm_api_key": SECRET + "-one-0123456789abcdef"},
+        "gpu-4090-02.example.internal": {"vault_vllm_api_key": SECRET + "-two-0123456789abcdef"},
+    }
+    proc = run(
+        "-i",
+        str(_gateway_inventory(tmp_path / "inventory", hosts)),
+        "playbooks/plan.yml",
+        "-e",
+        f"vllm_report_dir={tmp_path / 'reports'}",
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     assert SECRET not in out
     text = " ".join(out.split())  # the message as one line (the callback folds it)
     assert "its backend hosts do not share the one vllm_api_key" in text, out[-3000:]
     start = text.index("its backend hosts do not share the one vllm_api_key")
-    line = text[start - 30:text.index("fix:", start) + 200]
+    line = text[start - 30 : text.index("fix:", start) + 200]
     assert "gpu-4090-01.example.internal" in line and "gpu-4090-02.example.internal" in line, line
     assert "gw-01.example.internal" in line and "fix:" in line, line

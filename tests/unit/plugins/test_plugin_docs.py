@@ -1,5 +1,6 @@
 """Every plugin's DOCUMENTATION, EXAMPLES and RETURN are YAML that ansible-doc can read (a stray ': ' in a
 description breaks them silently: the plugin still runs, its documentation does not)."""
+
 import ast
 from pathlib import Path
 
@@ -13,9 +14,15 @@ PLUGINS = sorted((ROOT / "plugins").glob("*/*.py"))
 
 def _docs(path: Path) -> dict:
     tree = ast.parse(path.read_text())
-    return {target.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
-            for target in node.targets if isinstance(target, ast.Name)
-            and target.id in ("DOCUMENTATION", "EXAMPLES", "RETURN") and isinstance(node.value, ast.Constant)}
+    return {
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+        and target.id in ("DOCUMENTATION", "EXAMPLES", "RETURN")
+        and isinstance(node.value, ast.Constant)
+    }
 
 
 def _bad_descriptions(node, where=""):
@@ -46,5 +53,7 @@ def test_the_plugins_documentation_is_yaml(path):
 
 
 def test_every_filter_and_module_is_documented():
-    undocumented = [p.name for p in PLUGINS if p.parent.name in ("filter", "modules") and "DOCUMENTATION" not in _docs(p)]
+    undocumented = [
+        p.name for p in PLUGINS if p.parent.name in ("filter", "modules") and "DOCUMENTATION" not in _docs(p)
+    ]
     assert undocumented == []

@@ -2,6 +2,7 @@
 first-class setting that restarts the service, site3 a fault the plan accepts), and gpu/host/evidence.py,
 which each step's verdict rests on, read against the real outputs of run C on the H200 host
 (results/gpu-host-site/2026-12-01/run-c) and against outputs that must not count."""
+
 import json
 import shutil
 import subprocess
@@ -20,11 +21,16 @@ evidence = load_source("gpu_host_evidence", ROOT / "gpu" / "host" / "evidence.py
 
 def site_settings():
     """SET1, SET2, SET3 and BAD_TOKENIZER as site.sh sets them (its settings block, evaluated by bash)."""
-    block = subprocess.run(["sed", "-n", "/^SET1=/,/^STEPS=/p", str(SITE)], capture_output=True, text=True,
-                           check=True).stdout
+    block = subprocess.run(
+        ["sed", "-n", "/^SET1=/,/^STEPS=/p", str(SITE)], capture_output=True, text=True, check=True
+    ).stdout
     block = "\n".join(line for line in block.splitlines() if not line.startswith(("#", "STEPS=")))
-    out = subprocess.run(["bash", "-c", block + '\nprintf "%s\\0" "$SET1" "$SET2" "$SET3" "$BAD_TOKENIZER"'],
-                         capture_output=True, text=True, check=True).stdout.split("\0")
+    out = subprocess.run(
+        ["bash", "-c", block + '\nprintf "%s\\0" "$SET1" "$SET2" "$SET3" "$BAD_TOKENIZER"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
     return json.loads(out[0]), json.loads(out[1]), json.loads(out[2]), out[3]
 
 
@@ -73,7 +79,7 @@ def test_the_site3_fault_folder_is_not_the_inventory_tokenizer():
 
 def test_reports_are_packed_from_where_the_run_writes_them():
     text = SITE.read_text()
-    assert 'REPORTS=$WORK/reports' in text
+    assert "REPORTS=$WORK/reports" in text
     assert '-e "vllm_report_dir=$REPORTS"' in text
     assert 'cp -r "$REPORTS" "$d/reports"' in text
     assert "$ROOT/reports" not in text
@@ -85,8 +91,13 @@ def test_scripts_parse(script):
 
 
 def test_report_of_run_c_rollback_counts_for_site3():
-    good, said = evidence.check_report(RUN_C / "state" / "reports" / "site-3", "gpu-host", ok=True,
-                                       rolled_back_to=RELEASE_2, reason_contains="crashed during start")
+    good, said = evidence.check_report(
+        RUN_C / "state" / "reports" / "site-3",
+        "gpu-host",
+        ok=True,
+        rolled_back_to=RELEASE_2,
+        reason_contains="crashed during start",
+    )
     assert good, said
     assert "rolled back to vllm-0.26.0 (20261201T163443Z-d55755f1)" in said
 
@@ -94,8 +105,9 @@ def test_report_of_run_c_rollback_counts_for_site3():
 def test_report_rollback_to_another_release_or_for_another_reason_does_not_count():
     folder = RUN_C / "state" / "reports" / "site-3"
     assert not evidence.check_report(folder, "gpu-host", ok=True, rolled_back_to="20261201T163004Z-067aa0db")[0]
-    assert not evidence.check_report(folder, "gpu-host", ok=True, rolled_back_to=RELEASE_2,
-                                     reason_contains="verification")[0]
+    assert not evidence.check_report(
+        folder, "gpu-host", ok=True, rolled_back_to=RELEASE_2, reason_contains="verification"
+    )[0]
     assert not evidence.check_report(folder, "gpu-host", ok=True, no_rollback=True)[0]
 
 
@@ -103,8 +115,9 @@ def test_report_wrong_expectation_counts_only_for_the_kv_cache_dtype():
     folder = RUN_C / "state" / "reports" / "verify-wrong"
     assert evidence.check_report(folder, "gpu-host", ok=False, error_contains="kv_cache_dtype")[0]
     assert not evidence.check_report(folder, "gpu-host", ok=False, error_contains="max_num_seqs")[0]
-    assert not evidence.check_report(RUN_C / "state" / "reports" / "site-2", "gpu-host", ok=False,
-                                     error_contains="kv_cache_dtype")[0]
+    assert not evidence.check_report(
+        RUN_C / "state" / "reports" / "site-2", "gpu-host", ok=False, error_contains="kv_cache_dtype"
+    )[0]
 
 
 def test_report_keyed_by_instance_and_an_unverified_one(tmp_path):
@@ -145,8 +158,11 @@ def test_streams_in_flight_at_the_restart_and_finished():
 
 
 def test_streams_that_got_no_token_do_not_count(tmp_path):
-    record = {"wanted_tokens": 16, "finished": 0, "streams": [
-        {"tokens": 0, "finish_reason": None, "error": "URLError: refused", "t_start": 1.0, "t_end": 1.1}]}
+    record = {
+        "wanted_tokens": 16,
+        "finished": 0,
+        "streams": [{"tokens": 0, "finish_reason": None, "error": "URLError: refused", "t_start": 1.0, "t_end": 1.1}],
+    }
     (tmp_path / "s.json").write_text(json.dumps(record))
     good, said = evidence.check_streams(tmp_path / "s.json", 1, all_finished=True)
     assert not good and "URLError: refused" in said
@@ -167,6 +183,7 @@ def test_command_line_exit_codes(tmp_path):
     missing = subprocess.run(cli + ["report", str(tmp_path), "gpu-host", "--ok"], capture_output=True, text=True)
     assert missing.returncode == 2
     shutil.copytree(RUN_C / "state" / "reports" / "site-2", tmp_path / "site-2")
-    failed = subprocess.run(cli + ["report", str(tmp_path / "site-2"), "gpu-host", "--failed"], capture_output=True,
-                            text=True)
+    failed = subprocess.run(
+        cli + ["report", str(tmp_path / "site-2"), "gpu-host", "--failed"], capture_output=True, text=True
+    )
     assert failed.returncode == 1 and "NOT AS NEEDED" in failed.stdout

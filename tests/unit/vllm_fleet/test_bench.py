@@ -39,7 +39,7 @@ class StandIn(LocalServer):
                     return
                 with me.lock:
                     text = (
-                        '# TYPE vllm:num_preemptions_total counter\n'
+                        "# TYPE vllm:num_preemptions_total counter\n"
                         f'vllm:num_preemptions_total{{engine="0",model_name="m"}} {me.preempt * me.requests}.0\n'
                         f'vllm:generation_tokens_total{{engine="0",model_name="m"}} {me.tokens}.0\n'
                         f'vllm:request_success_total{{engine="0",finished_reason="length",model_name="m"}} {me.requests}.0\n'
@@ -70,11 +70,14 @@ class StandIn(LocalServer):
                 for i in range(body["max_tokens"]):
                     time.sleep(me.delay)
                     text = "" if me.empty_text else f" t{i}"
-                    self.wfile.write(b"data: " + json.dumps({"choices": [{"index": 0, "text": text}]}).encode()
-                                     + b"\n\n")
+                    self.wfile.write(
+                        b"data: " + json.dumps({"choices": [{"index": 0, "text": text}]}).encode() + b"\n\n"
+                    )
                     self.wfile.flush()
-                usage = {"choices": [], "usage": {"prompt_tokens": len(body["prompt"]),
-                                                  "completion_tokens": body["max_tokens"]}}
+                usage = {
+                    "choices": [],
+                    "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": body["max_tokens"]},
+                }
                 # Counted before the answer ends, as vLLM counts a request's tokens before its last chunk: a client
                 # that reads /metrics right after [DONE] sees them (after it, the count raced the client).
                 with me.lock:
@@ -104,23 +107,34 @@ def test_gap_stats_show_the_stalled_share_where_p99_jumps():
 
 
 def test_counters_sum_series_and_ignore_others():
-    text = ('vllm:num_preemptions_total{engine="0"} 2.0\nvllm:num_preemptions_total{engine="1"} 3.0\n'
-            'vllm:num_preemptions_created{engine="0"} 1.7e9\nvllm:generation_tokens_total 10\n# HELP x\nbad line\n')
+    text = (
+        'vllm:num_preemptions_total{engine="0"} 2.0\nvllm:num_preemptions_total{engine="1"} 3.0\n'
+        'vllm:num_preemptions_created{engine="0"} 1.7e9\nvllm:generation_tokens_total 10\n# HELP x\nbad line\n'
+    )
     assert bench.counters(text) == {"vllm:num_preemptions": 5.0, "vllm:generation_tokens": 10.0}
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"requests": 0}, "requests=0 must be 1-10000"),
-    ({"requests": 10001}, "requests=10001"),
-    ({"concurrency": 2000}, "concurrency=2000 must be 1-1024"),
-    ({"duration_s": 0}, "duration_s=0"),
-    ({"duration_s": 7200}, "at most 3600"),
-    ({"max_tokens": 0}, "must be positive"),
-    ({"single_requests": 101}, "single_requests=101"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"requests": 0}, "requests=0 must be 1-10000"),
+        ({"requests": 10001}, "requests=10001"),
+        ({"concurrency": 2000}, "concurrency=2000 must be 1-1024"),
+        ({"duration_s": 0}, "duration_s=0"),
+        ({"duration_s": 7200}, "at most 3600"),
+        ({"max_tokens": 0}, "must be positive"),
+        ({"single_requests": 101}, "single_requests=101"),
+    ],
+)
 def test_bounds_are_refused(kwargs, message):
-    args = {"requests": 8, "concurrency": 2, "duration_s": 10, "prompt_tokens": 4, "max_tokens": 4,
-            "single_requests": 1}
+    args = {
+        "requests": 8,
+        "concurrency": 2,
+        "duration_s": 10,
+        "prompt_tokens": 4,
+        "max_tokens": 4,
+        "single_requests": 1,
+    }
     args.update(kwargs)
     with pytest.raises(bench.BenchError, match=message):
         bench.check_bounds(**args)
@@ -128,8 +142,17 @@ def test_bounds_are_refused(kwargs, message):
 
 def test_run_measures_both_phases_and_the_server_counters():
     with StandIn(delay=0.003, preempt=1) as server:
-        result = bench.run(server.url, "m", requests=6, concurrency=3, duration_s=30, prompt_tokens=16,
-                           max_tokens=5, single_requests=2, decode_ceiling=100.0)
+        result = bench.run(
+            server.url,
+            "m",
+            requests=6,
+            concurrency=3,
+            duration_s=30,
+            prompt_tokens=16,
+            max_tokens=5,
+            single_requests=2,
+            decode_ceiling=100.0,
+        )
         bodies = list(server.bodies)
     load, single = result["load"], result["single"]
     assert (load["completed"], load["failed"], load["output_tokens"]) == (6, 0, 30)
@@ -152,8 +175,9 @@ def test_tokens_with_empty_text_count():
     """vLLM streams a chunk with text '' for a token that detokenizes to nothing yet (the lab's tiny model
     with random prompts does it for whole answers); it is still a token: timed, not a failure."""
     with StandIn(empty_text=True) as server:
-        result = bench.run(server.url, "m", requests=4, concurrency=2, duration_s=30, prompt_tokens=8,
-                           max_tokens=5, single_requests=1)
+        result = bench.run(
+            server.url, "m", requests=4, concurrency=2, duration_s=30, prompt_tokens=8, max_tokens=5, single_requests=1
+        )
     load = result["load"]
     assert (load["completed"], load["failed"], load["output_tokens"]) == (4, 0, 20), load
     assert load["ttft_ms"]["p50"] > 0 and load["itl_ms"]["p50"] > 0
@@ -162,8 +186,9 @@ def test_tokens_with_empty_text_count():
 
 def test_failures_are_counted_and_named():
     with StandIn(fail_every=2) as server:
-        result = bench.run(server.url, "m", requests=4, concurrency=1, duration_s=30, prompt_tokens=4, max_tokens=2,
-                           single_requests=0)
+        result = bench.run(
+            server.url, "m", requests=4, concurrency=1, duration_s=30, prompt_tokens=4, max_tokens=2, single_requests=0
+        )
     assert result["single"] is None
     assert (result["load"]["completed"], result["load"]["failed"]) == (2, 2)
     assert result["load"]["errors"] == ['HTTP 500: {"error": "boom"}']
@@ -172,8 +197,16 @@ def test_failures_are_counted_and_named():
 def test_duration_stops_new_requests():
     with StandIn(delay=0.05) as server:
         start = time.monotonic()
-        result = bench.run(server.url, "m", requests=100, concurrency=1, duration_s=0.3, prompt_tokens=4,
-                           max_tokens=3, single_requests=0)
+        result = bench.run(
+            server.url,
+            "m",
+            requests=100,
+            concurrency=1,
+            duration_s=0.3,
+            prompt_tokens=4,
+            max_tokens=3,
+            single_requests=0,
+        )
     assert result["load"]["requests_sent"] < 100 and time.monotonic() - start < 10
 
 
@@ -183,25 +216,57 @@ def test_main_prints_json_and_refuses_a_bad_range(capsys):
     assert bench.main(["--url", "ftp://x", "--model", "m"]) == 2
     assert "not an http(s) URL" in json.loads(capsys.readouterr().out)["error"]
     with StandIn() as server:
-        assert bench.main(["--url", server.url, "--model", "m", "--requests", "2", "--concurrency", "2",
-                           "--max-tokens", "2", "--single-requests", "1", "--host-name", "gpu-1"]) == 0
+        assert (
+            bench.main(
+                [
+                    "--url",
+                    server.url,
+                    "--model",
+                    "m",
+                    "--requests",
+                    "2",
+                    "--concurrency",
+                    "2",
+                    "--max-tokens",
+                    "2",
+                    "--single-requests",
+                    "1",
+                    "--host-name",
+                    "gpu-1",
+                ]
+            )
+            == 0
+        )
     out = json.loads(capsys.readouterr().out)
     assert out["load"]["completed"] == 2 and out["markdown_row"].startswith("| gpu-1 |")
 
 
-TARGET_4090 = {"card": "RTX 4090", "ttft_ms": 500, "prompt_tokens": 1024, "users": 64, "min_tokens_per_s": 35,
-               "max_tokens_per_s": 55}
+TARGET_4090 = {
+    "card": "RTX 4090",
+    "ttft_ms": 500,
+    "prompt_tokens": 1024,
+    "users": 64,
+    "min_tokens_per_s": 35,
+    "max_tokens_per_s": 55,
+}
 
 
-@pytest.mark.parametrize("ttft_p50, itl_mean, meets", [
-    (420.0, 20.0, (True, True)),     # 50 tok/s per user
-    (420.0, 40.0, (True, False)),    # 25 tok/s per user
-    (650.0, 20.0, (False, True)),
-    (None, None, (False, False)),    # nothing completed
-])
+@pytest.mark.parametrize(
+    "ttft_p50, itl_mean, meets",
+    [
+        (420.0, 20.0, (True, True)),  # 50 tok/s per user
+        (420.0, 40.0, (True, False)),  # 25 tok/s per user
+        (650.0, 20.0, (False, True)),
+        (None, None, (False, False)),  # nothing completed
+    ],
+)
 def test_the_guide_target_is_judged_on_the_median_ttft_and_the_per_user_decode_rate(ttft_p50, itl_mean, meets):
-    load = {"concurrency": 64, "prompt_tokens": 1024, "ttft_ms": {"p50": ttft_p50, "p99": 900.0},
-            "itl_ms": {"mean": itl_mean}}
+    load = {
+        "concurrency": 64,
+        "prompt_tokens": 1024,
+        "ttft_ms": {"p50": ttft_p50, "p99": 900.0},
+        "itl_ms": {"mean": itl_mean},
+    }
     verdict = bench.guide_verdict(load, TARGET_4090)
     assert (verdict["meets_ttft"], verdict["meets_decode"]) == meets
     assert verdict["ttft_p50_ms"] == ttft_p50 and verdict["target_load"] == {"users": 64, "prompt_tokens": 1024}
@@ -210,23 +275,60 @@ def test_the_guide_target_is_judged_on_the_median_ttft_and_the_per_user_decode_r
 
 def test_main_reports_the_guide_target_beside_the_numbers(capsys):
     with StandIn() as server:
-        assert bench.main(["--url", server.url, "--model", "m", "--requests", "2", "--concurrency", "2",
-                           "--max-tokens", "2", "--single-requests", "0", "--host-name", "gpu-1",
-                           "--guide-target", json.dumps(TARGET_4090)]) == 0
+        assert (
+            bench.main(
+                [
+                    "--url",
+                    server.url,
+                    "--model",
+                    "m",
+                    "--requests",
+                    "2",
+                    "--concurrency",
+                    "2",
+                    "--max-tokens",
+                    "2",
+                    "--single-requests",
+                    "0",
+                    "--host-name",
+                    "gpu-1",
+                    "--guide-target",
+                    json.dumps(TARGET_4090),
+                ]
+            )
+            == 0
+        )
     out = json.loads(capsys.readouterr().out)
     assert out["guide"]["card"] == "RTX 4090" and out["guide"]["load"] == {"users": 2, "prompt_tokens": 512}
     assert "RTX 4090: TTFT meets 500 ms" in out["markdown_row"] or "RTX 4090: TTFT misses 500 ms" in out["markdown_row"]
     assert out["markdown_row"].count("|") == bench.MARKDOWN_HEADER.splitlines()[0].count("|")
     with StandIn() as server:
-        bench.main(["--url", server.url, "--model", "m", "--requests", "1", "--single-requests", "0",
-                    "--guide-target", "{\"card\": \"x\"}"])
+        bench.main(
+            [
+                "--url",
+                server.url,
+                "--model",
+                "m",
+                "--requests",
+                "1",
+                "--single-requests",
+                "0",
+                "--guide-target",
+                '{"card": "x"}',
+            ]
+        )
     assert "is not the plan's service_levels.target" in json.loads(capsys.readouterr().out)["guide"]["error"]
 
 
-@pytest.mark.parametrize("capture", [
-    "0.26.0-cuda-h200/metrics_after_bench.txt", "0.26.0-cuda-h200/metrics_fp8_kv_after_bench.txt",
-    "0.32.0-cpu/metrics_after_20_requests.txt", "0.32.0-cpu/metrics_idle.txt",
-])
+@pytest.mark.parametrize(
+    "capture",
+    [
+        "0.26.0-cuda-h200/metrics_after_bench.txt",
+        "0.26.0-cuda-h200/metrics_fp8_kv_after_bench.txt",
+        "0.32.0-cpu/metrics_after_20_requests.txt",
+        "0.32.0-cpu/metrics_idle.txt",
+    ],
+)
 def test_the_host_side_reader_agrees_with_prometheus_clients_parser(capture):
     """bench reads /metrics with the standard library (it runs on hosts with nothing installed); on every real
     capture its counters and vllm:cache_config_info's labels are what vllm_fleet.metrics (prometheus_client's

@@ -7,9 +7,13 @@ from conftest import ROOT, load_source
 from vllm_fleet import fingerprint, planner
 
 plugin = load_source("vllm_fast_path_filter", ROOT / "plugins" / "filter" / "vllm_fast_path.py")
-HOST = {"vllm_profile_name": "cpu-lab-tiny", "vllm_version": "0.32.0", "vllm_api_key": "sk-lab-1",
-        "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 2},
-        "vllm_environment": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
+HOST = {
+    "vllm_profile_name": "cpu-lab-tiny",
+    "vllm_version": "0.32.0",
+    "vllm_api_key": "sk-lab-1",
+    "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 2},
+    "vllm_environment": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+}
 
 
 def _digest(**over):
@@ -26,11 +30,11 @@ def test_the_same_inputs_give_the_same_digest():
 def test_any_change_of_what_the_host_runs_changes_it():
     base = _digest()
     changed = [
-        _digest(vllm_profile={"max_num_seqs": 6}),                            # the plan's arguments
-        _digest(vllm_environment={"VLLM_CPU_KVCACHE_SPACE": "2"}),            # the environment file
-        _digest(vllm_api_key="sk-lab-2"),                                     # a secret, by its digest
-        _digest(vllm_version="0.33.0"),                                       # the release
-        _digest(vllm_syscall_filter=["@system-service", "@io-event"]),        # a unit setting
+        _digest(vllm_profile={"max_num_seqs": 6}),  # the plan's arguments
+        _digest(vllm_environment={"VLLM_CPU_KVCACHE_SPACE": "2"}),  # the environment file
+        _digest(vllm_api_key="sk-lab-2"),  # a secret, by its digest
+        _digest(vllm_version="0.33.0"),  # the release
+        _digest(vllm_syscall_filter=["@system-service", "@io-event"]),  # a unit setting
     ]
     assert base not in changed and len(set(changed)) == len(changed)
     values = dict(HOST)

@@ -16,16 +16,21 @@ def run_fragments():
     other = verdict.host_entry("lab-2", probes(), expect())
     return [
         fragments.fragment("lab-1", "verify", failed, recorded_at="2026-11-29T10:00:00.000001Z"),
-        fragments.fragment("lab-1", "rollback", {"action": "restored", "from": "0.33.0", "to": "0.32.0",
-                                                 "reason": failed["errors"][0], "ok": True},
-                           recorded_at="2026-11-29T10:01:00.000000Z"),
+        fragments.fragment(
+            "lab-1",
+            "rollback",
+            {"action": "restored", "from": "0.33.0", "to": "0.32.0", "reason": failed["errors"][0], "ok": True},
+            recorded_at="2026-11-29T10:01:00.000000Z",
+        ),
         fragments.fragment("lab-1", "verify", good, recorded_at="2026-11-29T10:02:00.000000Z"),
-        fragments.fragment("lab-1", "rollout", {"unhealthy_seconds": 31.5, "failed_requests": 0,
-                                                "total_requests": 240},
-                           recorded_at="2026-11-29T10:03:00.000000Z"),
+        fragments.fragment(
+            "lab-1",
+            "rollout",
+            {"unhealthy_seconds": 31.5, "failed_requests": 0, "total_requests": 240},
+            recorded_at="2026-11-29T10:03:00.000000Z",
+        ),
         fragments.fragment("lab-2", "verify", other, recorded_at="2026-11-29T10:04:00.000000Z"),
-        fragments.fragment("lab-2", "drain", {"note": "taken out of the balancer"},
-                           recorded_at="2026-11-29T10:05:00Z"),
+        fragments.fragment("lab-2", "drain", {"note": "taken out of the balancer"}, recorded_at="2026-11-29T10:05:00Z"),
     ]
 
 
@@ -49,6 +54,12 @@ def test_merge_keeps_the_latest_verification_and_the_history():
     assert lab1["rollback"][0]["action"] == "restored" and lab1["rollback"][0]["at"] == "2026-11-29T10:01:00.000000Z"
     assert lab1["rollout"] == {"unhealthy_seconds": 31.5, "failed_requests": 0, "total_requests": 240}
     assert merged["hosts"]["lab-2"]["events"]["drain"][0]["note"] == "taken out of the balancer"
-    assert merged["summary"] == {"hosts": 2, "verified": 2, "ok": ["lab-1", "lab-2"], "failed": [],
-                                 "rolled_back": ["lab-1"], "findings": 0}
+    assert merged["summary"] == {
+        "hosts": 2,
+        "verified": 2,
+        "ok": ["lab-1", "lab-2"],
+        "failed": [],
+        "rolled_back": ["lab-1"],
+        "findings": 0,
+    }
     assert merged["run_id"] == "run-1" and merged["meta"] == {"playbook": "site.yml"}

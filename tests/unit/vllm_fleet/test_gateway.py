@@ -5,6 +5,7 @@ The `show stat` fixture was captured from HAProxy 2.6.12 (Debian 12's) on the la
 4 streams in flight; the /metrics ones are the real vLLM captures of ../shared/fixtures. The certificates and keys
 are made here with cryptography (the library the check reads them with): RSA and EC pairs, a lab-like chain, a
 mismatched pair, an expired certificate, encrypted keys and garbage."""
+
 import datetime
 import http.server
 import ipaddress
@@ -37,22 +38,27 @@ def name(common_name):
 def certificate(key, subject="gw1.example", issuer_key=None, issuer="", valid=(-1, 825), ca=False):
     """A certificate in PEM for `key`'s public key, self-signed unless an issuer's key and name are given; `valid`:
     its first and last day, counted from today."""
-    builder = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(name(issuer or subject))
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(NOW + datetime.timedelta(days=valid[0]))
-               .not_valid_after(NOW + datetime.timedelta(days=valid[1]))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name(subject))
+        .issuer_name(name(issuer or subject))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(NOW + datetime.timedelta(days=valid[0]))
+        .not_valid_after(NOW + datetime.timedelta(days=valid[1]))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
     if not ca:
-        builder = (builder.add_extension(x509.SubjectAlternativeName(
-            [x509.DNSName(subject), x509.IPAddress(ipaddress.ip_address("10.0.10.5"))]), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False))
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.DNSName(subject), x509.IPAddress(ipaddress.ip_address("10.0.10.5"))]),
+            critical=False,
+        ).add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
     return builder.sign(issuer_key or key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM).decode()
 
 
 def pem(key, form=serialization.PrivateFormat.PKCS8, passphrase=None):
     """A private key in PEM: PKCS#8 by default, TraditionalOpenSSL for PKCS#1 (RSA) or SEC1 (EC)."""
-    encryption = (serialization.BestAvailableEncryption(passphrase) if passphrase
-                  else serialization.NoEncryption())
+    encryption = serialization.BestAvailableEncryption(passphrase) if passphrase else serialization.NoEncryption()
     return key.private_bytes(serialization.Encoding.PEM, form, encryption).decode()
 
 
@@ -68,46 +74,71 @@ SECRET = "s3cr3t-0123456789abcdefghijKLMN"
 
 def key_material(*pems):
     """The base64 lines of private keys in PEM: no message may hold one."""
-    return [line for text in pems for line in text.splitlines() if line and not line.startswith("-----")
-            and ":" not in line]
+    return [
+        line for text in pems for line in text.splitlines() if line and not line.startswith("-----") and ":" not in line
+    ]
 
 
 def good():
-    return {"vllm_gateway_tls_certificate": CERT, "vllm_gateway_tls_key": KEY,
-            "vllm_gateway_api_keys": [{"tenant": "team-a", "key": SECRET, "requests_per_minute": 0},
-                                      {"tenant": "team-b", "key": SECRET[::-1], "requests_per_minute": 600}],
-            "vllm_gateway_port": 443, "vllm_gateway_bind_address": "0.0.0.0", "vllm_gateway_metrics_allow": ["10.0.0.0/24"],
-            "ansible_host": "10.0.10.5"}
+    return {
+        "vllm_gateway_tls_certificate": CERT,
+        "vllm_gateway_tls_key": KEY,
+        "vllm_gateway_api_keys": [
+            {"tenant": "team-a", "key": SECRET, "requests_per_minute": 0},
+            {"tenant": "team-b", "key": SECRET[::-1], "requests_per_minute": 600},
+        ],
+        "vllm_gateway_port": 443,
+        "vllm_gateway_bind_address": "0.0.0.0",
+        "vllm_gateway_metrics_allow": ["10.0.0.0/24"],
+        "ansible_host": "10.0.10.5",
+    }
 
 
 def test_good_settings_pass():
     assert gateway.check("gw1", good()) == []
 
 
-@pytest.mark.parametrize("change, needle", [
-    ({"vllm_gateway_tls_certificate": ""}, "gw1: vllm_gateway_tls_certificate is empty; fix:"),
-    ({"vllm_gateway_tls_certificate": KEY}, "vllm_gateway_tls_certificate is not a PEM CERTIFICATE"),
-    ({"vllm_gateway_tls_key": CERT}, "vllm_gateway_tls_key is not a PEM PRIVATE KEY"),
-    ({"vllm_gateway_api_keys": []}, "vllm_gateway_api_keys is empty: the gateway would refuse every request"),
-    ({"vllm_gateway_api_keys": [{"tenant": "a b", "key": SECRET}]}, "vllm_gateway_api_keys[0].tenant='a b' must be"),
-    ({"vllm_gateway_api_keys": [{"tenant": "a", "key": SECRET}, {"tenant": "a", "key": SECRET[::-1]}]},
-     "vllm_gateway_api_keys[1].tenant='a' is given twice"),
-    ({"vllm_gateway_api_keys": [{"tenant": "a", "key": "short"}]}, "vllm_gateway_api_keys[0].key (value not shown)"),
-    ({"vllm_gateway_api_keys": [{"tenant": "a", "key": SECRET}, {"tenant": "b", "key": SECRET}]},
-     "vllm_gateway_api_keys[1].key (value not shown) is also another tenant's key"),
-    ({"vllm_gateway_api_keys": [{"tenant": "a", "key": SECRET, "requests_per_minute": -1}]},
-     "requests_per_minute=-1 must be a whole number"),
-    ({"vllm_gateway_api_keys": [{"tenant": "a", "key": SECRET, "rate": 5}]}, "has unknown keys ['rate']"),
-    ({"vllm_gateway_port": 70000}, "vllm_gateway_port=70000 must be a port number"),
-    ({"vllm_gateway_bind_address": "gateway.example"}, "vllm_gateway_bind_address='gateway.example' is not an IP"),
-    ({"vllm_gateway_metrics_allow": ["monitoring"]}, "vllm_gateway_metrics_allow has 'monitoring'"),
-    ({"vllm_gateway_drain_timeout": 0}, "vllm_gateway_drain_timeout=0 must be a positive number"),
-    ({"vllm_gateway_timeout_server": 0}, "vllm_gateway_timeout_server=0 must be a positive number of seconds"),
-    ({"vllm_gateway_balance": "least_conn"}, "vllm_gateway_balance='least_conn' is not a balance algorithm"),
-    ({"vllm_gateway_backend_api_key": SECRET}, "vllm_gateway_backend_api_key is set (value not shown)"),
-    ({"ansible_host": "gw-01.example.internal"},
-     "vllm_gateway_source_address='gw-01.example.internal' (by default its ansible_host, else its name) is not an IP"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"vllm_gateway_tls_certificate": ""}, "gw1: vllm_gateway_tls_certificate is empty; fix:"),
+        ({"vllm_gateway_tls_certificate": KEY}, "vllm_gateway_tls_certificate is not a PEM CERTIFICATE"),
+        ({"vllm_gateway_tls_key": CERT}, "vllm_gateway_tls_key is not a PEM PRIVATE KEY"),
+        ({"vllm_gateway_api_keys": []}, "vllm_gateway_api_keys is empty: the gateway would refuse every request"),
+        (
+            {"vllm_gateway_api_keys": [{"tenant": "a b", "key": SECRET}]},
+            "vllm_gateway_api_keys[0].tenant='a b' must be",
+        ),
+        (
+            {"vllm_gateway_api_keys": [{"tenant": "a", "key": SECRET}, {"tenant": "a", "key": SECRET[::-1]}]},
+            "vllm_gateway_api_keys[1].tenant='a' is given twice",
+        ),
+        (
+            {"vllm_gateway_api_keys": [{"tenant": "a", "key": "short"}]},
+            "vllm_gateway_api_keys[0].key (value not shown)",
+        ),
+        (
+            {"vllm_gateway_api_keys": [{"tenant": "a", "key": SECRET}, {"tenant": "b", "key": SECRET}]},
+            "vllm_gateway_api_keys[1].key (value not shown) is also another tenant's key",
+        ),
+        (
+            {"vllm_gateway_api_keys": [{"tenant": "a", "key": SECRET, "requests_per_minute": -1}]},
+            "requests_per_minute=-1 must be a whole number",
+        ),
+        ({"vllm_gateway_api_keys": [{"tenant": "a", "key": SECRET, "rate": 5}]}, "has unknown keys ['rate']"),
+        ({"vllm_gateway_port": 70000}, "vllm_gateway_port=70000 must be a port number"),
+        ({"vllm_gateway_bind_address": "gateway.example"}, "vllm_gateway_bind_address='gateway.example' is not an IP"),
+        ({"vllm_gateway_metrics_allow": ["monitoring"]}, "vllm_gateway_metrics_allow has 'monitoring'"),
+        ({"vllm_gateway_drain_timeout": 0}, "vllm_gateway_drain_timeout=0 must be a positive number"),
+        ({"vllm_gateway_timeout_server": 0}, "vllm_gateway_timeout_server=0 must be a positive number of seconds"),
+        ({"vllm_gateway_balance": "least_conn"}, "vllm_gateway_balance='least_conn' is not a balance algorithm"),
+        ({"vllm_gateway_backend_api_key": SECRET}, "vllm_gateway_backend_api_key is set (value not shown)"),
+        (
+            {"ansible_host": "gw-01.example.internal"},
+            "vllm_gateway_source_address='gw-01.example.internal' (by default its ansible_host, else its name) is not an IP",
+        ),
+    ],
+)
 def test_bad_settings_name_the_host_the_setting_and_the_fix_and_never_a_key(change, needle):
     errors = gateway.check("gw1", dict(good(), **change))
     assert any(needle in e for e in errors), errors
@@ -123,17 +154,22 @@ def test_a_gateway_named_by_dns_passes_with_its_source_address():
 
 # --- The certificate and its key, read with cryptography ----------------------------------------------------------
 
+
 def tls(certificate_pem, key_pem):
     return dict(good(), vllm_gateway_tls_certificate=certificate_pem, vllm_gateway_tls_key=key_pem)
 
 
-@pytest.mark.parametrize("certificate_pem, key_pem", [
-    (certificate(RSA_KEY), pem(RSA_KEY)),                                                  # RSA, PKCS#8
-    (certificate(RSA_KEY), pem(RSA_KEY, serialization.PrivateFormat.TraditionalOpenSSL)),  # RSA, PKCS#1
-    (certificate(EC_KEY), pem(EC_KEY)),                                                    # EC, PKCS#8
-    (certificate(EC_KEY), pem(EC_KEY, serialization.PrivateFormat.TraditionalOpenSSL)),    # EC, SEC1
-    (certificate(EC_KEY, issuer_key=CA_KEY, issuer="vllm-fleet lab CA") + CA, pem(EC_KEY)),  # a chain, leaf first
-], ids=["rsa-pkcs8", "rsa-pkcs1", "ec-pkcs8", "ec-sec1", "chain"])
+@pytest.mark.parametrize(
+    "certificate_pem, key_pem",
+    [
+        (certificate(RSA_KEY), pem(RSA_KEY)),  # RSA, PKCS#8
+        (certificate(RSA_KEY), pem(RSA_KEY, serialization.PrivateFormat.TraditionalOpenSSL)),  # RSA, PKCS#1
+        (certificate(EC_KEY), pem(EC_KEY)),  # EC, PKCS#8
+        (certificate(EC_KEY), pem(EC_KEY, serialization.PrivateFormat.TraditionalOpenSSL)),  # EC, SEC1
+        (certificate(EC_KEY, issuer_key=CA_KEY, issuer="vllm-fleet lab CA") + CA, pem(EC_KEY)),  # a chain, leaf first
+    ],
+    ids=["rsa-pkcs8", "rsa-pkcs1", "ec-pkcs8", "ec-sec1", "chain"],
+)
 def test_a_certificate_and_its_own_key_pass(certificate_pem, key_pem):
     assert gateway.check("gw1", tls(certificate_pem, key_pem)) == []
 
@@ -145,33 +181,78 @@ def test_the_labs_certificate_passes():
     assert gateway.check("gw1", tls(leaf.rstrip("\n"), pem(EC_KEY).rstrip("\n"))) == []
 
 
-@pytest.mark.parametrize("certificate_pem, key_pem, needle", [
-    (certificate(EC_KEY), pem(OTHER_KEY),
-     "gw1: vllm_gateway_tls_key (value not shown) is not the private key of vllm_gateway_tls_certificate's leaf "
-     "(CN=gw1.example); fix: the key the certificate was issued for"),
-    (certificate(RSA_KEY), pem(EC_KEY), "is not the private key of vllm_gateway_tls_certificate's leaf"),
-    (CA + certificate(EC_KEY, issuer_key=CA_KEY, issuer="vllm-fleet lab CA"), pem(EC_KEY),
-     "(it is the key of certificate 2 of the chain: put that one first, the leaf first)"),
-    (certificate(EC_KEY, valid=(-400, -30)), pem(EC_KEY), "gw1: vllm_gateway_tls_certificate's leaf (CN=gw1.example) "
-     f"expired on {(NOW - datetime.timedelta(days=30)):%Y-%m-%d}"),
-    (CERT, pem(EC_KEY, passphrase=b"pass phrase"),
-     "gw1: vllm_gateway_tls_key (value not shown) is encrypted with a passphrase, which HAProxy cannot read"),
-    (certificate(RSA_KEY), pem(RSA_KEY, serialization.PrivateFormat.TraditionalOpenSSL, b"pass phrase"),
-     "vllm_gateway_tls_key (value not shown) is encrypted with a passphrase"),
-    (CERT, "-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5IGF0IGFsbA==\n-----END PRIVATE KEY-----\n",
-     "gw1: vllm_gateway_tls_key (value not shown) does not parse as a private key"),
-    (CERT, "garbage", "gw1: vllm_gateway_tls_key is not a PEM PRIVATE KEY (value not shown)"),
-    (CERT, KEY + pem(OTHER_KEY), "vllm_gateway_tls_key (value not shown) holds 2 private keys"),
-    ("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n", KEY,
-     "gw1: vllm_gateway_tls_certificate's certificate 1 of 1 does not parse"),
-    (CERT + "-----BEGIN CERTIFICATE-----\nZ2FyYmFnZQ==\n-----END CERTIFICATE-----\n", KEY,
-     "vllm_gateway_tls_certificate's certificate 2 of 2 does not parse"),
-    ("garbage", KEY, "gw1: vllm_gateway_tls_certificate is not a PEM CERTIFICATE (no -----BEGIN CERTIFICATE----- "),
-    (CERT + KEY, KEY, "vllm_gateway_tls_certificate is not a PEM CERTIFICATE: its block 2 of 2 is a private key, "
-     "which belongs in vllm_gateway_tls_key"),
-], ids=["mismatched-ec", "mismatched-rsa-ec", "ca-first", "expired", "encrypted-pkcs8", "encrypted-pkcs1",
-        "garbage-key-block", "garbage-key", "two-keys", "garbage-certificate", "garbage-second-certificate",
-        "no-pem", "key-in-certificate"])
+@pytest.mark.parametrize(
+    "certificate_pem, key_pem, needle",
+    [
+        (
+            certificate(EC_KEY),
+            pem(OTHER_KEY),
+            "gw1: vllm_gateway_tls_key (value not shown) is not the private key of vllm_gateway_tls_certificate's leaf "
+            "(CN=gw1.example); fix: the key the certificate was issued for",
+        ),
+        (certificate(RSA_KEY), pem(EC_KEY), "is not the private key of vllm_gateway_tls_certificate's leaf"),
+        (
+            CA + certificate(EC_KEY, issuer_key=CA_KEY, issuer="vllm-fleet lab CA"),
+            pem(EC_KEY),
+            "(it is the key of certificate 2 of the chain: put that one first, the leaf first)",
+        ),
+        (
+            certificate(EC_KEY, valid=(-400, -30)),
+            pem(EC_KEY),
+            "gw1: vllm_gateway_tls_certificate's leaf (CN=gw1.example) "
+            f"expired on {(NOW - datetime.timedelta(days=30)):%Y-%m-%d}",
+        ),
+        (
+            CERT,
+            pem(EC_KEY, passphrase=b"pass phrase"),
+            "gw1: vllm_gateway_tls_key (value not shown) is encrypted with a passphrase, which HAProxy cannot read",
+        ),
+        (
+            certificate(RSA_KEY),
+            pem(RSA_KEY, serialization.PrivateFormat.TraditionalOpenSSL, b"pass phrase"),
+            "vllm_gateway_tls_key (value not shown) is encrypted with a passphrase",
+        ),
+        (
+            CERT,
+            "-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5IGF0IGFsbA==\n-----END PRIVATE KEY-----\n",
+            "gw1: vllm_gateway_tls_key (value not shown) does not parse as a private key",
+        ),
+        (CERT, "garbage", "gw1: vllm_gateway_tls_key is not a PEM PRIVATE KEY (value not shown)"),
+        (CERT, KEY + pem(OTHER_KEY), "vllm_gateway_tls_key (value not shown) holds 2 private keys"),
+        (
+            "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n",
+            KEY,
+            "gw1: vllm_gateway_tls_certificate's certificate 1 of 1 does not parse",
+        ),
+        (
+            CERT + "-----BEGIN CERTIFICATE-----\nZ2FyYmFnZQ==\n-----END CERTIFICATE-----\n",
+            KEY,
+            "vllm_gateway_tls_certificate's certificate 2 of 2 does not parse",
+        ),
+        ("garbage", KEY, "gw1: vllm_gateway_tls_certificate is not a PEM CERTIFICATE (no -----BEGIN CERTIFICATE----- "),
+        (
+            CERT + KEY,
+            KEY,
+            "vllm_gateway_tls_certificate is not a PEM CERTIFICATE: its block 2 of 2 is a private key, "
+            "which belongs in vllm_gateway_tls_key",
+        ),
+    ],
+    ids=[
+        "mismatched-ec",
+        "mismatched-rsa-ec",
+        "ca-first",
+        "expired",
+        "encrypted-pkcs8",
+        "encrypted-pkcs1",
+        "garbage-key-block",
+        "garbage-key",
+        "two-keys",
+        "garbage-certificate",
+        "garbage-second-certificate",
+        "no-pem",
+        "key-in-certificate",
+    ],
+)
 def test_a_bad_certificate_or_key_is_refused_without_showing_the_key(certificate_pem, key_pem, needle):
     errors = gateway.check("gw1", tls(certificate_pem, key_pem))
     assert any(needle in e for e in errors), errors
@@ -184,19 +265,23 @@ def test_a_bad_certificate_or_key_is_refused_without_showing_the_key(certificate
 def test_the_certificate_must_still_be_valid_when_checked():
     later = NOW + datetime.timedelta(days=900)
     errors = gateway.check("gw1", good(), now=later)
-    assert errors == ["gw1: vllm_gateway_tls_certificate's leaf (CN=gw1.example) expired on "
-                      f"{(NOW + datetime.timedelta(days=825)):%Y-%m-%d %H:%M} UTC; fix: renew the gateway's "
-                      "certificate and give its new chain"]
+    assert errors == [
+        "gw1: vllm_gateway_tls_certificate's leaf (CN=gw1.example) expired on "
+        f"{(NOW + datetime.timedelta(days=825)):%Y-%m-%d %H:%M} UTC; fix: renew the gateway's "
+        "certificate and give its new chain"
+    ]
 
 
 # --- Timeouts, counts, balance, and the strings that reach haproxy.cfg ------------------------------------------
+
 
 @pytest.mark.parametrize("setting", sorted(gateway.TIMEOUTS))
 @pytest.mark.parametrize("value", [0, -5, "0", "30s", 1.5, True])
 def test_every_timeout_is_a_whole_number_of_seconds_of_at_least_one(setting, value):
     errors = gateway.check("gw1", dict(good(), **{setting: value}))
-    assert len(errors) == 1 and errors[0].startswith(f"gw1: {setting}={value!r} must be a positive number of "
-                                                     "seconds, a whole number of at least 1 (0 would be "), errors
+    assert len(errors) == 1 and errors[0].startswith(
+        f"gw1: {setting}={value!r} must be a positive number of seconds, a whole number of at least 1 (0 would be "
+    ), errors
     assert f"; fix: e.g. {gateway.TIMEOUTS[setting][0]}" in errors[0]
 
 
@@ -213,8 +298,9 @@ def test_health_checks_and_maxconn_are_positive_whole_numbers(setting, value):
     if value is None:  # not set: the role's default
         assert errors == []
     else:
-        assert errors == [f"gw1: {setting}={value!r} must be a positive whole number; fix: e.g. "
-                          f"{gateway.COUNTS[setting]}"]
+        assert errors == [
+            f"gw1: {setting}={value!r} must be a positive whole number; fix: e.g. {gateway.COUNTS[setting]}"
+        ]
 
 
 def test_the_balance_algorithms_are_the_argument_specs_choices():
@@ -224,8 +310,10 @@ def test_the_balance_algorithms_are_the_argument_specs_choices():
         assert gateway.check("gw1", dict(good(), vllm_gateway_balance=balance)) == []
     for balance in ("hdr(host)", "LEASTCONN", "leastconn;", ""):
         (error,) = gateway.check("gw1", dict(good(), vllm_gateway_balance=balance))
-        assert error.startswith(f"gw1: vllm_gateway_balance={balance!r} is not a balance algorithm the gateway "
-                                "offers (leastconn, roundrobin, static-rr, first, source, random); fix: leastconn")
+        assert error.startswith(
+            f"gw1: vllm_gateway_balance={balance!r} is not a balance algorithm the gateway "
+            "offers (leastconn, roundrobin, static-rr, first, source, random); fix: leastconn"
+        )
 
 
 def test_the_roles_defaults_pass():
@@ -238,59 +326,89 @@ def test_the_roles_defaults_pass():
 UNSEEN = ["\n", "\u2028", "\u200b"]
 
 
-@pytest.mark.parametrize("setting, value", [
-    ("vllm_gateway_bind_address", "10.0.10.5"), ("vllm_gateway_metrics_address", "0.0.0.0"),
-    ("vllm_gateway_backend_group", "vllm_nodes"), ("vllm_gateway_balance", "leastconn"),
-    ("vllm_gateway_source_address", "10.0.10.5")])
+@pytest.mark.parametrize(
+    "setting, value",
+    [
+        ("vllm_gateway_bind_address", "10.0.10.5"),
+        ("vllm_gateway_metrics_address", "0.0.0.0"),
+        ("vllm_gateway_backend_group", "vllm_nodes"),
+        ("vllm_gateway_balance", "leastconn"),
+        ("vllm_gateway_source_address", "10.0.10.5"),
+    ],
+)
 @pytest.mark.parametrize("character", UNSEEN, ids=["newline", "u2028", "u200b"])
 def test_a_control_or_format_character_in_a_string_for_haproxy_cfg_is_refused(setting, value, character):
     bad = value[:2] + character + value[2:]
     errors = gateway.check("gw1", dict(good(), **{setting: bad}))
-    assert errors == [f"gw1: {setting}={bad!r} holds a control or format character (a line break, an invisible "
-                      "character); fix: remove it"], errors
+    assert errors == [
+        f"gw1: {setting}={bad!r} holds a control or format character (a line break, an invisible "
+        "character); fix: remove it"
+    ], errors
 
 
 @pytest.mark.parametrize("character", UNSEEN, ids=["newline", "u2028", "u200b"])
 def test_a_control_or_format_character_in_a_tenant_or_its_key_is_refused_without_showing_the_key(character):
     key = SECRET[:10] + character + SECRET[10:]
-    errors = gateway.check("gw1", dict(good(), vllm_gateway_api_keys=[
-        {"tenant": "team" + character + "a", "key": SECRET}, {"tenant": "team-b", "key": key}]))
-    assert any(e.startswith(f"gw1: vllm_gateway_api_keys[0].tenant={'team' + character + 'a'!r} must be") for e in
-               errors), errors
+    errors = gateway.check(
+        "gw1",
+        dict(
+            good(),
+            vllm_gateway_api_keys=[
+                {"tenant": "team" + character + "a", "key": SECRET},
+                {"tenant": "team-b", "key": key},
+            ],
+        ),
+    )
+    assert any(
+        e.startswith(f"gw1: vllm_gateway_api_keys[0].tenant={'team' + character + 'a'!r} must be") for e in errors
+    ), errors
     assert any(e.startswith("gw1: vllm_gateway_api_keys[1].key (value not shown)") for e in errors), errors
     assert SECRET[:10] not in " ".join(errors) and SECRET[10:] not in " ".join(errors)
 
 
 def test_the_old_backend_key_setting_is_refused_and_an_empty_one_passes():
     errors = gateway.check("gw1", dict(good(), vllm_gateway_backend_api_key=SECRET))
-    assert errors == ["gw1: vllm_gateway_backend_api_key is set (value not shown), but the gateway no longer reads "
-                      "it: it sends its backend hosts their own vllm_api_key; fix: remove vllm_gateway_backend_api_key "
-                      "from the inventory (and its Vault entry), and give the group vllm_nodes one vllm_api_key"]
+    assert errors == [
+        "gw1: vllm_gateway_backend_api_key is set (value not shown), but the gateway no longer reads "
+        "it: it sends its backend hosts their own vllm_api_key; fix: remove vllm_gateway_backend_api_key "
+        "from the inventory (and its Vault entry), and give the group vllm_nodes one vllm_api_key"
+    ]
     assert gateway.check("gw1", dict(good(), vllm_gateway_backend_api_key="")) == []
 
 
 # --- The backend key: one home, the backend hosts' own vllm_api_key ------------------------------------------------
 
-@pytest.mark.parametrize("backends, key", [
-    ({"gpu-1": SECRET, "gpu-2": SECRET, "gpu-3": SECRET}, SECRET),
-    ({"gpu-1": "", "gpu-2": None, "gpu-3": ""}, ""),
-    ({"gpu-1": SECRET}, SECRET),
-    ({}, ""),
-])
+
+@pytest.mark.parametrize(
+    "backends, key",
+    [
+        ({"gpu-1": SECRET, "gpu-2": SECRET, "gpu-3": SECRET}, SECRET),
+        ({"gpu-1": "", "gpu-2": None, "gpu-3": ""}, ""),
+        ({"gpu-1": SECRET}, SECRET),
+        ({}, ""),
+    ],
+)
 def test_the_backend_key_is_the_one_every_backend_host_shares(backends, key):
     assert gateway.backend_api_key("gw1", backends) == (key, [])
 
 
-@pytest.mark.parametrize("backends, needle", [
-    ({"gpu-1": SECRET, "gpu-2": None, "gpu-3": SECRET},
-     "gw1: its backend hosts do not share the one vllm_api_key the gateway sends them: gpu-1 has a vllm_api_key and "
-     "gpu-2 has none; 2 of 3 have a key, 1 different one(s) (no key is shown); fix: the one vllm_api_key of the group "
-     "vllm_nodes, in its group_vars, from Ansible Vault (none in a host's own vars)"),
-    ({"gpu-2": SECRET, "gpu-1": ""}, "gpu-2 has a vllm_api_key and gpu-1 has none"),
-    ({"gpu-1": SECRET, "gpu-2": SECRET, "gpu-3": SECRET[::-1]},
-     "gw1: its backend hosts do not share the one vllm_api_key the gateway sends them: gpu-1 and gpu-3 have "
-     "different vllm_api_key values; 3 of 3 have a key, 2 different one(s)"),
-])
+@pytest.mark.parametrize(
+    "backends, needle",
+    [
+        (
+            {"gpu-1": SECRET, "gpu-2": None, "gpu-3": SECRET},
+            "gw1: its backend hosts do not share the one vllm_api_key the gateway sends them: gpu-1 has a vllm_api_key and "
+            "gpu-2 has none; 2 of 3 have a key, 1 different one(s) (no key is shown); fix: the one vllm_api_key of the group "
+            "vllm_nodes, in its group_vars, from Ansible Vault (none in a host's own vars)",
+        ),
+        ({"gpu-2": SECRET, "gpu-1": ""}, "gpu-2 has a vllm_api_key and gpu-1 has none"),
+        (
+            {"gpu-1": SECRET, "gpu-2": SECRET, "gpu-3": SECRET[::-1]},
+            "gw1: its backend hosts do not share the one vllm_api_key the gateway sends them: gpu-1 and gpu-3 have "
+            "different vllm_api_key values; 3 of 3 have a key, 2 different one(s)",
+        ),
+    ],
+)
 def test_backend_hosts_with_different_keys_are_named_never_their_keys(backends, needle):
     key, errors = gateway.backend_api_key("gw1", backends)
     assert key == "" and len(errors) == 1 and needle in errors[0], errors
@@ -298,28 +416,40 @@ def test_backend_hosts_with_different_keys_are_named_never_their_keys(backends, 
 
 
 def test_clients_are_the_gateways_by_source_address_and_the_allowed_networks_by_family():
-    gateways = {"gw-b": {"ansible_host": "gw-b.example", "vllm_gateway_source_address": "10.0.10.6"},
-                "gw-a": {"ansible_host": "10.0.10.5"}, "10.0.10.7": {}}
+    gateways = {
+        "gw-b": {"ansible_host": "gw-b.example", "vllm_gateway_source_address": "10.0.10.6"},
+        "gw-a": {"ansible_host": "10.0.10.5"},
+        "10.0.10.7": {},
+    }
     got = gateway.clients(gateways, ["10.0.20.0/24", "10.0.20.9", "fd00::5", "10.0.10.5"], "gpu-1")
-    assert got == {"ipv4": ["10.0.10.5/32", "10.0.10.6/32", "10.0.10.7/32", "10.0.20.0/24", "10.0.20.9/32"],
-                   "ipv6": ["fd00::5/128"]}
+    assert got == {
+        "ipv4": ["10.0.10.5/32", "10.0.10.6/32", "10.0.10.7/32", "10.0.20.0/24", "10.0.20.9/32"],
+        "ipv6": ["fd00::5/128"],
+    }
     assert gateway.clients({}, [], "gpu-1") == {"ipv4": [], "ipv6": []}
 
 
 def test_clients_include_the_monitoring_hosts_by_their_ansible_host():
-    got = gateway.clients({"gw-a": {"ansible_host": "10.0.10.5"}}, [], "gpu-1",
-                          {"mon-1": {"ansible_host": "10.0.10.9"}, "10.0.10.8": {}})
+    got = gateway.clients(
+        {"gw-a": {"ansible_host": "10.0.10.5"}}, [], "gpu-1", {"mon-1": {"ansible_host": "10.0.10.9"}, "10.0.10.8": {}}
+    )
     assert got == {"ipv4": ["10.0.10.5/32", "10.0.10.8/32", "10.0.10.9/32"], "ipv6": []}
     with pytest.raises(ValueError, match="gpu-1: the monitoring host mon-1's ansible_host has 'mon.example'"):
         gateway.clients({}, [], "gpu-1", {"mon-1": {"ansible_host": "mon.example"}})
 
 
-@pytest.mark.parametrize("gateways, allowed, needle", [
-    ({"gw-1": {"ansible_host": "gw-1.example"}}, [],
-     "gpu-1: the gateway gw-1's vllm_gateway_source_address has 'gw-1.example', not an IP address"),
-    ({}, ["monitoring.example"], "gpu-1: vllm_allowed_clients has 'monitoring.example', not an IP address"),
-    ({}, "10.0.0.5", "gpu-1: vllm_allowed_clients='10.0.0.5' must be a list"),
-])
+@pytest.mark.parametrize(
+    "gateways, allowed, needle",
+    [
+        (
+            {"gw-1": {"ansible_host": "gw-1.example"}},
+            [],
+            "gpu-1: the gateway gw-1's vllm_gateway_source_address has 'gw-1.example', not an IP address",
+        ),
+        ({}, ["monitoring.example"], "gpu-1: vllm_allowed_clients has 'monitoring.example', not an IP address"),
+        ({}, "10.0.0.5", "gpu-1: vllm_allowed_clients='10.0.0.5' must be a list"),
+    ],
+)
 def test_clients_that_are_not_addresses_are_refused_naming_the_host_setting_and_value(gateways, allowed, needle):
     with pytest.raises(ValueError, match="fix:") as raised:
         gateway.clients(gateways, allowed, "gpu-1")
@@ -330,8 +460,9 @@ def test_the_clients_filter_reads_the_gateways_from_hostvars():
     hostvars = {"gw-1": {"ansible_host": "10.0.10.5"}, "gpu-1": {"ansible_host": "10.0.30.1"}}
     got = gateway_filters.vllm_gateway_clients(hostvars, ["gw-1"], ["10.0.20.5"], "gpu-1")
     assert got == {"ipv4": ["10.0.10.5/32", "10.0.20.5/32"], "ipv6": []}
-    got = gateway_filters.vllm_gateway_clients(dict(hostvars, **{"mon-1": {"ansible_host": "10.0.10.9"}}), ["gw-1"],
-                                               [], "gpu-1", ["mon-1"])
+    got = gateway_filters.vllm_gateway_clients(
+        dict(hostvars, **{"mon-1": {"ansible_host": "10.0.10.9"}}), ["gw-1"], [], "gpu-1", ["mon-1"]
+    )
     assert got == {"ipv4": ["10.0.10.5/32", "10.0.10.9/32"], "ipv6": []}
     with pytest.raises(gateway_filters.AnsibleFilterError, match="gpu-1: vllm_allowed_clients has 'x'"):
         gateway_filters.vllm_gateway_clients(hostvars, ["gw-1"], ["x"], "gpu-1")
@@ -341,6 +472,7 @@ def test_tenants_keep_only_the_keys_digests():
     tenants = gateway.tenants(good()["vllm_gateway_api_keys"])
     assert [t["tenant"] for t in tenants] == ["team-a", "team-b"]
     import hashlib
+
     assert tenants[0]["key_sha256"] == hashlib.sha256(SECRET.encode()).hexdigest()
     assert [t["requests_per_minute"] for t in tenants] == [0, 600]
     assert SECRET not in json.dumps(tenants)
@@ -353,25 +485,33 @@ def test_the_filter_refuses_malformed_keys_without_showing_them():
 
 
 # What a lab host plans with (the lab's group_vars): the gateway's servers are its plan's instances.
-PLANNED = {"vllm_profile_name": "cpu-lab-tiny", "vllm_version": "0.32.0",
-           "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0},
-           "vllm_environment": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
+PLANNED = {
+    "vllm_profile_name": "cpu-lab-tiny",
+    "vllm_version": "0.32.0",
+    "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0},
+    "vllm_environment": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+}
 
 
 def test_servers_are_the_plans_instances_one_per_instance():
-    instances = plan_filters.vllm_plan_instances({
-        "gpu-2.example": dict(PLANNED, vllm_bind_address="10.0.0.12", vllm_port=8001),
-        "gpu-1.example": dict(PLANNED, ansible_host="10.0.0.11"),
-        "gpu-3": dict(PLANNED, vllm_bind_address="fd00::3", vllm_instance="solo"),
-        # Two CPU slots: two instances, on consecutive ports.
-        "cpu-4": dict(PLANNED, ansible_host="10.0.0.14", vllm_gpu=dict(PLANNED["vllm_gpu"], count=2)),
-    }, ["gpu-2.example", "gpu-1.example", "gpu-3", "cpu-4"])
+    instances = plan_filters.vllm_plan_instances(
+        {
+            "gpu-2.example": dict(PLANNED, vllm_bind_address="10.0.0.12", vllm_port=8001),
+            "gpu-1.example": dict(PLANNED, ansible_host="10.0.0.11"),
+            "gpu-3": dict(PLANNED, vllm_bind_address="fd00::3", vllm_instance="solo"),
+            # Two CPU slots: two instances, on consecutive ports.
+            "cpu-4": dict(PLANNED, ansible_host="10.0.0.14", vllm_gpu=dict(PLANNED["vllm_gpu"], count=2)),
+        },
+        ["gpu-2.example", "gpu-1.example", "gpu-3", "cpu-4"],
+    )
     servers = gateway_filters.vllm_gateway_servers(instances)
     assert [(s["name"], s["address"], s["port"]) for s in servers] == [
-        ("cpu-4_cpu0", "10.0.0.14", 8000), ("cpu-4_cpu1", "10.0.0.14", 8001),
+        ("cpu-4_cpu0", "10.0.0.14", 8000),
+        ("cpu-4_cpu1", "10.0.0.14", 8001),
         ("gpu-1.example_main", "10.0.0.11", 8000),  # binds every interface: reached at its inventory address
         ("gpu-2.example_main", "10.0.0.12", 8001),
-        ("gpu-3_solo", "fd00::3", 8000)]
+        ("gpu-3_solo", "fd00::3", 8000),
+    ]
     assert instances["gpu-1.example"][0]["local_url"] == "http://127.0.0.1:8000"
     assert instances["gpu-3"][0]["local_url"] == "http://[fd00::3]:8000"
     assert instances["gpu-2.example"][0]["unit"] == "vllm@main.service"
@@ -381,18 +521,33 @@ def test_servers_are_the_plans_instances_one_per_instance():
 def test_an_instance_the_plan_no_longer_has_stays_a_server_until_it_is_removed():
     """A host that runs `main` while its new plan places cpu0 and cpu1 (site.yml read what it runs): the gateway keeps
     `main` (retiring) beside the new ones, so that clients are served until the rollout drains and removes it."""
-    planned = plan_filters.vllm_plan_instances({"h": dict(PLANNED, ansible_host="10.0.0.5",
-                                                          vllm_gpu=dict(PLANNED["vllm_gpu"], count=2))}, ["h"])
-    deployed = gateway_filters.vllm_gateway_deployed({
-        "h": {"vllm_deployed_instances": [{"name": "main", "address": "10.0.0.5", "port": 8000},
-                                          {"name": "cpu0", "address": "10.0.0.5", "port": 8000}]},
-        "g": {},  # no vllm_deployed_instances read (not in this run): its plan's instances only
-    }, ["h", "g", "absent"])
-    assert deployed == {"h": [{"name": "main", "address": "10.0.0.5", "port": 8000},
-                              {"name": "cpu0", "address": "10.0.0.5", "port": 8000}]}
+    planned = plan_filters.vllm_plan_instances(
+        {"h": dict(PLANNED, ansible_host="10.0.0.5", vllm_gpu=dict(PLANNED["vllm_gpu"], count=2))}, ["h"]
+    )
+    deployed = gateway_filters.vllm_gateway_deployed(
+        {
+            "h": {
+                "vllm_deployed_instances": [
+                    {"name": "main", "address": "10.0.0.5", "port": 8000},
+                    {"name": "cpu0", "address": "10.0.0.5", "port": 8000},
+                ]
+            },
+            "g": {},  # no vllm_deployed_instances read (not in this run): its plan's instances only
+        },
+        ["h", "g", "absent"],
+    )
+    assert deployed == {
+        "h": [
+            {"name": "main", "address": "10.0.0.5", "port": 8000},
+            {"name": "cpu0", "address": "10.0.0.5", "port": 8000},
+        ]
+    }
     servers = gateway_filters.vllm_gateway_servers(planned, deployed)
     assert [(s["name"], s["port"], s["retiring"]) for s in servers] == [
-        ("h_cpu0", 8000, False), ("h_cpu1", 8001, False), ("h_main", 8000, True)]
+        ("h_cpu0", 8000, False),
+        ("h_cpu1", 8001, False),
+        ("h_main", 8000, True),
+    ]
     with pytest.raises(AnsibleFilterError, match="vllm_gateway_deployed's"):
         gateway_filters.vllm_gateway_servers(planned, ["not", "a", "mapping"])
 
@@ -409,8 +564,9 @@ def test_sessions_are_read_from_a_real_show_stat():
     assert gateway_filters.vllm_gateway_sessions(stat, "vllm", "BACKEND") == 4
 
 
-@pytest.mark.parametrize("fixture, running", [("0.32.0-cpu/metrics_idle.txt", 0.0),
-                                              ("0.26.0-cuda-h200/metrics_after_bench.txt", 0.0)])
+@pytest.mark.parametrize(
+    "fixture, running", [("0.32.0-cpu/metrics_idle.txt", 0.0), ("0.26.0-cuda-h200/metrics_after_bench.txt", 0.0)]
+)
 def test_running_requests_are_read_with_the_prometheus_parser(fixture, running):
     text = (FIXTURES / "vllm" / fixture).read_text()
     assert "vllm:num_requests_running{" in text
@@ -418,10 +574,12 @@ def test_running_requests_are_read_with_the_prometheus_parser(fixture, running):
 
 
 def test_running_requests_count_what_vllm_reports():
-    text = ("# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
-            "# TYPE vllm:num_requests_running gauge\n"
-            'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
-            'vllm:num_requests_running{engine="1",model_name="m"} 2.0\n')
+    text = (
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
+        'vllm:num_requests_running{engine="1",model_name="m"} 2.0\n'
+    )
     assert gateway.requests_running(text) == 5.0
     with pytest.raises(AnsibleFilterError):
         gateway_filters.vllm_gateway_requests_running("<html>502 Bad Gateway</html>\n{")
@@ -439,17 +597,30 @@ def test_the_shutdown_timeout_is_rendered_where_the_release_has_it():
 
 
 def test_a_release_before_0_18_drops_it_with_its_reason():
-    entry = plan({"vllm_version": "0.17.1", "vllm_profile_name": None, "vllm_profile": {
-        "model": "Qwen/Qwen2.5-0.5B-Instruct", "max_model_len": 2048, "max_num_seqs": 4,
-        "gpu_memory_utilization": 0.9}, "vllm_shutdown_timeout": 30})
+    entry = plan(
+        {
+            "vllm_version": "0.17.1",
+            "vllm_profile_name": None,
+            "vllm_profile": {
+                "model": "Qwen/Qwen2.5-0.5B-Instruct",
+                "max_model_len": 2048,
+                "max_num_seqs": 4,
+                "gpu_memory_utilization": 0.9,
+            },
+            "vllm_shutdown_timeout": 30,
+        }
+    )
     assert "--shutdown-timeout" not in entry["instances"][0]["args"]
     assert any(d["flag"] == "--shutdown-timeout" and "0.18.0" in d["reason"] for d in entry["dropped"]), entry
 
 
 def test_systemd_must_outlast_vllms_own_drain():
     entry = plan({"vllm_shutdown_timeout": 55, "vllm_timeout_stop_sec": 60})
-    assert any("lab-1: vllm_timeout_stop_sec=60 does not outlast vllm_shutdown_timeout=55 by 10 s" in e
-               and "fix: vllm_timeout_stop_sec: 85 or more" in e for e in entry["errors"]), entry["errors"]
+    assert any(
+        "lab-1: vllm_timeout_stop_sec=60 does not outlast vllm_shutdown_timeout=55 by 10 s" in e
+        and "fix: vllm_timeout_stop_sec: 85 or more" in e
+        for e in entry["errors"]
+    ), entry["errors"]
     assert plan({"vllm_shutdown_timeout": 30, "vllm_timeout_stop_sec": 40})["errors"] == []
 
 
@@ -457,14 +628,22 @@ def test_the_plan_lists_its_instances():
     entry = plan({"vllm_bind_address": "10.89.77.11"})
     (instance,) = entry["instances"]
     assert {key: value for key, value in instance.items() if key != "args"} == {
-        "name": "main", "unit": "vllm@main.service", "port": 8000, "local_url": "http://10.89.77.11:8000",
-        "address": "10.89.77.11", "url": "http://10.89.77.11:8000", "gpus": [0], "tensor_parallel_size": 1}
+        "name": "main",
+        "unit": "vllm@main.service",
+        "port": 8000,
+        "local_url": "http://10.89.77.11:8000",
+        "address": "10.89.77.11",
+        "url": "http://10.89.77.11:8000",
+        "gpus": [0],
+        "tensor_parallel_size": 1,
+    }
     assert instance["args"][instance["args"].index("--port") + 1] == "8000"
     assert planner.instances("h", dict(PLANNED, vllm_bind_address="0.0.0.0"))[0]["address"] == "h"
 
 
 class Streaming(http.server.BaseHTTPRequestHandler):
     """Streams chat chunks like vLLM; a prompt of 'cut' ends the stream early, 'refuse' answers 401."""
+
     protocol_version = "HTTP/1.1"
 
     def log_message(self, *args):
@@ -515,7 +694,8 @@ def test_streamload_is_bounded_and_counts():
 def test_streamload_users_pause_between_answers():
     with LocalServer(Streaming) as server:
         stream = streamload.Stream(server.url, "k", "m", 3, None, timeout=10)
-        result = streamload.run(stream, concurrency=1, max_seconds=30, max_requests=3, stop_file=None,
-                                think_seconds=0.2)
+        result = streamload.run(
+            stream, concurrency=1, max_seconds=30, max_requests=3, stop_file=None, think_seconds=0.2
+        )
     starts = [r["start"] for r in result["log"]]
     assert result["ok"] == 3 and all(b - a >= 0.2 for a, b in zip(starts, starts[1:])), starts

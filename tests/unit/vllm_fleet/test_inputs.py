@@ -1,13 +1,26 @@
 """vllm_fleet.inputs: the strings bound for a host's unit and environment file, refused at plan time with a
 message naming the host, the setting, the value (never a secret's) and the fix."""
+
 import pytest
 
 from vllm_fleet import inputs, planner
 
-GOOD = {"vllm_user": "vllm", "vllm_group": "vllm", "vllm_state_dir": "/var/lib/vllm", "vllm_cache_dir": "/var/cache/vllm",
-        "vllm_home": "/opt/vllm", "vllm_config_dir": "/etc/vllm", "vllm_instance": "main", "vllm_bind_address": "0.0.0.0",
-        "vllm_port": 8000, "vllm_device_allow": [], "vllm_environment": {"OMP_NUM_THREADS": "8"},
-        "vllm_environment_allow": [], "vllm_api_key": "", "vllm_hf_token": ""}
+GOOD = {
+    "vllm_user": "vllm",
+    "vllm_group": "vllm",
+    "vllm_state_dir": "/var/lib/vllm",
+    "vllm_cache_dir": "/var/cache/vllm",
+    "vllm_home": "/opt/vllm",
+    "vllm_config_dir": "/etc/vllm",
+    "vllm_instance": "main",
+    "vllm_bind_address": "0.0.0.0",
+    "vllm_port": 8000,
+    "vllm_device_allow": [],
+    "vllm_environment": {"OMP_NUM_THREADS": "8"},
+    "vllm_environment_allow": [],
+    "vllm_api_key": "",
+    "vllm_hf_token": "",
+}
 SECRET = "sk-live-0123456789"
 
 
@@ -17,40 +30,47 @@ def errors(**over):
 
 def test_the_roles_defaults_and_the_labs_settings_pass():
     assert errors() == []
-    lab = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1", "OMP_NUM_THREADS": "1",
-           "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    lab = {
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_HOST_IP": "127.0.0.1",
+        "OMP_NUM_THREADS": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    }
     assert errors(vllm_environment=lab, vllm_api_key="a-long-random-key_42", vllm_port="8000") == []
     assert errors(vllm_device_allow=["/dev/nvidiactl", "/dev/nvidia0", "char-nvidia-uvm"]) == []
     # Odd but valid: spaces, %, $ inside a value are written and read back as they are.
     assert errors(vllm_environment={"GREETING": "hello world 100% $HOME"}) == []
 
 
-@pytest.mark.parametrize("setting,value,says", [
-    ("vllm_cache_dir", "/var/cache/vllm\nExecStartPre=+/bin/sh -c id", "control or format character"),
-    ("vllm_state_dir", "/var/lib/vllm\n", "control or format character"),
-    ("vllm_state_dir", "var/lib/vllm", "not an absolute, normalised path"),
-    ("vllm_state_dir", "/var/lib/../vllm", "not an absolute, normalised path"),
-    ("vllm_state_dir", "/var/lib/vllm/", "not an absolute, normalised path"),
-    ("vllm_cache_dir", "/var/cache/my vllm", "whitespace"),
-    ("vllm_cache_dir", "/var/cache/%h", "whitespace, %"),
-    ("vllm_home", "/opt/vllm;rm", "whitespace, %, a quote, ;"),
-    ("vllm_config_dir", "/", "not an absolute, normalised path"),
-    ("vllm_user", "vllm\nUser=root", "not a valid user or group name"),
-    ("vllm_user", "Root", "not a valid user or group name"),
-    ("vllm_group", "a" * 33, "not a valid user or group name"),
-    ("vllm_instance", "a/b", "must be letters, digits"),
-    ("vllm_port", 0, "1 to 65535"),
-    ("vllm_port", 70000, "1 to 65535"),
-    ("vllm_port", "http", "1 to 65535"),
-    ("vllm_bind_address", "0.0.0.0.0", "is not an IP address"),
-    ("vllm_bind_address", "localhost", "is not an IP address"),
-    ("vllm_device_allow", "/dev/nvidia0", "must be a list"),
-    ("vllm_device_allow", ["/dev/nvidia0 rw\nDeviceAllow=/dev/sda"], "is not a /dev path"),
-    ("vllm_device_allow", ["nvidia0"], "is not a /dev path"),
-    ("vllm_allowed_clients", ["prometheus.example"], "not an IP address or network"),
-    ("vllm_allowed_clients", ["10.0.0.0/33"], "not an IP address or network"),
-    ("vllm_allowed_clients", "10.0.20.5", "must be a list"),
-])
+@pytest.mark.parametrize(
+    "setting,value,says",
+    [
+        ("vllm_cache_dir", "/var/cache/vllm\nExecStartPre=+/bin/sh -c id", "control or format character"),
+        ("vllm_state_dir", "/var/lib/vllm\n", "control or format character"),
+        ("vllm_state_dir", "var/lib/vllm", "not an absolute, normalised path"),
+        ("vllm_state_dir", "/var/lib/../vllm", "not an absolute, normalised path"),
+        ("vllm_state_dir", "/var/lib/vllm/", "not an absolute, normalised path"),
+        ("vllm_cache_dir", "/var/cache/my vllm", "whitespace"),
+        ("vllm_cache_dir", "/var/cache/%h", "whitespace, %"),
+        ("vllm_home", "/opt/vllm;rm", "whitespace, %, a quote, ;"),
+        ("vllm_config_dir", "/", "not an absolute, normalised path"),
+        ("vllm_user", "vllm\nUser=root", "not a valid user or group name"),
+        ("vllm_user", "Root", "not a valid user or group name"),
+        ("vllm_group", "a" * 33, "not a valid user or group name"),
+        ("vllm_instance", "a/b", "must be letters, digits"),
+        ("vllm_port", 0, "1 to 65535"),
+        ("vllm_port", 70000, "1 to 65535"),
+        ("vllm_port", "http", "1 to 65535"),
+        ("vllm_bind_address", "0.0.0.0.0", "is not an IP address"),
+        ("vllm_bind_address", "localhost", "is not an IP address"),
+        ("vllm_device_allow", "/dev/nvidia0", "must be a list"),
+        ("vllm_device_allow", ["/dev/nvidia0 rw\nDeviceAllow=/dev/sda"], "is not a /dev path"),
+        ("vllm_device_allow", ["nvidia0"], "is not a /dev path"),
+        ("vllm_allowed_clients", ["prometheus.example"], "not an IP address or network"),
+        ("vllm_allowed_clients", ["10.0.0.0/33"], "not an IP address or network"),
+        ("vllm_allowed_clients", "10.0.20.5", "must be a list"),
+    ],
+)
 def test_a_bad_unit_string_is_refused_naming_host_setting_value_and_fix(setting, value, says):
     (message,) = errors(**{setting: value})
     assert message.startswith(f"h1: {setting}") and says in message and "fix:" in message
@@ -58,20 +78,23 @@ def test_a_bad_unit_string_is_refused_naming_host_setting_value_and_fix(setting,
     assert repr(shown)[:20] in message
 
 
-@pytest.mark.parametrize("environment,says", [
-    ({"BAD KEY": "1"}, "is not a variable name"),
-    ({"A=B": "1"}, "is not a variable name"),
-    ({"1X": "1"}, "is not a variable name"),
-    ({"HF_HUB_OFFLINE": "0"}, "turns off one of the site's guarantees"),
-    ({"VLLM_NO_USAGE_STATS": "0"}, "turns off one of the site's guarantees"),
-    ({"LD_PRELOAD": "/tmp/x.so"}, "changes which code the service loads"),
-    ({"PYTHONPATH": "/tmp"}, "changes which code the service loads"),
-    ({"LD_LIBRARY_PATH": "/tmp"}, "changes which code the service loads"),
-    ({"VLLM_CACHE_ROOT": "/tmp"}, "would override what the unit's environment file sets"),
-    ({"VLLM_API_KEY": "x"}, "set vllm_api_key"),
-    ({"OMP_NUM_THREADS": "8\nLD_PRELOAD=/tmp/x.so"}, "control or format character"),
-    ({"OMP_NUM_THREADS": ["8"]}, "must be a string"),
-])
+@pytest.mark.parametrize(
+    "environment,says",
+    [
+        ({"BAD KEY": "1"}, "is not a variable name"),
+        ({"A=B": "1"}, "is not a variable name"),
+        ({"1X": "1"}, "is not a variable name"),
+        ({"HF_HUB_OFFLINE": "0"}, "turns off one of the site's guarantees"),
+        ({"VLLM_NO_USAGE_STATS": "0"}, "turns off one of the site's guarantees"),
+        ({"LD_PRELOAD": "/tmp/x.so"}, "changes which code the service loads"),
+        ({"PYTHONPATH": "/tmp"}, "changes which code the service loads"),
+        ({"LD_LIBRARY_PATH": "/tmp"}, "changes which code the service loads"),
+        ({"VLLM_CACHE_ROOT": "/tmp"}, "would override what the unit's environment file sets"),
+        ({"VLLM_API_KEY": "x"}, "set vllm_api_key"),
+        ({"OMP_NUM_THREADS": "8\nLD_PRELOAD=/tmp/x.so"}, "control or format character"),
+        ({"OMP_NUM_THREADS": ["8"]}, "must be a string"),
+    ],
+)
 def test_a_bad_environment_entry_is_refused(environment, says):
     (message,) = errors(vllm_environment=environment)
     assert message.startswith("h1: vllm_environment") and says in message and "fix:" in message
@@ -87,14 +110,17 @@ def test_a_guarded_key_passes_with_its_explicit_opt_in_only():
     assert errors(vllm_environment={"PYTHONPATH": "/opt/faults"}, vllm_environment_allow=["LD_PRELOAD"])
 
 
-@pytest.mark.parametrize("setting,value,says", [
-    ("vllm_api_key", SECRET + "\nHF_HUB_OFFLINE=0", "control or format character"),
-    ("vllm_hf_token", SECRET + "\x1b[2J", "control or format character"),
-    # Quotes, backslashes and spaces read back as written: the file quotes them (systemd_env_quote).
-    ("vllm_api_key", 'sk"quoted', None),
-    ("vllm_api_key", SECRET + "\\", None),
-    ("vllm_hf_token", " " + SECRET, None),
-])
+@pytest.mark.parametrize(
+    "setting,value,says",
+    [
+        ("vllm_api_key", SECRET + "\nHF_HUB_OFFLINE=0", "control or format character"),
+        ("vllm_hf_token", SECRET + "\x1b[2J", "control or format character"),
+        # Quotes, backslashes and spaces read back as written: the file quotes them (systemd_env_quote).
+        ("vllm_api_key", 'sk"quoted', None),
+        ("vllm_api_key", SECRET + "\\", None),
+        ("vllm_hf_token", " " + SECRET, None),
+    ],
+)
 def test_a_secret_is_named_but_never_shown(setting, value, says):
     found = errors(**{setting: value})
     if says is None:
@@ -111,9 +137,15 @@ def test_a_secret_looking_environment_value_is_not_shown_either():
 
 
 def test_the_plan_refuses_them_before_anything_changes():
-    entry = planner.plan_host("h1", {"vllm_profile_name": "cpu-lab-tiny", "vllm_version": "0.32.0",
-                                     "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0},
-                                     "vllm_cache_dir": "/var/cache/vllm\nExecStartPre=+/bin/sh"})
+    entry = planner.plan_host(
+        "h1",
+        {
+            "vllm_profile_name": "cpu-lab-tiny",
+            "vllm_version": "0.32.0",
+            "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0},
+            "vllm_cache_dir": "/var/cache/vllm\nExecStartPre=+/bin/sh",
+        },
+    )
     assert any(e.startswith("h1: vllm_cache_dir") for e in entry["errors"]), entry["errors"]
 
 
@@ -136,13 +168,16 @@ def test_control_matches_every_character_of_cc_cf_zl_and_zp_and_nothing_else():
     assert found == {p for a, b in ranges for p in range(a, b + 1)}
     assert found == {ord(c) for c in whole if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")}
     # Printable text, spaces of category Zs and what the environment file quotes stay allowed.
-    assert not inputs.CONTROL.search(" \u00a0\u3000é€\U0001f600 a\\b \"q\" $HOME %h")
+    assert not inputs.CONTROL.search(' \u00a0\u3000é€\U0001f600 a\\b "q" $HOME %h')
 
 
 @pytest.mark.parametrize("character", UNICODE_BREAKS, ids=[f"U+{ord(c):04X}" for c in UNICODE_BREAKS])
 def test_unicode_line_separators_and_format_characters_are_refused_everywhere(character):
-    for setting, value in (("vllm_state_dir", "/var/lib/vllm" + character), ("vllm_cache_dir", character + "/c"),
-                           ("vllm_home", "/opt/v" + character + "llm")):
+    for setting, value in (
+        ("vllm_state_dir", "/var/lib/vllm" + character),
+        ("vllm_cache_dir", character + "/c"),
+        ("vllm_home", "/opt/v" + character + "llm"),
+    ):
         (message,) = errors(**{setting: value})
         assert message.startswith(f"h1: {setting}=") and "control or format character" in message
         assert f"U+{ord(character):04X}" in message and "fix:" in message and character not in message
@@ -175,10 +210,19 @@ def test_a_url_with_a_line_break_is_refused(setting):
     assert "fix:" in message
 
 
-@pytest.mark.parametrize("name,secret", [("api_key", True), ("--api-key", True), ("hf_token", True),
-                                         ("--hf-token", True), ("num_speculative_tokens", False),
-                                         ("--max-num-batched-tokens", False), ("tokenizer", False),
-                                         ("--served-model-name", False)])
+@pytest.mark.parametrize(
+    "name,secret",
+    [
+        ("api_key", True),
+        ("--api-key", True),
+        ("hf_token", True),
+        ("--hf-token", True),
+        ("num_speculative_tokens", False),
+        ("--max-num-batched-tokens", False),
+        ("tokenizer", False),
+        ("--served-model-name", False),
+    ],
+)
 def test_an_argument_named_like_a_secret_is_one_and_a_token_count_is_not(name, secret):
     """One rule for the plan's messages about vllm_extra_args and the verification's command-line read-back."""
     assert inputs.is_secret_argument(name) is secret

@@ -46,10 +46,16 @@ def set_sample(text: str, sample: str, value: float) -> str:
 def with_spec_counters(text: str, drafts: float, draft_tokens: float, accepted: float) -> str:
     """Append the three speculative-decoding counters in the exposition format of the real counters."""
     lines = []
-    for name, value in (("vllm:spec_decode_num_drafts", drafts), ("vllm:spec_decode_num_draft_tokens", draft_tokens),
-                        ("vllm:spec_decode_num_accepted_tokens", accepted)):
-        lines += ["# HELP %s_total Speculative decoding counter." % name, "# TYPE %s_total counter" % name,
-                  '%s_total{engine="0",model_name="tiny"} %r' % (name, float(value))]
+    for name, value in (
+        ("vllm:spec_decode_num_drafts", drafts),
+        ("vllm:spec_decode_num_draft_tokens", draft_tokens),
+        ("vllm:spec_decode_num_accepted_tokens", accepted),
+    ):
+        lines += [
+            "# HELP %s_total Speculative decoding counter." % name,
+            "# TYPE %s_total counter" % name,
+            '%s_total{engine="0",model_name="tiny"} %r' % (name, float(value)),
+        ]
     return text + "\n".join(lines) + "\n"
 
 
@@ -186,8 +192,13 @@ def test_required_families_exist_in_0_32_and_0_33(version):
 
 
 def test_no_old_names_are_required():
-    old = ("gpu_cache_usage_perc", "gpu_prefix_cache", "time_per_output_token_seconds", "num_running_seqs",
-           "spec_decode_draft_acceptance_rate")
+    old = (
+        "gpu_cache_usage_perc",
+        "gpu_prefix_cache",
+        "time_per_output_token_seconds",
+        "num_running_seqs",
+        "spec_decode_draft_acceptance_rate",
+    )
     for name in metrics.required_families(speculative=True):
         assert not any(o in name for o in old), name
 
@@ -196,8 +207,9 @@ def test_no_old_names_are_required():
 def test_a_missing_required_family_fails(family):
     text = drop_family(CPU_AFTER, family)
     errors = metrics.check_families(metrics.parse(text), speculative=False)
-    assert errors == ["required metric family %s (%s) is missing from /metrics"
-                      % (family, metrics.required_families()[family])]
+    assert errors == [
+        "required metric family %s (%s) is missing from /metrics" % (family, metrics.required_families()[family])
+    ]
 
 
 def test_a_family_with_another_type_fails():
@@ -237,15 +249,19 @@ def test_is_speculative_reads_profiles_and_arguments():
 
 
 def test_readback_of_the_cpu_page_against_a_matching_profile():
-    profile = {"model": "lab/tiny-qwen2", "kv_cache_dtype": "auto", "enable_prefix_caching": True,
-               "gpu_memory_utilization": 0.92, "max_num_seqs": 8}
+    profile = {
+        "model": "lab/tiny-qwen2",
+        "kv_cache_dtype": "auto",
+        "enable_prefix_caching": True,
+        "gpu_memory_utilization": 0.92,
+        "max_num_seqs": 8,
+    }
     assert metrics.readback(metrics.parse(CPU_AFTER), profile) == []
     assert metrics.readback(metrics.parse(CPU_AFTER), {"model": "x"}) == []  # nothing comparable asked
 
 
 def test_readback_names_label_expected_and_actual():
-    profile = {"kv_cache_dtype": "fp8", "enable_prefix_caching": False, "gpu_memory_utilization": 0.9,
-               "block_size": 16}
+    profile = {"kv_cache_dtype": "fp8", "enable_prefix_caching": False, "gpu_memory_utilization": 0.9, "block_size": 16}
     drifts = metrics.readback(metrics.parse(CPU_AFTER), profile)
     assert [(d["label"], d["expected"], d["actual"]) for d in drifts] == [
         ("block_size", 16, 128),
@@ -263,8 +279,12 @@ def test_readback_fp8_page_against_an_auto_profile_drifts():
     assert drifts[0]["message"] == "cache_config_info cache_dtype is 'fp8', profile kv_cache_dtype expects 'auto'"
     assert metrics.readback(metrics.parse(H200_FP8), {"kv_cache_dtype": "fp8_e5m2"})[0]["actual"] == "fp8"
     # auto = not quantized: an explicit bfloat16 KV cache is what auto gives a bf16 model
-    assert metrics.readback(metrics.parse(CPU_AFTER.replace('cache_dtype="auto"', 'cache_dtype="bfloat16"')),
-                            {"kv_cache_dtype": "auto"}) == []
+    assert (
+        metrics.readback(
+            metrics.parse(CPU_AFTER.replace('cache_dtype="auto"', 'cache_dtype="bfloat16"')), {"kv_cache_dtype": "auto"}
+        )
+        == []
+    )
 
 
 def test_readback_of_sizes_set_by_extra_args():
@@ -405,6 +425,11 @@ def test_window_latencies_of_the_real_pair():
 
 
 def test_defaults_are_documented_numbers():
-    assert metrics.DEFAULTS == {"min_acceptance_rate": 0.6, "min_draft_tokens": 100, "min_prefix_hit_rate": 0.30,
-                                "min_prefix_queries": 1000, "max_preemption_increase": 0}
+    assert metrics.DEFAULTS == {
+        "min_acceptance_rate": 0.6,
+        "min_draft_tokens": 100,
+        "min_prefix_hit_rate": 0.30,
+        "min_prefix_queries": 1000,
+        "max_preemption_increase": 0,
+    }
     assert not any(math.isnan(v) for v in metrics.DEFAULTS.values())

@@ -8,8 +8,12 @@ from conftest import ROOT
 from vllm_fleet import catalogue, profiles
 
 GUIDE_PROFILES = {
-    "rtx4090-7b-decode", "rtx4090-7b-prefill", "rtx4090-7b-awq", "rtx4090-7b-prefix-heavy",
-    "l40-14b-decode", "l40-14b-awq-prefill",
+    "rtx4090-7b-decode",
+    "rtx4090-7b-prefill",
+    "rtx4090-7b-awq",
+    "rtx4090-7b-prefix-heavy",
+    "l40-14b-decode",
+    "l40-14b-awq-prefill",
 }
 
 
@@ -31,31 +35,53 @@ def test_shipped_profiles_are_valid_and_documented(name):
 def test_guide_values_are_encoded_as_the_guide_gives_them():
     decode = profiles.resolve("h", "rtx4090-7b-decode")
     assert decode == {
-        "model": "Qwen/Qwen2.5-7B-Instruct", "dtype": "bfloat16", "gpu_memory_utilization": 0.92,
-        "max_model_len": 8192, "max_num_seqs": 64, "max_num_batched_tokens": 8192,
-        "enable_chunked_prefill": True, "enable_prefix_caching": True, "kv_cache_dtype": "fp8",
-        "calculate_kv_scales": True, "swap_space": 0,
-        "speculative": {"model": "Qwen/Qwen2.5-0.5B-Instruct", "num_speculative_tokens": 5,
-                        "draft_tensor_parallel_size": 1, "use_heterogeneous_vocab": True},
+        "model": "Qwen/Qwen2.5-7B-Instruct",
+        "dtype": "bfloat16",
+        "gpu_memory_utilization": 0.92,
+        "max_model_len": 8192,
+        "max_num_seqs": 64,
+        "max_num_batched_tokens": 8192,
+        "enable_chunked_prefill": True,
+        "enable_prefix_caching": True,
+        "kv_cache_dtype": "fp8",
+        "calculate_kv_scales": True,
+        "swap_space": 0,
+        "speculative": {
+            "model": "Qwen/Qwen2.5-0.5B-Instruct",
+            "num_speculative_tokens": 5,
+            "draft_tensor_parallel_size": 1,
+            "use_heterogeneous_vocab": True,
+        },
     }
     l40 = profiles.resolve("h", "l40-14b-decode")
     assert (l40["gpu_memory_utilization"], l40["max_model_len"], l40["max_num_seqs"]) == (0.90, 16384, 128)
-    assert l40["speculative"] == {"model": "Qwen/Qwen2.5-1.5B-Instruct", "num_speculative_tokens": 5,
-                                  "use_heterogeneous_vocab": True}
+    assert l40["speculative"] == {
+        "model": "Qwen/Qwen2.5-1.5B-Instruct",
+        "num_speculative_tokens": 5,
+        "use_heterogeneous_vocab": True,
+    }
     awq = profiles.resolve("h", "rtx4090-7b-awq")
-    assert (awq["model"], awq["quantization"], awq["gpu_memory_utilization"]) == \
-        ("Qwen/Qwen2.5-7B-Instruct-AWQ", "awq", 0.94)
+    assert (awq["model"], awq["quantization"], awq["gpu_memory_utilization"]) == (
+        "Qwen/Qwen2.5-7B-Instruct-AWQ",
+        "awq",
+        0.94,
+    )
     assert profiles.resolve("h", "rtx4090-7b-prefix-heavy")["max_num_batched_tokens"] == 4096
     assert "swap_space" not in profiles.resolve("h", "rtx4090-7b-prefill")
     assert profiles.resolve("h", "l40-14b-awq-prefill")["model"] == "Qwen/Qwen2.5-14B-Instruct-AWQ"
 
 
 def test_overrides_merge_key_by_key_and_null_removes():
-    profile = profiles.resolve("h", "rtx4090-7b-decode", {"max_num_seqs": 32, "speculative": {"num_speculative_tokens": 3},
-                                                          "swap_space": None})
+    profile = profiles.resolve(
+        "h", "rtx4090-7b-decode", {"max_num_seqs": 32, "speculative": {"num_speculative_tokens": 3}, "swap_space": None}
+    )
     assert profile["max_num_seqs"] == 32
-    assert profile["speculative"] == {"model": "Qwen/Qwen2.5-0.5B-Instruct", "num_speculative_tokens": 3,
-                                      "draft_tensor_parallel_size": 1, "use_heterogeneous_vocab": True}
+    assert profile["speculative"] == {
+        "model": "Qwen/Qwen2.5-0.5B-Instruct",
+        "num_speculative_tokens": 3,
+        "draft_tensor_parallel_size": 1,
+        "use_heterogeneous_vocab": True,
+    }
     assert "swap_space" not in profile
     assert "speculative" not in profiles.resolve("h", "rtx4090-7b-decode", {"speculative": None})
 
@@ -70,12 +96,21 @@ def test_custom_profile_without_a_name():
     assert profiles.validate("h", {"model": "m"}) == []
 
 
-@pytest.mark.parametrize("name,overrides,message", [
-    ("rtx4090-7b-decoded", None,
-     "h1: vllm_profile_name='rtx4090-7b-decoded' is not a shipped profile; fix: use one of cpu-lab-tiny"),
-    ("rtx4090-7b-decode", ["max_num_seqs", 32],
-     "h1: vllm_profile=['max_num_seqs', 32] is a list, not a dict; fix: give vllm_profile as a mapping"),
-])
+@pytest.mark.parametrize(
+    "name,overrides,message",
+    [
+        (
+            "rtx4090-7b-decoded",
+            None,
+            "h1: vllm_profile_name='rtx4090-7b-decoded' is not a shipped profile; fix: use one of cpu-lab-tiny",
+        ),
+        (
+            "rtx4090-7b-decode",
+            ["max_num_seqs", 32],
+            "h1: vllm_profile=['max_num_seqs', 32] is a list, not a dict; fix: give vllm_profile as a mapping",
+        ),
+    ],
+)
 def test_resolve_errors(name, overrides, message):
     with pytest.raises(profiles.ProfileError, match=re.escape(message)):
         profiles.resolve("h1", name, overrides)
@@ -84,39 +119,53 @@ def test_resolve_errors(name, overrides, message):
 # (overrides of rtx4090-7b-decode, the message expected): each names host, key, value and fix.
 BAD_INPUTS = [
     ({"max_num_seq": 32}, "h1: unknown profile key max_num_seq=32; fix: remove it, or use one of model, "),
-    ({"max_num_seqs": "64"}, "h1: max_num_seqs='64' must be an integer (requests scheduled at once); fix: set "
-                             "max_num_seqs to an integer"),
+    (
+        {"max_num_seqs": "64"},
+        "h1: max_num_seqs='64' must be an integer (requests scheduled at once); fix: set max_num_seqs to an integer",
+    ),
     ({"max_model_len": 8192.0}, "h1: max_model_len=8192.0 must be an integer"),
     ({"max_num_seqs": True}, "h1: max_num_seqs=True must be an integer"),
     ({"enable_prefix_caching": "yes"}, "h1: enable_prefix_caching='yes' must be true or false"),
     ({"gpu_memory_utilization": "0.9"}, "h1: gpu_memory_utilization='0.9' must be a number"),
-    ({"gpu_memory_utilization": 92}, "h1: gpu_memory_utilization=92 is impossible: it is a share of the GPU's total "
-                                     "memory; fix: use a value in (0, 1]"),
+    (
+        {"gpu_memory_utilization": 92},
+        "h1: gpu_memory_utilization=92 is impossible: it is a share of the GPU's total "
+        "memory; fix: use a value in (0, 1]",
+    ),
     ({"gpu_memory_utilization": 0}, "h1: gpu_memory_utilization=0 is impossible"),
     ({"max_model_len": 0}, "h1: max_model_len=0 is impossible; fix: use a positive integer"),
     ({"max_num_seqs": -1}, "h1: max_num_seqs=-1 is impossible; fix: use a positive integer"),
     ({"tensor_parallel_size": 0}, "h1: tensor_parallel_size=0 is impossible"),
     ({"swap_space": -4}, "h1: swap_space=-4 is negative; fix: use 0 (no swapping) or GiB > 0"),
-    ({"kv_cache_dtype": "fp4"}, "h1: kv_cache_dtype='fp4' is not supported; fix: use one of auto, bfloat16, "
-                                "float16, fp8, fp8_e4m3, fp8_e5m2"),
+    (
+        {"kv_cache_dtype": "fp4"},
+        "h1: kv_cache_dtype='fp4' is not supported; fix: use one of auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2",
+    ),
     ({"dtype": "bf16"}, "h1: dtype='bf16' is not supported; fix: use one of auto, half, float16, bfloat16"),
     ({"quantization": "int4"}, "h1: quantization='int4' is not supported; fix: use one of awq,"),
     ({"model": ""}, "h1: model='' must be a non-empty string"),
     ({"model": None}, "h1: the profile has no model; fix: set vllm_profile_name to a shipped profile"),
     ({"max_num_batched_tokens": 32}, "h1: max_num_batched_tokens=32 is below max_num_seqs=64: vLLM refuses it"),
-    ({"kv_cache_dtype": "auto"}, "h1: calculate_kv_scales=true with kv_cache_dtype='auto': scales only exist for "
-                                 "an FP8 KV cache; fix: set kv_cache_dtype: fp8 or drop calculate_kv_scales"),
+    (
+        {"kv_cache_dtype": "auto"},
+        "h1: calculate_kv_scales=true with kv_cache_dtype='auto': scales only exist for "
+        "an FP8 KV cache; fix: set kv_cache_dtype: fp8 or drop calculate_kv_scales",
+    ),
     ({"speculative": "Qwen/Qwen2.5-0.5B-Instruct"}, "h1: speculative='Qwen/Qwen2.5-0.5B-Instruct' must be a mapping"),
     ({"speculative": {"num_tokens": 5}}, "h1: unknown key speculative.num_tokens=5; fix: use model, method, "),
     ({"speculative": {"num_speculative_tokens": 0}}, "h1: speculative.num_speculative_tokens=0 is outside 1-16"),
     ({"speculative": {"num_speculative_tokens": "5"}}, "h1: speculative.num_speculative_tokens='5' must be an integer"),
     ({"speculative": {"method": "lookahead"}}, "h1: speculative.method='lookahead' is not supported; fix: use one of"),
-    ({"speculative": {"model": None, "method": "eagle"}}, "h1: speculative has no model (method='eagle'); fix: set "
-                                                          "speculative.model"),
+    (
+        {"speculative": {"model": None, "method": "eagle"}},
+        "h1: speculative has no model (method='eagle'); fix: set speculative.model",
+    ),
     ({"speculative": {"num_speculative_tokens": None}}, "h1: speculative.num_speculative_tokens is missing; fix: "),
     ({"speculative": {"draft_tensor_parallel_size": 0}}, "h1: speculative.draft_tensor_parallel_size=0 is impossible"),
-    ({"dtype": "bfloat16", "model": "Qwen/Qwen2.5-7B-Instruct-AWQ", "quantization": "awq"},
-     "h1: dtype='bfloat16' with quantization='awq': vLLM's awq kernels run in float16; fix: set dtype: auto"),
+    (
+        {"dtype": "bfloat16", "model": "Qwen/Qwen2.5-7B-Instruct-AWQ", "quantization": "awq"},
+        "h1: dtype='bfloat16' with quantization='awq': vLLM's awq kernels run in float16; fix: set dtype: auto",
+    ),
 ]
 
 
@@ -180,8 +229,13 @@ def test_measured_numbers_in_the_profiles_are_the_committed_gpu_results():
     assert compared == [("rtx4090-7b-prefill", "goal met")]
 
 
-FIVE = {"output_tokens_per_s": ("output_throughput", 1), "median_ttft_ms": ("median_ttft_ms", 1),
-        "p99_ttft_ms": ("p99_ttft_ms", 1), "mean_itl_ms": ("mean_itl_ms", 2), "p99_itl_ms": ("p99_itl_ms", 2)}
+FIVE = {
+    "output_tokens_per_s": ("output_throughput", 1),
+    "median_ttft_ms": ("median_ttft_ms", 1),
+    "p99_ttft_ms": ("p99_ttft_ms", 1),
+    "mean_itl_ms": ("mean_itl_ms", 2),
+    "p99_itl_ms": ("p99_itl_ms", 2),
+}
 
 
 def test_side_by_side_numbers_in_the_profiles_are_the_committed_gpu_results():
@@ -213,12 +267,24 @@ def test_side_by_side_numbers_in_the_profiles_are_the_committed_gpu_results():
         assert block["gives_up"] == row["gives_up"], name
         load = block["load"]
         assert row["load"] == f"guide-{load['users']}u-bench" and load["tool"] == row["tool"], name
-    assert sorted(carrying) == ["l40-14b-awq-prefill", "rtx4090-7b-awq", "rtx4090-7b-prefill", "rtx4090-7b-prefix-heavy"]
+    assert sorted(carrying) == [
+        "l40-14b-awq-prefill",
+        "rtx4090-7b-awq",
+        "rtx4090-7b-prefill",
+        "rtx4090-7b-prefix-heavy",
+    ]
 
 
-@pytest.mark.parametrize("key,value", [("served_model_name", "a\nb"), ("served_model_name", "a\u2028b"),
-                                       ("model", "Qwen/Qwen2.5-7B-Instruct\u0085"), ("served_model_name", "\ufeffq"),
-                                       ("served_model_name", "q\u200b")])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("served_model_name", "a\nb"),
+        ("served_model_name", "a\u2028b"),
+        ("model", "Qwen/Qwen2.5-7B-Instruct\u0085"),
+        ("served_model_name", "\ufeffq"),
+        ("served_model_name", "q\u200b"),
+    ],
+)
 def test_a_profile_string_with_a_control_or_format_character_is_refused(key, value):
     """The model and its served name reach the unit's command line: refused at plan time, not when the unit is
     rendered."""
@@ -228,8 +294,9 @@ def test_a_profile_string_with_a_control_or_format_character_is_refused(key, val
 
 
 def test_speculative_given_as_a_list_names_the_setting():
-    (message,) = profiles.validate("h1", profiles.resolve("h1", "rtx4090-7b-decode",
-                                                          {"speculative": [{"model": "Qwen/Qwen2.5-0.5B-Instruct"}]}))
+    (message,) = profiles.validate(
+        "h1", profiles.resolve("h1", "rtx4090-7b-decode", {"speculative": [{"model": "Qwen/Qwen2.5-0.5B-Instruct"}]})
+    )
     assert message.startswith("h1: speculative=[{'model': 'Qwen/Qwen2.5-0.5B-Instruct'}] must be a mapping")
     assert "fix: give vllm_profile.speculative as a mapping" in message and "null" in message
 

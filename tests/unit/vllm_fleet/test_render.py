@@ -25,8 +25,11 @@ def help_options(version):
     with open(os.path.join(FIXTURES, HELP[version]), encoding="utf-8") as f:
         for line in f:
             if re.match(r"^\s{2}-", line):
-                options.update(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", line.split("  ", 2)[1]
-                                          if line.startswith("  --") else line))
+                options.update(
+                    re.findall(
+                        r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", line.split("  ", 2)[1] if line.startswith("  --") else line
+                    )
+                )
     return options
 
 
@@ -77,18 +80,22 @@ def test_every_profile_at_every_boundary(name, version):
     assert all(d["reason"] for d in result.dropped)
 
 
-@pytest.mark.parametrize("version,chunked,prefix", [
-    ("0.7.0", ["--enable-chunked-prefill=False"], ["--no-enable-prefix-caching"]),
-    ("0.8.4", ["--enable-chunked-prefill=False"], ["--no-enable-prefix-caching"]),
-    ("0.8.5", ["--no-enable-chunked-prefill"], ["--no-enable-prefix-caching"]),
-    ("0.32.0", ["--no-enable-chunked-prefill"], ["--no-enable-prefix-caching"]),
-    ("0.32.99", ["--no-enable-chunked-prefill"], ["--no-enable-prefix-caching"]),
-    ("0.33.0", ["--disable-chunked-prefill"], ["--disable-prefix-caching"]),
-    ("0.33.4", ["--disable-chunked-prefill"], ["--disable-prefix-caching"]),
-])
+@pytest.mark.parametrize(
+    "version,chunked,prefix",
+    [
+        ("0.7.0", ["--enable-chunked-prefill=False"], ["--no-enable-prefix-caching"]),
+        ("0.8.4", ["--enable-chunked-prefill=False"], ["--no-enable-prefix-caching"]),
+        ("0.8.5", ["--no-enable-chunked-prefill"], ["--no-enable-prefix-caching"]),
+        ("0.32.0", ["--no-enable-chunked-prefill"], ["--no-enable-prefix-caching"]),
+        ("0.32.99", ["--no-enable-chunked-prefill"], ["--no-enable-prefix-caching"]),
+        ("0.33.0", ["--disable-chunked-prefill"], ["--disable-prefix-caching"]),
+        ("0.33.4", ["--disable-chunked-prefill"], ["--disable-prefix-caching"]),
+    ],
+)
 def test_false_booleans_per_release(version, chunked, prefix):
-    result = render.render_args({"model": "m", "enable_chunked_prefill": False, "enable_prefix_caching": False},
-                                version)
+    result = render.render_args(
+        {"model": "m", "enable_chunked_prefill": False, "enable_prefix_caching": False}, version
+    )
     assert result.args[3:] == chunked + prefix
     on = render.render_args({"model": "m", "enable_chunked_prefill": True, "enable_prefix_caching": True}, version)
     assert on.args[3:] == ["--enable-chunked-prefill", "--enable-prefix-caching"]
@@ -97,18 +104,28 @@ def test_false_booleans_per_release(version, chunked, prefix):
 def test_legacy_speculative_flags_before_0_8():
     spec = {"model": "Qwen/Qwen2.5-0.5B-Instruct", "num_speculative_tokens": 5, "draft_tensor_parallel_size": 1}
     old = render.render_args({"model": "m", "speculative": spec}, "0.7.99", draft_model_path="/d")
-    assert old.args[3:] == ["--speculative-model", "/d", "--num-speculative-tokens", "5",
-                            "--speculative-draft-tensor-parallel-size", "1"]
+    assert old.args[3:] == [
+        "--speculative-model",
+        "/d",
+        "--num-speculative-tokens",
+        "5",
+        "--speculative-draft-tensor-parallel-size",
+        "1",
+    ]
     new = render.render_args({"model": "m", "speculative": spec}, "0.8.0", draft_model_path="/d")
-    assert new.args[3:] == ["--speculative-config",
-                            '{"draft_tensor_parallel_size":1,"model":"/d","num_speculative_tokens":5}']
+    assert new.args[3:] == [
+        "--speculative-config",
+        '{"draft_tensor_parallel_size":1,"model":"/d","num_speculative_tokens":5}',
+    ]
     ngram = render.render_args({"model": "m", "speculative": {"method": "ngram", "num_speculative_tokens": 3}}, "0.7.3")
     assert ngram.args[3:] == ["--speculative-model", "[ngram]", "--num-speculative-tokens", "3"]
-    eagle = render.render_args({"model": "m", "speculative": {"method": "eagle", "model": "e", "num_speculative_tokens": 6}},
-                               "0.7.3")
+    eagle = render.render_args(
+        {"model": "m", "speculative": {"method": "eagle", "model": "e", "num_speculative_tokens": 6}}, "0.7.3"
+    )
     assert "--speculative-model" in eagle.args and "implied by the draft checkpoint" in eagle.warnings[0]
-    mtp = render.render_args({"model": "m", "speculative": {"method": "mtp", "num_speculative_tokens": 1, "model": "x"}},
-                             "0.7.3")
+    mtp = render.render_args(
+        {"model": "m", "speculative": {"method": "mtp", "num_speculative_tokens": 1, "model": "x"}}, "0.7.3"
+    )
     assert mtp.dropped[0]["flag"] == "speculative.method=mtp" and "--speculative-model" not in mtp.args
 
 
@@ -121,61 +138,107 @@ def test_swap_space_dropped_with_a_warning_only_when_it_asked_for_swap():
 
 
 def test_calculate_kv_scales_false_renders_nothing():
-    assert render.render_args({"model": "m", "calculate_kv_scales": False}, "0.27.0").args == \
-        ["m", "--served-model-name", "m"]
+    assert render.render_args({"model": "m", "calculate_kv_scales": False}, "0.27.0").args == [
+        "m",
+        "--served-model-name",
+        "m",
+    ]
 
 
 def test_model_path_replaces_the_model_and_keeps_the_served_name():
-    result = render.render_args({"model": "Qwen/Qwen2.5-7B-Instruct", "served_model_name": "chat"}, "0.33.0",
-                                model_path="/var/lib/vllm/models/qwen")
+    result = render.render_args(
+        {"model": "Qwen/Qwen2.5-7B-Instruct", "served_model_name": "chat"},
+        "0.33.0",
+        model_path="/var/lib/vllm/models/qwen",
+    )
     assert result.args == ["/var/lib/vllm/models/qwen", "--served-model-name", "chat"]
 
 
 def test_extra_args_are_rendered_sorted_after_the_profile():
     """disable_log_stats: false renders nothing: the option is store_true (no --no- form in 0.32's parser)."""
-    result = render.render_args({"model": "m", "max_num_seqs": 8}, "0.32.0", extra_args={
-        "port": 8000, "host": "0.0.0.0", "enforce_eager": True, "disable_log_stats": False,
-        "kv_cache_memory_bytes": "1G", "compilation_config": {"level": 0}, "allowed_origins": ["a", "b"],
-        "max_loras": None})
+    result = render.render_args(
+        {"model": "m", "max_num_seqs": 8},
+        "0.32.0",
+        extra_args={
+            "port": 8000,
+            "host": "0.0.0.0",
+            "enforce_eager": True,
+            "disable_log_stats": False,
+            "kv_cache_memory_bytes": "1G",
+            "compilation_config": {"level": 0},
+            "allowed_origins": ["a", "b"],
+            "max_loras": None,
+        },
+    )
     assert result.args[3:] == [
-        "--max-num-seqs", "8",
-        "--allowed-origins", "a", "b",
-        "--compilation-config", '{"level":0}',
+        "--max-num-seqs",
+        "8",
+        "--allowed-origins",
+        "a",
+        "b",
+        "--compilation-config",
+        '{"level":0}',
         "--enforce-eager",
-        "--host", "0.0.0.0",
-        "--kv-cache-memory-bytes", "1G",
-        "--port", "8000",
+        "--host",
+        "0.0.0.0",
+        "--kv-cache-memory-bytes",
+        "1G",
+        "--port",
+        "8000",
     ]
 
 
 def test_extra_boolean_false_per_release():
     extra = {"enable_log_requests": False, "enforce_eager": False}
-    assert flags(render.render_args({"model": "m"}, "0.32.0", extra_args=extra).args) == \
-        ["--served-model-name", "--no-enable-log-requests", "--no-enforce-eager"]
-    assert flags(render.render_args({"model": "m"}, "0.33.0", extra_args=extra).args) == \
-        ["--served-model-name", "--disable-log-requests", "--no-enforce-eager"]
+    assert flags(render.render_args({"model": "m"}, "0.32.0", extra_args=extra).args) == [
+        "--served-model-name",
+        "--no-enable-log-requests",
+        "--no-enforce-eager",
+    ]
+    assert flags(render.render_args({"model": "m"}, "0.33.0", extra_args=extra).args) == [
+        "--served-model-name",
+        "--disable-log-requests",
+        "--no-enforce-eager",
+    ]
 
 
-@pytest.mark.parametrize("extra,message", [
-    ({"max_num_seqs": 4}, "vllm_extra_args.max_num_seqs duplicates a profile key"),
-    ({"model": "x"}, "vllm_extra_args.model duplicates a profile key"),
-    ({"--port": 1}, "is not a snake_case vLLM argument name"),
-    ({"Port": 1}, "is not a snake_case vLLM argument name"),
-])
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        ({"max_num_seqs": 4}, "vllm_extra_args.max_num_seqs duplicates a profile key"),
+        ({"model": "x"}, "vllm_extra_args.model duplicates a profile key"),
+        ({"--port": 1}, "is not a snake_case vLLM argument name"),
+        ({"Port": 1}, "is not a snake_case vLLM argument name"),
+    ],
+)
 def test_bad_extra_args(extra, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         render.render_args({"model": "m", "max_num_seqs": 8}, "0.33.0", extra_args=extra)
 
 
-@pytest.mark.parametrize("version,extra,message", [
-    ("0.33.0", {"max_num_seqz": 4}, "vllm_extra_args.max_num_seqz: --max-num-seqz is not an option of vLLM 0.33.0's "
-                                    "serve parser (data/serve_options.yml) (options with a like name: --max-num-seqs"),
-    ("0.33.0", {"speculative_model": "x"}, "vllm_extra_args.speculative_model: the three --speculative-* flags were "
-                                           "replaced by --speculative-config"),
-    ("0.32.0", {"num_speculative_tokens": 5}, "fix: set vllm_profile.speculative"),
-    # 0.26 has no capture: a name that no captured release's parser knows is refused all the same.
-    ("0.26.0", {"no_such_flag": 1}, "is not an option of the serve parser of any captured release (0.32.0, 0.33.0)"),
-])
+@pytest.mark.parametrize(
+    "version,extra,message",
+    [
+        (
+            "0.33.0",
+            {"max_num_seqz": 4},
+            "vllm_extra_args.max_num_seqz: --max-num-seqz is not an option of vLLM 0.33.0's "
+            "serve parser (data/serve_options.yml) (options with a like name: --max-num-seqs",
+        ),
+        (
+            "0.33.0",
+            {"speculative_model": "x"},
+            "vllm_extra_args.speculative_model: the three --speculative-* flags were replaced by --speculative-config",
+        ),
+        ("0.32.0", {"num_speculative_tokens": 5}, "fix: set vllm_profile.speculative"),
+        # 0.26 has no capture: a name that no captured release's parser knows is refused all the same.
+        (
+            "0.26.0",
+            {"no_such_flag": 1},
+            "is not an option of the serve parser of any captured release (0.32.0, 0.33.0)",
+        ),
+    ],
+)
 def test_extra_args_must_be_options_of_the_release(version, extra, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         render.render_args({"model": "m"}, version, extra_args=extra)
@@ -185,8 +248,9 @@ def test_extra_args_go_through_the_release_table():
     """swap_space was removed in 0.18.0: dropped with the table's reason, as it is from a profile."""
     result = render.render_args({"model": "m"}, "0.33.0", extra_args={"swap_space": 4})
     assert "--swap-space" not in result.args
-    assert result.dropped == [{"flag": "--swap-space", "reason": " ".join(
-        render.era("swap_space", "0.33.0")["reason"].split())}]
+    assert result.dropped == [
+        {"flag": "--swap-space", "reason": " ".join(render.era("swap_space", "0.33.0")["reason"].split())}
+    ]
     assert render.render_args({"model": "m"}, "0.17.0", extra_args={"swap_space": 4}).args[-2:] == ["--swap-space", "4"]
 
 
@@ -197,13 +261,19 @@ def test_store_true_options_false_is_left_out():
     assert result.args == ["m", "--served-model-name", "m"]
 
 
-@pytest.mark.parametrize("version,message", [
-    ("0.33", "vllm_version='0.33' is not a full release number (pip and the virtualenv name pin X.Y.Z); fix: the "
-             "release as PyPI lists it, e.g. \"0.33.0\""),
-    ("99.0.0", "vllm_version='99.0.0' is newer than the 0.33 series"),
-    ("0.34.0", "fix: pin a release up to 0.33.x"),
-    ("0.33.0+cu130", "is not a full release number"),
-])
+@pytest.mark.parametrize(
+    "version,message",
+    [
+        (
+            "0.33",
+            "vllm_version='0.33' is not a full release number (pip and the virtualenv name pin X.Y.Z); fix: the "
+            'release as PyPI lists it, e.g. "0.33.0"',
+        ),
+        ("99.0.0", "vllm_version='99.0.0' is newer than the 0.33 series"),
+        ("0.34.0", "fix: pin a release up to 0.33.x"),
+        ("0.33.0+cu130", "is not a full release number"),
+    ],
+)
 def test_versions_the_project_cannot_vouch_for(version, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         render.parse_version(version)
@@ -212,9 +282,11 @@ def test_versions_the_project_cannot_vouch_for(version, message):
 def test_serve_options_are_generated_from_the_captures():
     """data/serve_options.yml is what scripts/serve-options.py extracts from the real help captures."""
     script = os.path.join(ROOT, "scripts", "serve-options.py")
-    proc = subprocess.run([sys.executable, script, "--check"] + [f"{v}={os.path.join(FIXTURES, f)}"
-                                                                 for v, f in HELP.items()],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, script, "--check"] + [f"{v}={os.path.join(FIXTURES, f)}" for v, f in HELP.items()],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for version in HELP:
         assert render.serve_options()[render.Version(version)] == {o for o in help_options(version)}
@@ -225,11 +297,14 @@ def test_extra_args_must_be_a_dict():
         render.render_args({"model": "m"}, "0.33.0", extra_args=["a"])
 
 
-@pytest.mark.parametrize("version,message", [
-    (0.33, "vllm_version=0.33 is a float, not a string"),
-    ("latest", "vllm_version='latest' is not a release number"),
-    ("0.6.6", "older than 0.7.0, the oldest release whose flags the table knows"),
-])
+@pytest.mark.parametrize(
+    "version,message",
+    [
+        (0.33, "vllm_version=0.33 is a float, not a string"),
+        ("latest", "vllm_version='latest' is not a release number"),
+        ("0.6.6", "older than 0.7.0, the oldest release whose flags the table knows"),
+    ],
+)
 def test_bad_versions(version, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         render.render_args({"model": "m"}, version)
@@ -242,7 +317,10 @@ def test_profile_without_model_is_refused():
 
 def test_result_as_dict():
     assert render.render_args({"model": "m"}, "0.33.0").as_dict() == {
-        "args": ["m", "--served-model-name", "m"], "dropped": [], "warnings": []}
+        "args": ["m", "--served-model-name", "m"],
+        "dropped": [],
+        "warnings": [],
+    }
 
 
 # --- the real help output of 0.32 and 0.33 ------------------------------------------------------------
@@ -266,8 +344,13 @@ def test_rendered_flags_exist_in_that_releases_help(name, version):
 @pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
 def test_the_guides_removed_flags_are_absent_from_the_help(version):
     options = help_options(version)
-    for flag in ("--calculate-kv-scales", "--swap-space", "--speculative-model", "--num-speculative-tokens",
-                 "--speculative-draft-tensor-parallel-size"):
+    for flag in (
+        "--calculate-kv-scales",
+        "--swap-space",
+        "--speculative-model",
+        "--num-speculative-tokens",
+        "--speculative-draft-tensor-parallel-size",
+    ):
         assert flag not in options
 
 
@@ -286,8 +369,13 @@ def test_seed_table_agrees_with_the_renderer():
             cells = [c.strip() for c in line.split("|")]
             if len(cells) > 2 and cells[1] == "REJECTED" and cells[2] == "REJECTED":
                 rejected.add(cells[0].split()[0])
-    assert rejected == {"--calculate-kv-scales", "--swap-space", "--speculative-model", "--num-speculative-tokens",
-                        "--speculative-draft-tensor-parallel-size"}
+    assert rejected == {
+        "--calculate-kv-scales",
+        "--swap-space",
+        "--speculative-model",
+        "--num-speculative-tokens",
+        "--speculative-draft-tensor-parallel-size",
+    }
     for version in ("0.32.0", "0.33.0"):
         for name in profiles.names():
             assert not rejected & set(flags(render.render_args(profiles.resolve("h", name), version).args))
@@ -305,9 +393,16 @@ V033 = render.parse_version("0.33.0")
 
 
 def test_the_gate_passes_what_the_release_takes_and_no_setting_manages():
-    extra = {"kv_cache_memory_bytes": 1073741824, "enforce_eager": True, "enable_log_requests": False,
-             "attention_config": {"flash_attn_version": 2}, "disable_log_stats": False, "block_size": None,
-             "chat_template": "tiny qwen 100% $HOME \"q\" 'x'", "tokenizer": "/srv/models/t"}
+    extra = {
+        "kv_cache_memory_bytes": 1073741824,
+        "enforce_eager": True,
+        "enable_log_requests": False,
+        "attention_config": {"flash_attn_version": 2},
+        "disable_log_stats": False,
+        "block_size": None,
+        "chat_template": "tiny qwen 100% $HOME \"q\" 'x'",
+        "tokenizer": "/srv/models/t",
+    }
     assert render.extra_args_errors("h1", extra, V033) == []
     assert render.extra_args_errors("h1", None, V033) == [] and render.extra_args_errors("h1", {}, V033) == []
 
@@ -319,30 +414,51 @@ def test_the_gate_walks_every_managed_key_without_the_release_too():
         assert message.startswith(f"h1: vllm_extra_args.{key}") and setting in message and "fix:" in message
 
 
-@pytest.mark.parametrize("extra,message", [
-    ({"swap_space": 4}, "h1: vllm_extra_args.swap_space=4: vLLM 0.33.0 no longer has --swap-space: --swap-space was "
-                        "removed in vLLM 0.18.0"),
-    ({"max_num_seqz": 4}, "h1: vllm_extra_args.max_num_seqz=4: --max-num-seqz is not an option of vLLM 0.33.0's "
-                          "serve parser (data/serve_options.yml) (options with a like name: --max-num-seqs"),
-    ({"no_enable_log_requests": True}, "h1: vllm_extra_args.no_enable_log_requests=True: --no-enable-log-requests is "
-                                       "not an option of vLLM 0.33.0's serve parser (data/serve_options.yml) (vLLM "
-                                       "0.32.0 had it: the option was renamed or removed)"),
-    ({"my_token": "sk-abc"}, "h1: vllm_extra_args.my_token (value not shown): --my-token is not an option"),
-    ({"num_speculative_tokens": 5}, "h1: vllm_extra_args.num_speculative_tokens=5: the three --speculative-* flags"),
-    ({"max_num_seqs": 8}, "h1: vllm_extra_args.max_num_seqs duplicates a profile key: its 8 would fight "
-                          "vllm_profile.max_num_seqs"),
-    ({"api_key": "sk-abc"}, "h1: vllm_extra_args.api_key (value not shown) is managed by vllm_api_key"),
-    ({"port": 8001}, "h1: vllm_extra_args.port=8001 is managed by vllm_port"),
-    ({"--port": 8001}, "h1: vllm_extra_args key '--port' is not a snake_case vLLM argument name"),
-    ({"port\n": 8001}, "h1: vllm_extra_args key 'port\\n' is not a snake_case vLLM argument name"),
-    ({"enforce_eager": "yes\u2028--api-key"}, "h1: vllm_extra_args.enforce_eager='yes\\u2028--api-key' holds a "
-                                              "control or format character"),
-    ({"my_token": "sk-abc\u0085"}, "h1: vllm_extra_args.my_token (value not shown) holds a control or format "
-                                   "character"),
-    ({"block_size": [[16]]}, "h1: vllm_extra_args.block_size=[[16]] is not a value a vLLM argument takes"),
-    ({"attention_config": {1: {2}}}, "h1: vllm_extra_args.attention_config={1: {2}} is not a value"),
-    ("--enforce-eager", "h1: vllm_extra_args='--enforce-eager' is not a dict; fix:"),
-])
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (
+            {"swap_space": 4},
+            "h1: vllm_extra_args.swap_space=4: vLLM 0.33.0 no longer has --swap-space: --swap-space was "
+            "removed in vLLM 0.18.0",
+        ),
+        (
+            {"max_num_seqz": 4},
+            "h1: vllm_extra_args.max_num_seqz=4: --max-num-seqz is not an option of vLLM 0.33.0's "
+            "serve parser (data/serve_options.yml) (options with a like name: --max-num-seqs",
+        ),
+        (
+            {"no_enable_log_requests": True},
+            "h1: vllm_extra_args.no_enable_log_requests=True: --no-enable-log-requests is "
+            "not an option of vLLM 0.33.0's serve parser (data/serve_options.yml) (vLLM "
+            "0.32.0 had it: the option was renamed or removed)",
+        ),
+        ({"my_token": "sk-abc"}, "h1: vllm_extra_args.my_token (value not shown): --my-token is not an option"),
+        (
+            {"num_speculative_tokens": 5},
+            "h1: vllm_extra_args.num_speculative_tokens=5: the three --speculative-* flags",
+        ),
+        (
+            {"max_num_seqs": 8},
+            "h1: vllm_extra_args.max_num_seqs duplicates a profile key: its 8 would fight vllm_profile.max_num_seqs",
+        ),
+        ({"api_key": "sk-abc"}, "h1: vllm_extra_args.api_key (value not shown) is managed by vllm_api_key"),
+        ({"port": 8001}, "h1: vllm_extra_args.port=8001 is managed by vllm_port"),
+        ({"--port": 8001}, "h1: vllm_extra_args key '--port' is not a snake_case vLLM argument name"),
+        ({"port\n": 8001}, "h1: vllm_extra_args key 'port\\n' is not a snake_case vLLM argument name"),
+        (
+            {"enforce_eager": "yes\u2028--api-key"},
+            "h1: vllm_extra_args.enforce_eager='yes\\u2028--api-key' holds a control or format character",
+        ),
+        (
+            {"my_token": "sk-abc\u0085"},
+            "h1: vllm_extra_args.my_token (value not shown) holds a control or format character",
+        ),
+        ({"block_size": [[16]]}, "h1: vllm_extra_args.block_size=[[16]] is not a value a vLLM argument takes"),
+        ({"attention_config": {1: {2}}}, "h1: vllm_extra_args.attention_config={1: {2}} is not a value"),
+        ("--enforce-eager", "h1: vllm_extra_args='--enforce-eager' is not a dict; fix:"),
+    ],
+)
 def test_the_gate_names_host_key_value_and_fix(extra, message):
     errors = render.extra_args_errors("h1", extra, V033)
     assert len(errors) == 1 and errors[0].startswith(message), errors
@@ -352,12 +468,26 @@ def test_the_gate_names_host_key_value_and_fix(extra, message):
 def test_the_gate_reports_every_bad_key_at_once():
     errors = render.extra_args_errors("h1", {"host": "0.0.0.0", "port": 1, "enforce_eager": True, "x_y": 1}, V033)
     assert [e.split(":")[1].split("=")[0].strip() for e in errors] == [
-        "vllm_extra_args.host", "vllm_extra_args.port", "vllm_extra_args.x_y"]
+        "vllm_extra_args.host",
+        "vllm_extra_args.port",
+        "vllm_extra_args.x_y",
+    ]
 
 
 def test_render_args_still_takes_the_roles_own_arguments():
     """The plan passes --host, --port, --shutdown-timeout and the placement's needs to render_args itself; the
     gate keeps the operator's out of them."""
-    args = render.render_args({"model": "m"}, "0.33.0", extra_args={
-        "host": "0.0.0.0", "port": 8000, "shutdown_timeout": 30, "disable_custom_all_reduce": True}).args
-    assert args[3:] == ["--disable-custom-all-reduce", "--host", "0.0.0.0", "--port", "8000", "--shutdown-timeout", "30"]
+    args = render.render_args(
+        {"model": "m"},
+        "0.33.0",
+        extra_args={"host": "0.0.0.0", "port": 8000, "shutdown_timeout": 30, "disable_custom_all_reduce": True},
+    ).args
+    assert args[3:] == [
+        "--disable-custom-all-reduce",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--shutdown-timeout",
+        "30",
+    ]

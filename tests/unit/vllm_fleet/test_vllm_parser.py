@@ -55,8 +55,9 @@ def test_the_plans_serve_options_are_this_parsers(vllm_serve):
     listed option is the parser's, and every option of the parser's that the list lacks is one it hides."""
     parser, _ = _launcher().serve_parser()
     serve = next(a for a in parser._actions if hasattr(a, "choices") and isinstance(a.choices, dict)).choices["serve"]
-    actions = {option: action for action in serve._actions for option in action.option_strings
-               if option.startswith("--")}
+    actions = {
+        option: action for action in serve._actions for option in action.option_strings if option.startswith("--")
+    }
     listed = render.serve_options()[render.Version(PARSER_VERSION)]
     assert listed <= set(actions), sorted(listed - set(actions))
     hidden = {option for option in set(actions) - listed if actions[option].help != argparse.SUPPRESS}
@@ -97,8 +98,9 @@ def test_speculative_config_reaches_vllm_as_the_profile_says(vllm_serve, name):
 
 def test_local_model_path_keeps_the_served_name(vllm_serve, tmp_path):
     profile = profiles.resolve("parser", "rtx4090-7b-decode")
-    result = render.render_args(profile, PARSER_VERSION, model_path=str(tmp_path / "m"),
-                                draft_model_path=str(tmp_path / "d"))
+    result = render.render_args(
+        profile, PARSER_VERSION, model_path=str(tmp_path / "m"), draft_model_path=str(tmp_path / "d")
+    )
     namespace = vllm_serve(result.args)
     assert namespace.model_tag == str(tmp_path / "m")
     assert namespace.served_model_name == ["Qwen/Qwen2.5-7B-Instruct"]
@@ -106,9 +108,11 @@ def test_local_model_path_keeps_the_served_name(vllm_serve, tmp_path):
 
 
 def test_false_booleans_turn_the_defaults_off(vllm_serve):
-    profile = profiles.resolve("parser", "rtx4090-7b-prefill",
-                               {"enable_chunked_prefill": False, "enable_prefix_caching": False,
-                                "max_num_batched_tokens": 8192})
+    profile = profiles.resolve(
+        "parser",
+        "rtx4090-7b-prefill",
+        {"enable_chunked_prefill": False, "enable_prefix_caching": False, "max_num_batched_tokens": 8192},
+    )
     namespace = vllm_serve(render.render_args(profile, PARSER_VERSION, extra_args={"enforce_eager": False}).args)
     assert namespace.enable_chunked_prefill is False
     assert namespace.enable_prefix_caching is False
@@ -123,8 +127,11 @@ def test_engine_args_build_from_the_rendered_arguments(vllm_serve):
     engine = AsyncEngineArgs.from_cli_args(namespace)
     assert engine.model == "Qwen/Qwen2.5-14B-Instruct"
     assert engine.max_num_seqs == 128 and engine.kv_cache_dtype == "fp8"
-    assert engine.speculative_config == {"model": "Qwen/Qwen2.5-1.5B-Instruct", "num_speculative_tokens": 5,
-                                         "use_heterogeneous_vocab": True}
+    assert engine.speculative_config == {
+        "model": "Qwen/Qwen2.5-1.5B-Instruct",
+        "num_speculative_tokens": 5,
+        "use_heterogeneous_vocab": True,
+    }
 
 
 # The spellings the table says this release no longer has: the parser must reject every one, so
@@ -153,11 +160,20 @@ def test_old_release_rendering_is_what_this_release_rejects(vllm_serve, capsys):
     old = render.render_args(profile, render.table()["min_version"]).args
     new = render.render_args(profile, PARSER_VERSION).args
     old_only = [a for a in old if a.startswith("--") and a not in new]
-    assert {"--calculate-kv-scales", "--swap-space", "--speculative-model", "--num-speculative-tokens",
-            "--speculative-draft-tensor-parallel-size", "--enable-chunked-prefill=False"} <= set(old_only)
+    assert {
+        "--calculate-kv-scales",
+        "--swap-space",
+        "--speculative-model",
+        "--num-speculative-tokens",
+        "--speculative-draft-tensor-parallel-size",
+        "--enable-chunked-prefill=False",
+    } <= set(old_only)
     for flag in old_only:
-        assert rejects(vllm_serve, ["m", flag] + (["1"] if "=" not in flag and flag not in (
-            "--calculate-kv-scales",) else []), capsys), flag
+        assert rejects(
+            vllm_serve,
+            ["m", flag] + (["1"] if "=" not in flag and flag not in ("--calculate-kv-scales",) else []),
+            capsys,
+        ), flag
 
 
 def test_the_next_release_spelling_is_not_this_releases(vllm_serve, capsys):

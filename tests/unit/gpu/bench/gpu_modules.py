@@ -1,5 +1,6 @@
 """What the tests of gpu/bench/ share: the harness's modules, loaded from their folder as the GPU host runs
 them (not a test file; the project's one conftest.py is tests/unit/conftest.py)."""
+
 from __future__ import annotations
 
 from pathlib import Path

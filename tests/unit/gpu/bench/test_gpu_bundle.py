@@ -37,7 +37,16 @@ def test_shipped_pins_match_gpu_host_list():
     pins = bundle.read_pins(GPU / "wheels.txt")
     assert pins["vllm"][0] == "vllm==0.26.0" and len(pins["vllm"]) == 39
     assert {p.split("==")[0] for p in pins["ansible"]} == {
-        "ansible-core", "jinja2", "markupsafe", "pyyaml", "cryptography", "cffi", "pycparser", "packaging", "resolvelib"}
+        "ansible-core",
+        "jinja2",
+        "markupsafe",
+        "pyyaml",
+        "cryptography",
+        "cffi",
+        "pycparser",
+        "packaging",
+        "resolvelib",
+    }
 
 
 def test_repacked_wheel_keeps_every_member_stored(tmp_path):

@@ -49,10 +49,20 @@ def test_model_folders_have_the_catalogue_dimensions(tmp_path):
 
 def test_placeholders_resolve_also_inside_json():
     paths = {"tokenizer": "/t", "Qwen/Qwen2.5-0.5B-Instruct": "/m/d", "Qwen/Qwen2.5-7B-Instruct": "/m/t"}
-    args = ["{model:Qwen/Qwen2.5-7B-Instruct}", "--speculative-config",
-            '{"model":"{model:Qwen/Qwen2.5-0.5B-Instruct}","num_speculative_tokens":5}', "--tokenizer", "{tokenizer}"]
-    assert harness.substitute(args, paths) == ["/m/t", "--speculative-config",
-                                               '{"model":"/m/d","num_speculative_tokens":5}', "--tokenizer", "/t"]
+    args = [
+        "{model:Qwen/Qwen2.5-7B-Instruct}",
+        "--speculative-config",
+        '{"model":"{model:Qwen/Qwen2.5-0.5B-Instruct}","num_speculative_tokens":5}',
+        "--tokenizer",
+        "{tokenizer}",
+    ]
+    assert harness.substitute(args, paths) == [
+        "/m/t",
+        "--speculative-config",
+        '{"model":"/m/d","num_speculative_tokens":5}',
+        "--tokenizer",
+        "/t",
+    ]
     with pytest.raises(ValueError, match="unresolved"):
         harness.substitute(["{model:other/model}"], paths)
 
@@ -75,23 +85,36 @@ def test_memory_lines_and_refusal_reason():
         "INFO CUDA graph memory profiling is enabled (default since v0.21.0). The current "
         "--gpu-memory-utilization=0.1572 is equivalent to --gpu-memory-utilization=0.1540 without CUDA graph",
     ]
-    assert harness.parse_memory_lines(lines) == {"weights_gib": 15.18, "kv_gib": 5.37, "kv_tokens": 156912.0,
-                                                 "cuda_graph_util": 0.0032}
-    log = "Traceback (most recent call last):\n  File x\nValueError: Target and draft model should have the same " \
-          "vocabulary size. Target model vocab_size=152064.\n"
+    assert harness.parse_memory_lines(lines) == {
+        "weights_gib": 15.18,
+        "kv_gib": 5.37,
+        "kv_tokens": 156912.0,
+        "cuda_graph_util": 0.0032,
+    }
+    log = (
+        "Traceback (most recent call last):\n  File x\nValueError: Target and draft model should have the same "
+        "vocabulary size. Target model vocab_size=152064.\n"
+    )
     assert harness.refusal_reason(log).startswith("ValueError: Target and draft model")
     assert harness.refusal_reason("all fine\n") is None
 
 
 def test_bench_summary_keeps_the_compared_numbers():
     result = {"completed": 10, "output_throughput": 123.4, "p99_ttft_ms": 50.0, "p99_itl_ms": 9.0, "itls": [[1]]}
-    assert harness.bench_summary(result) == {"completed": 10, "output_throughput": 123.4, "p99_ttft_ms": 50.0,
-                                             "p99_itl_ms": 9.0}
+    assert harness.bench_summary(result) == {
+        "completed": 10,
+        "output_throughput": 123.4,
+        "p99_ttft_ms": 50.0,
+        "p99_itl_ms": 9.0,
+    }
 
 
 def test_bench_detail_splits_the_first_wave_and_counts_stalled_gaps():
-    result = {"start_times": [10.2, 10.0, 10.1, 11.0], "ttfts": [0.3, 0.1, 0.2, 0.05],
-              "itls": [[0.007, 0.007, 0.05], [0.007, 0.008]]}
+    result = {
+        "start_times": [10.2, 10.0, 10.1, 11.0],
+        "ttfts": [0.3, 0.1, 0.2, 0.05],
+        "itls": [[0.007, 0.007, 0.05], [0.007, 0.008]],
+    }
     detail = harness.bench_detail(result, users=2)
     assert detail["ttft_ms_in_send_order"] == [100.0, 200.0, 300.0, 50.0]
     assert detail["start_s_in_send_order"] == [0.0, 0.1, 0.2, 1.0]
@@ -101,7 +124,7 @@ def test_bench_detail_splits_the_first_wave_and_counts_stalled_gaps():
     assert harness.bench_detail({}, users=2) == {}
 
 
-FAKE_MAIN = r'''
+FAKE_MAIN = r"""
 import http.server, json, os, sys, time
 METRICS = open(os.environ["FAKE_METRICS"]).read()
 args = sys.argv[1:]
@@ -169,7 +192,7 @@ class H(http.server.BaseHTTPRequestHandler):
         self._send("\n\n".join(chunks) + "\n\n", "text/event-stream")
 
 http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
-'''
+"""
 
 
 @pytest.fixture()
@@ -203,8 +226,13 @@ def test_whole_run_against_a_stand_in(fake_site, tmp_path):
     (jit / "a").mkdir(parents=True)
     (jit / "a" / "kernel").write_bytes(b"x" * (3 << 20))  # 3 MiB already compiled
     env = dict(os.environ, GPU_HARNESS_TMP=str(fake_site), OUT=str(out), CUDA_CACHE_PATH=str(jit))
-    proc = subprocess.run([sys.executable, str(GPU / "harness.py"), "run", "--plan", str(plan_file), "--round", "1",
-                           "--budget-s", "900"], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(GPU / "harness.py"), "run", "--plan", str(plan_file), "--round", "1", "--budget-s", "900"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = json.loads((out / "results-round1.json").read_text())
     served, refused = results["experiments"]  # the optional candidate ran only if named with --only
@@ -217,22 +245,31 @@ def test_whole_run_against_a_stand_in(fake_site, tmp_path):
     if (ROOT / ".gpu" / "h200-jit-cache.part-00").exists():  # carried here: unpacked beside what the folder held
         assert results["jit_cache"]["restored"] and results["jit_cache"]["mib"] >= 3.0 + 123.9
     else:
-        assert results["jit_cache"] == {"restored": False, "why": "missing or damaged: ['h200-jit-cache.part-00']",
-                                        "mib": 3.0}
-    assert served["jit_cache_mib"] == {"before": results["jit_cache"]["mib"], "after_start": results["jit_cache"]["mib"]}
+        assert results["jit_cache"] == {
+            "restored": False,
+            "why": "missing or damaged: ['h200-jit-cache.part-00']",
+            "mib": 3.0,
+        }
+    assert served["jit_cache_mib"] == {
+        "before": results["jit_cache"]["mib"],
+        "after_start": results["jit_cache"]["mib"],
+    }
     (load,) = served["actions"]
     assert load["name"] == "guide-64u" and load["returncode"] == 0, load
     assert load["argv"][:3] == ["python3", "-m", "vllm_fleet.bench"]
     result = load["result"]
     assert result["completed"] == 6 and result["single_completed"] == 3 and result["single_tokens_per_s"] > 0
     assert result["total_output_tokens"] == 6 * 8 and result["p99_itl_ms"] >= result["median_itl_ms"] > 0
-    assert result["max_itl_ms"] >= result["p999_itl_ms"] >= result["p99_itl_ms"] and 0 <= result["itl_stalled_pct"] <= 100
+    assert (
+        result["max_itl_ms"] >= result["p999_itl_ms"] >= result["p99_itl_ms"] and 0 <= result["itl_stalled_pct"] <= 100
+    )
     assert load["preemptions"] == 0.0
     summary = _load("summarize").summarise(plan, _load("summarize").load_results(out))
     (single,) = summary["single_stream"]
     assert single["tool"] == "vllm_fleet.bench" and single["tokens_per_s"] == round(result["single_tokens_per_s"], 1)
     assert [(r["experiment"], r["load"], r["completed"]) for r in summary["loads"]] == [
-        ("fid-rtx4090-7b-prefill", "guide-64u", 6)]
+        ("fid-rtx4090-7b-prefill", "guide-64u", 6)
+    ]
     row = f"{result['p999_itl_ms']:,.2f} / {result['itl_stalled_pct']:,.2f} |"
     assert row in _load("summarize").tables(summary), row
     assert "--load-format" in served["argv"] and "{model:" not in " ".join(served["argv"])
@@ -255,9 +292,11 @@ def test_jit_cache_saved_in_returnable_parts_and_restored(tmp_path):
     parts = harness.save_jit_cache({"CUDA_CACHE_PATH": str(source)}, out, part_bytes=1 << 20)
     assert [p.name for p in parts] == [f"jit-cache.part-{i:02d}" for i in range(len(parts))] and len(parts) == 4
     assert all(p.stat().st_size <= 1 << 20 for p in parts) and not (out / "jit-cache.tar.xz").exists()
-    for env, target in (({"HOME": str(tmp_path / "home")}, tmp_path / "home" / ".nv" / "ComputeCache"),
-                        # run 4 restored it into a folder of another name, and the driver found nothing
-                        ({"CUDA_CACHE_PATH": str(tmp_path / "jit-restored")}, tmp_path / "jit-restored")):
+    for env, target in (
+        ({"HOME": str(tmp_path / "home")}, tmp_path / "home" / ".nv" / "ComputeCache"),
+        # run 4 restored it into a folder of another name, and the driver found nothing
+        ({"CUDA_CACHE_PATH": str(tmp_path / "jit-restored")}, tmp_path / "jit-restored"),
+    ):
         root = harness.restore_jit_cache(env, list(reversed(parts)))
         assert root == target
         assert (target / "sm90" / "ab" / "entry").read_bytes() == blob and (target / "index").read_bytes() == b"index"
@@ -275,7 +314,10 @@ def test_planned_jit_cache_is_checked_and_unpacked_once(tmp_path):
     env = {"CUDA_CACHE_PATH": str(tmp_path / "driver")}
     damaged = {"jit_cache": {"parts": [str(part)], "sha256": {part.name: "0" * 64}}}
     assert harness.restore_planned_jit_cache(damaged, env) == {
-        "restored": False, "why": "missing or damaged: ['jit-cache.part-00']", "mib": 0.0}
+        "restored": False,
+        "why": "missing or damaged: ['jit-cache.part-00']",
+        "mib": 0.0,
+    }
     plan = {"jit_cache": {"parts": [str(part)], "sha256": {part.name: bundle.sha256(part)}}}
     first = harness.restore_planned_jit_cache(plan, env)
     assert first["restored"] and (tmp_path / "driver" / "entry").read_bytes() == b"sass" * 1000
@@ -293,8 +335,23 @@ def _slow_start(fake_site: Path, tmp_path: Path, name: str, budget_s: int, **upd
     plan_file.write_text(json.dumps(plan))
     out = tmp_path / "out"
     env = dict(os.environ, GPU_HARNESS_TMP=str(fake_site), OUT=str(out), FAKE_SLOW_START="1")
-    proc = subprocess.run([sys.executable, str(GPU / "harness.py"), "run", "--plan", str(plan_file), "--round", "1",
-                           "--budget-s", str(budget_s)], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(GPU / "harness.py"),
+            "run",
+            "--plan",
+            str(plan_file),
+            "--round",
+            "1",
+            "--budget-s",
+            str(budget_s),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (rec,) = json.loads((out / "results-round1.json").read_text())["experiments"]
     return rec
@@ -310,7 +367,8 @@ def test_a_slow_start_is_a_start_timeout_not_a_refusal(fake_site, tmp_path):
     # it ran out of its own bound, so a later round on this machine does not start it again
     assert not rec["budget_cut"]
     assert json.loads((fake_site / "gpu-work" / "done.json").read_text()) == {
-        "fid-rtx4090-7b-prefill": {"round": 1, "status": "start-timeout"}}
+        "fid-rtx4090-7b-prefill": {"round": 1, "status": "start-timeout"}
+    }
 
 
 def test_a_start_cut_short_by_the_round_is_tried_again(fake_site, tmp_path):
@@ -325,8 +383,10 @@ def test_a_start_cut_short_by_the_round_is_tried_again(fake_site, tmp_path):
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(not (Path(sys.executable).parent / "ansible-playbook").exists(),
-                    reason="ansible-playbook is not installed next to this Python")
+@pytest.mark.skipif(
+    not (Path(sys.executable).parent / "ansible-playbook").exists(),
+    reason="ansible-playbook is not installed next to this Python",
+)
 def test_ansible_actions_run_the_repo_playbooks(fake_site, tmp_path):
     """The verify and benchmark playbooks as the harness runs them on the host (-c local): the wrong
     expectation fails, the benchmark playbook completes its load against the stand-in."""
@@ -335,8 +395,12 @@ def test_ansible_actions_run_the_repo_playbooks(fake_site, tmp_path):
     emulated = exp["emulated_utilization"]
     exp["actions"] = plan_mod.verify_actions(exp["name"], "rtx4090-7b-prefill", emulated, False)
     exp["actions"].append(plan_mod.benchmark_action("rtx4090-7b-prefill", emulated))
-    exp["actions"][-1]["extra_vars"].update(vllm_benchmark_requests=6, vllm_benchmark_concurrency=2,
-                                            vllm_benchmark_max_tokens=8, vllm_benchmark_single_requests=2)
+    exp["actions"][-1]["extra_vars"].update(
+        vllm_benchmark_requests=6,
+        vllm_benchmark_concurrency=2,
+        vllm_benchmark_max_tokens=8,
+        vllm_benchmark_single_requests=2,
+    )
     plan["experiments"] = [exp]
     plan["tokenizer_vocab_size"] = 64
     plan["port"] = 19000 + os.getpid() % 1000
@@ -345,10 +409,19 @@ def test_ansible_actions_run_the_repo_playbooks(fake_site, tmp_path):
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(json.dumps(plan))
     out = tmp_path / "out"
-    env = dict(os.environ, GPU_HARNESS_TMP=str(fake_site), OUT=str(out),
-               GPU_HARNESS_ANSIBLE_PLAYBOOK=str(Path(sys.executable).parent / "ansible-playbook"))
-    proc = subprocess.run([sys.executable, str(GPU / "harness.py"), "run", "--plan", str(plan_file), "--round", "1",
-                           "--budget-s", "900"], env=env, capture_output=True, text=True, timeout=400)
+    env = dict(
+        os.environ,
+        GPU_HARNESS_TMP=str(fake_site),
+        OUT=str(out),
+        GPU_HARNESS_ANSIBLE_PLAYBOOK=str(Path(sys.executable).parent / "ansible-playbook"),
+    )
+    proc = subprocess.run(
+        [sys.executable, str(GPU / "harness.py"), "run", "--plan", str(plan_file), "--round", "1", "--budget-s", "900"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     served = json.loads((out / "results-round1.json").read_text())["experiments"][0]
     actions = {a["name"]: a for a in served["actions"]}

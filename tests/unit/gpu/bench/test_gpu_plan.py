@@ -24,8 +24,14 @@ def test_plan_renders_0_26_arguments_and_predictions():
     names = [e["name"] for e in plan["experiments"] if not e.get("optional")]
     assert names[:2] == ["fid-rtx4090-7b-decode", "fid-l40-14b-decode"] and names[-1] == "refuse-rtx4090-7b-decode"
     assert [e["name"] for e in plan["experiments"] if e.get("optional")] == [
-        "r7-default-rtx4090-7b", "r7-rtx4090-7b-prefill", "cand-rtx4090-7b-prefill-derived", *plan_mod.RUN8,
-        *plan_mod.RUN9, "cand-rtx4090-7b-prefix-heavy-kv-auto", "cand-l40-14b-awq-prefill-8k"]
+        "r7-default-rtx4090-7b",
+        "r7-rtx4090-7b-prefill",
+        "cand-rtx4090-7b-prefill-derived",
+        *plan_mod.RUN8,
+        *plan_mod.RUN9,
+        "cand-rtx4090-7b-prefix-heavy-kv-auto",
+        "cand-l40-14b-awq-prefill-8k",
+    ]
     # the JIT cache run 4 saved is named by its SHA-256, outside the tree (.gpu/, built on the host by
     # `run.sh jit-cache save`): no binary is committed
     (part,) = plan["jit_cache"]["parts"]
@@ -33,10 +39,17 @@ def test_plan_renders_0_26_arguments_and_predictions():
     tracked = subprocess.run(["git", "ls-files", part], cwd=ROOT, capture_output=True, text=True, check=True)
     assert tracked.stdout == ""
     assert len(names) == 9 and {e["profile"] for e in plan["experiments"]} >= {
-        "rtx4090-7b-decode", "rtx4090-7b-prefill", "rtx4090-7b-awq", "rtx4090-7b-prefix-heavy", "l40-14b-decode",
-        "l40-14b-awq-prefill"}  # every shipped GPU profile
-    assert all(e["args"][-2:] == ["--attention-config", '{"flash_attn_version": 2}'] or "--attention-config"
-               not in e["args"] for e in plan["experiments"])
+        "rtx4090-7b-decode",
+        "rtx4090-7b-prefill",
+        "rtx4090-7b-awq",
+        "rtx4090-7b-prefix-heavy",
+        "l40-14b-decode",
+        "l40-14b-awq-prefill",
+    }  # every shipped GPU profile
+    assert all(
+        e["args"][-2:] == ["--attention-config", '{"flash_attn_version": 2}'] or "--attention-config" not in e["args"]
+        for e in plan["experiments"]
+    )
     assert plan["harness_args"][-2:] == ["--attention-config", '{"flash_attn_version": 2}']  # Ada emulation
     assert plan["environment"]["VLLM_DISABLED_KERNELS"] == "MacheteLinearKernel"
     for exp in plan["experiments"]:
@@ -55,7 +68,11 @@ def test_plan_renders_0_26_arguments_and_predictions():
     assert [a["expect"] for a in fixed["actions"]] == ["pass", "fail"]
     default = next(e for e in plan["experiments"] if e["name"] == "default-rtx4090-7b")
     assert "--kv-cache-dtype" not in default["args"] and default["args"][-4:] == [
-        "--max-num-seqs", "256", "--max-num-batched-tokens", "2048"]
+        "--max-num-seqs",
+        "256",
+        "--max-num-batched-tokens",
+        "2048",
+    ]
 
 
 def test_committed_plan_is_current():
@@ -73,19 +90,31 @@ def test_run8_plan_derives_its_candidates_in_the_planner():
     assert all(exps[n].get("optional") for n in plan_mod.RUN8)
     guide, derived = exps["r8-l40-14b-awq-prefill"], exps["cand-l40-14b-awq-prefill-derived"]
     assert (guide["settings"]["max_num_batched_tokens"], guide["settings"]["max_num_seqs"]) == (16384, 128)
-    assert derived["overrides"] == service_levels.derived_batching(guide["planner"]["kv_cache_tokens"], 1024, 512) == {
-        "max_num_seqs": 206, "max_num_batched_tokens": 1280}
+    assert (
+        derived["overrides"]
+        == service_levels.derived_batching(guide["planner"]["kv_cache_tokens"], 1024, 512)
+        == {"max_num_seqs": 206, "max_num_batched_tokens": 1280}
+    )
     # the derived setting is what the L40 profile ships since run 8
     assert derived["settings"] == profiles.resolve("h", "l40-14b-awq-prefill")
     # the committed run ran the arguments the plan has today
-    ran = {e["name"]: e for e in json.loads(
-        (ROOT / "results" / "gpu" / "2026-12-02-run8-side-by-side" / "experiments.json").read_text())["experiments"]}
+    ran = {
+        e["name"]: e
+        for e in json.loads(
+            (ROOT / "results" / "gpu" / "2026-12-02-run8-side-by-side" / "experiments.json").read_text()
+        )["experiments"]
+    }
     assert all(ran[n]["args"] == exps[n]["args"] for n in plan_mod.RUN8)
     for name in plan_mod.RUN8:
         (load,) = exps[name]["actions"]
         users = 128 if exps[name]["card"] == "L40" else 64
         assert (load["kind"], load["max_concurrency"], load["num_prompts"], load["input_len"], load["output_len"]) == (
-            "bench", users, 2 * users if users == 128 else 192, 1024, 512)
+            "bench",
+            users,
+            2 * users if users == 128 else 192,
+            1024,
+            512,
+        )
     assert exps["r8-default-l40-14b-awq"]["args"][-4:] == ["--max-num-seqs", "256", "--max-num-batched-tokens", "2048"]
     # the L40 side by side comes first and fits, with the install, in the first round
     packed = plan_mod.schedule(plan["experiments"], only=set(plan_mod.RUN8))
@@ -101,14 +130,26 @@ def test_run9_plan_derives_its_candidate_in_the_planner():
     assert all(exps[n].get("optional") for n in plan_mod.RUN9)
     heavy, derived = exps["r9-rtx4090-7b-prefix-heavy"], exps["cand-rtx4090-7b-prefix-heavy-derived"]
     assert heavy["settings"] == profiles.resolve("h", "rtx4090-7b-prefix-heavy")
-    assert derived["overrides"] == service_levels.derived_batching(heavy["planner"]["kv_cache_tokens"], 1024, 512) == {
-        "max_num_seqs": 157, "max_num_batched_tokens": 1280}
+    assert (
+        derived["overrides"]
+        == service_levels.derived_batching(heavy["planner"]["kv_cache_tokens"], 1024, 512)
+        == {"max_num_seqs": 157, "max_num_batched_tokens": 1280}
+    )
     assert exps["r9-default-rtx4090-7b"]["args"] == exps["r8-default-rtx4090-7b"]["args"]
     assert heavy["args"] == exps["r8-rtx4090-7b-prefix-heavy"]["args"]
-    ran = {e["name"]: e for e in json.loads(
-        (ROOT / "results" / "gpu" / "2026-12-02-run9-rtx4090-prefix-heavy" / "experiments.json").read_text())["experiments"]}
+    ran = {
+        e["name"]: e
+        for e in json.loads(
+            (ROOT / "results" / "gpu" / "2026-12-02-run9-rtx4090-prefix-heavy" / "experiments.json").read_text()
+        )["experiments"]
+    }
     assert all(ran[n]["args"] == exps[n]["args"] for n in plan_mod.RUN9)
     for name in plan_mod.RUN9:
         (load,) = exps[name]["actions"]
         assert (load["kind"], load["max_concurrency"], load["num_prompts"], load["input_len"], load["output_len"]) == (
-            "bench", 64, 192, 1024, 512)
+            "bench",
+            64,
+            192,
+            1024,
+            512,
+        )

@@ -11,8 +11,13 @@ from gpu_modules import ROOT, load as _load, plan_mod
 GPU_RUNS = ROOT / "results" / "gpu"
 # Runs 1 to 5 (2026-11-29) are superseded by runs 6 to 9 (docs/gpu-results.md); their raw results are in the
 # project's history, not in the tree.
-SUPERSEDED = ("2026-11-29-run1-hopper-kernels", "2026-11-29-run2-ada-emulation", "2026-11-29-run3-l40-comparison",
-              "2026-11-29-run4-rtx4090-bf16", "2026-11-29-run5-jit-cache")
+SUPERSEDED = (
+    "2026-11-29-run1-hopper-kernels",
+    "2026-11-29-run2-ada-emulation",
+    "2026-11-29-run3-l40-comparison",
+    "2026-11-29-run4-rtx4090-bf16",
+    "2026-11-29-run5-jit-cache",
+)
 
 
 def committed_run(name):
@@ -29,8 +34,11 @@ def committed_run(name):
 def superseded_run(name):
     """A superseded run: summarize.py, the plan it ran with and its committed summary.json."""
     folder = GPU_RUNS / name
-    return (_load("summarize"), json.loads((folder / "experiments.json").read_text()),
-            json.loads((folder / "summary.json").read_text()))
+    return (
+        _load("summarize"),
+        json.loads((folder / "experiments.json").read_text()),
+        json.loads((folder / "summary.json").read_text()),
+    )
 
 
 def test_every_run_is_current_or_superseded():
@@ -70,13 +78,17 @@ def test_summary_of_run_3():
     summarize, plan, summary = superseded_run("2026-11-29-run3-l40-comparison")
     rows = {r["experiment"]: r for r in summary["fidelity"]}
     assert all(abs(r["error_budget_pct"]) < 5 and abs(r["error_card_pct"]) < 5 for r in rows.values())
-    second = {r["experiment"]: r["engine_kv_tokens"]
-              for r in superseded_run("2026-11-29-run2-ada-emulation")[2]["fidelity"]}
+    second = {
+        r["experiment"]: r["engine_kv_tokens"] for r in superseded_run("2026-11-29-run2-ada-emulation")[2]["fidelity"]
+    }
     repeated = [name for name in rows if rows[name]["engine_source"] == "cache_config_info"]
     assert len(repeated) == 6 and all(rows[n]["engine_kv_tokens"] == second[n] for n in repeated)
     bf16 = rows["fid-rtx4090-7b-prefill"]
     assert (bf16["engine_source"], bf16["engine_kv_tokens"], bf16["planner_card_tokens"]) == (
-        "start-up log", 118_624, 119_744)
+        "start-up log",
+        118_624,
+        119_744,
+    )
     (l40,) = [c for c in summary["comparisons"] if c["card"] == "L40"]
     assert l40["verdict"] == "goal met" and all(l40["checks"].values()) and l40["preemptions"] == [0.0, 40.0]
     # What never served is listed, and the comparison it leaves open says why.
@@ -100,14 +112,22 @@ def test_summary_of_run_4():
     # planner predicts a first start, so fidelity is the first one's and the warm restart is shown beside it
     (repeat,) = summary["repeats"]
     assert (repeat["experiment"], repeat["round"], repeat["engine_kv_tokens"], repeat["compile_cache"]) == (
-        "default-rtx4090-7b", 2, 120_160, "cold")
+        "default-rtx4090-7b",
+        2,
+        120_160,
+        "cold",
+    )
     default = rows["default-rtx4090-7b"]
     assert (default["round"], default["engine_kv_tokens"], default["compile_cache"]) == (2, 120_160, "cold")
     assert default["memory"]["usage_activation_gib"] == 1.04 and abs(default["error_card_pct"]) < 5
     # summarize.py keeps a warm restart only for a start whose log says it loaded vLLM's compiled graph
     warm = default["warm_restart"]
     assert {k: warm[k] for k in ("round", "start_s", "engine_kv_tokens", "error_card_pct")} == {
-        "round": 4, "start_s": 252.1, "engine_kv_tokens": 134_256, "error_card_pct": -9.52}
+        "round": 4,
+        "start_s": 252.1,
+        "engine_kv_tokens": 134_256,
+        "error_card_pct": -9.52,
+    }
     # the loads compared are the restart's, the run that served them
     assert [c["p99_itl_ms"][1] for c in summary["comparisons"] if c["card"] == "RTX 4090"] == [56.031] * 2
     # the driver's JIT cache: filled by the first bf16 start, kept for the next ones (start 102 s, not ~300 s)
@@ -138,16 +158,21 @@ def test_the_carried_jit_cache_was_taken_by_the_driver():
 def test_graph_captures_and_jit_cache_read_from_the_logs_and_rounds():
     """What summarize.py records of a start's CUDA graph captures and of the JIT cache a round unpacked."""
     summarize = _load("summarize")
-    log = ("INFO Graph capturing finished in 4 secs, took 0.52 GiB\n"
-           "INFO Graph capturing finished in 139 secs, took 0.50 GiB\n")
+    log = (
+        "INFO Graph capturing finished in 4 secs, took 0.52 GiB\n"
+        "INFO Graph capturing finished in 139 secs, took 0.50 GiB\n"
+    )
     assert summarize.graph_captures(log) == [4, 139] and summarize.graph_captures("") == []
-    records = [{"_round": 2, "_jit_cache": {"restored": True, "why": "earlier on this machine", "mib": 1.0}},
-               {"_round": 1, "_jit_cache": {"restored": True, "seconds": 1.6, "mib": 1.0}},
-               {"_round": 1, "_jit_cache": {"restored": True, "seconds": 1.6, "mib": 1.0}},
-               {"_round": 3, "_jit_cache": None}]
+    records = [
+        {"_round": 2, "_jit_cache": {"restored": True, "why": "earlier on this machine", "mib": 1.0}},
+        {"_round": 1, "_jit_cache": {"restored": True, "seconds": 1.6, "mib": 1.0}},
+        {"_round": 1, "_jit_cache": {"restored": True, "seconds": 1.6, "mib": 1.0}},
+        {"_round": 3, "_jit_cache": None},
+    ]
     assert summarize.jit_cache(records) == [
         {"round": 1, "restored": True, "seconds": 1.6, "mib": 1.0},
-        {"round": 2, "restored": True, "why": "earlier on this machine", "mib": 1.0}]
+        {"round": 2, "restored": True, "why": "earlier on this machine", "mib": 1.0},
+    ]
 
 
 def test_summary_of_run_6():
@@ -166,18 +191,30 @@ def test_summary_of_run_6():
     # it was run again by hand in round 5, found vLLM's compile cache and sized 8.2% more (as in run 4)
     heavy = rows["fid-rtx4090-7b-prefix-heavy"]
     assert (heavy["round"], heavy["status"], heavy["engine_kv_tokens"], heavy["engine_source"]) == (
-        2, "start-timeout", 238_128, "start-up log")
+        2,
+        "start-timeout",
+        238_128,
+        "start-up log",
+    )
     assert heavy["warm_restart"]["engine_kv_tokens"] == 257_696 and heavy["warm_restart"]["round"] == 5
     (refusal,) = summary["refusals"]
     assert refusal["experiment"] == "refuse-rtx4090-7b-decode" and "vocab" in refusal["vllm_said"]
     assert refusal["planner_errors_now"]
     assert [(v["action"], v["as_expected"]) for v in summary["verification"]] == [
-        ("verify-pass", True), ("verify-wrong-kv-dtype", True)]
+        ("verify-pass", True),
+        ("verify-wrong-kv-dtype", True),
+    ]
     verdicts = {c["tuned"]: c["verdict"] for c in summary["comparisons"]}
-    assert verdicts == {"fid-rtx4090-7b-prefill": "goal met", "fid-l40-14b-awq-prefill": "goal met",
-                        "cand-rtx4090-7b-prefix-heavy-kv-auto": "goal not met"}
+    assert verdicts == {
+        "fid-rtx4090-7b-prefill": "goal met",
+        "fid-l40-14b-awq-prefill": "goal met",
+        "cand-rtx4090-7b-prefix-heavy-kv-auto": "goal not met",
+    }
     assert {s["experiment"] for s in summary["single_stream"]} == {
-        "fid-rtx4090-7b-awq", "fid-rtx4090-7b-prefill", "fid-l40-14b-awq-prefill"}
+        "fid-rtx4090-7b-awq",
+        "fid-rtx4090-7b-prefill",
+        "fid-l40-14b-awq-prefill",
+    }
     # the carried JIT cache: unpacked once, and no start made the driver compile (the cache never grew)
     assert all(r["jit_cache_mib"] == {"before": 123.9, "after_start": 123.9} for r in results if "jit_cache_mib" in r)
     first = json.loads((folder / "results-round1.json").read_text())
@@ -215,16 +252,22 @@ def test_summary_of_run8():
     assert set(rows) == set(plan_mod.RUN8) - {"r8-rtx4090-7b-prefix-heavy"}
     assert [n["experiment"] for n in summary["not_run"]] == ["r8-rtx4090-7b-prefix-heavy"]
     assert {n: r["defaults"] for n, r in rows.items()} == {
-        **dict.fromkeys(["r8-default-l40-14b-awq", "r8-l40-14b-awq-prefill", "cand-l40-14b-awq-prefill-derived"],
-                        "r8-default-l40-14b-awq"),
+        **dict.fromkeys(
+            ["r8-default-l40-14b-awq", "r8-l40-14b-awq-prefill", "cand-l40-14b-awq-prefill-derived"],
+            "r8-default-l40-14b-awq",
+        ),
         **dict.fromkeys(["r8-default-rtx4090-7b", "cand-rtx4090-7b-prefill-seqs"], "r8-default-rtx4090-7b"),
-        **dict.fromkeys(["r8-default-rtx4090-7b-awq", "r8-rtx4090-7b-awq"], "r8-default-rtx4090-7b-awq")}
+        **dict.fromkeys(["r8-default-rtx4090-7b-awq", "r8-rtx4090-7b-awq"], "r8-default-rtx4090-7b-awq"),
+    }
     assert {n: r.get("gives_up") for n, r in rows.items() if not r["is_defaults"]} == {
-        "r8-l40-14b-awq-prefill": ["median TTFT", "p99 TTFT"], "cand-l40-14b-awq-prefill-derived": ["p99 TTFT"],
+        "r8-l40-14b-awq-prefill": ["median TTFT", "p99 TTFT"],
+        "cand-l40-14b-awq-prefill-derived": ["p99 TTFT"],
         "cand-rtx4090-7b-prefill-seqs": ["median TTFT"],
-        "r8-rtx4090-7b-awq": ["median TTFT", "p99 TTFT", "output throughput"]}
+        "r8-rtx4090-7b-awq": ["median TTFT", "p99 TTFT", "output throughput"],
+    }
     assert rows["r8-default-l40-14b-awq"]["preemptions"] == 40 and all(
-        not r["preemptions"] for n, r in rows.items() if n != "r8-default-l40-14b-awq")
+        not r["preemptions"] for n, r in rows.items() if n != "r8-default-l40-14b-awq"
+    )
     # every start sized its cache within 2 % of the planner for the card
     assert all(abs(r["error_card_pct"]) < 2 for r in summary["fidelity"]) and len(summary["fidelity"]) == 7
 
@@ -243,4 +286,6 @@ def test_summary_of_run9():
     assert not heavy["preemptions"] and not rows["r9-default-rtx4090-7b"]["preemptions"]
     # the same caches as the same arguments sized before (runs 2 and 8: 238,128 fp8, 120,160 bf16 tokens)
     assert {r["experiment"]: r["engine_kv_tokens"] for r in summary["fidelity"]} == {
-        "r9-default-rtx4090-7b": 120_160, "r9-rtx4090-7b-prefix-heavy": 238_128}
+        "r9-default-rtx4090-7b": 120_160,
+        "r9-rtx4090-7b-prefix-heavy": 238_128,
+    }

@@ -1,5 +1,6 @@
 """plugins/filter/systemd_args.py: ExecStart lines and environment-file values written as systemd reads them
 back (what the unit and environment templates use; the units themselves run under real systemd in Molecule)."""
+
 import pytest
 from ansible.errors import AnsibleFilterError
 
@@ -17,8 +18,16 @@ def test_exports_only_what_the_roles_and_templates_use():
 
 
 def test_exec_lines_one_option_with_its_value_per_line():
-    args = ["/srv/models/m", "--max-num-seqs", 64, "--enable-prefix-caching", "--gpu-memory-utilization", 0.9,
-            "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}']
+    args = [
+        "/srv/models/m",
+        "--max-num-seqs",
+        64,
+        "--enable-prefix-caching",
+        "--gpu-memory-utilization",
+        0.9,
+        "--speculative-config",
+        '{"method": "ngram", "num_speculative_tokens": 3}',
+    ]
     assert plugin.systemd_exec_lines(args) == [
         "/srv/models/m",
         "--max-num-seqs 64",
@@ -35,18 +44,21 @@ def test_exec_lines_escape_specifiers_variables_and_quotes():
     assert plugin.systemd_exec_lines(["--x", ""]) == ["--x ''"]
 
 
-@pytest.mark.parametrize("args, message", [
-    ("--max-num-seqs 64", "expected a list of arguments"),
-    (["--api-key", "a\nb"], "has a newline"),
-    (["--x", None], "is a NoneType, not a string"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ("--max-num-seqs 64", "expected a list of arguments"),
+        (["--api-key", "a\nb"], "has a newline"),
+        (["--x", None], "is a NoneType, not a string"),
+    ],
+)
 def test_exec_lines_refuse_what_execstart_cannot_carry(args, message):
     with pytest.raises(AnsibleFilterError, match=message):
         plugin.systemd_exec_lines(args)
 
 
 def test_env_quote_reads_back_as_written():
-    assert plugin.systemd_env_quote('a "b" $c `d` \\e %f \'g\'') == '"a \\"b\\" \\$c \\`d\\` \\\\e %f \'g\'"'
+    assert plugin.systemd_env_quote("a \"b\" $c `d` \\e %f 'g'") == '"a \\"b\\" \\$c \\`d\\` \\\\e %f \'g\'"'
     assert plugin.systemd_env_quote(0) == '"0"'
 
 
@@ -63,6 +75,6 @@ def test_env_value_reads_back_what_env_quote_wrote(value):
     """The rollback reads the restored release's key from its environment file: the exact inverse of env_quote."""
     text = f"# a comment\nHOME=/var/lib/vllm\nVLLM_API_KEY={plugin.systemd_env_quote(value)}\nOTHER=x\n"
     assert plugin.systemd_env_value(text, "VLLM_API_KEY") == value
-    assert plugin.systemd_env_value("HOME=/x\n#VLLM_API_KEY=\"no\"\n", "VLLM_API_KEY") == ""
+    assert plugin.systemd_env_value('HOME=/x\n#VLLM_API_KEY="no"\n', "VLLM_API_KEY") == ""
     with pytest.raises(AnsibleFilterError):
         plugin.systemd_env_value(None, "VLLM_API_KEY")

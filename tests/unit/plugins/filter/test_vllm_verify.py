@@ -25,9 +25,14 @@ MODELS = fixture_json("vllm", "0.32.0-cpu", "responses", "models.json")
 plugin = load_source("vllm_verify_filter", ROOT / "plugins" / "filter" / "vllm_verify.py")
 F = plugin.FilterModule().filters()
 R = load_source("vllm_report_filter", ROOT / "plugins" / "filter" / "vllm_report.py").FilterModule().filters()
-PROBES = {"health": {"ok": True, "already_up": True}, "version": {"status": 200, "json": {"version": "0.32.0"}},
-          "models": {"status": 200, "json": MODELS}, "smoke": {"status": 200, "json": CHAT, "elapsed": 0},
-          "metrics_before": {"status": 200, "content": IDLE}, "metrics_after": {"status": 200, "content": AFTER}}
+PROBES = {
+    "health": {"ok": True, "already_up": True},
+    "version": {"status": 200, "json": {"version": "0.32.0"}},
+    "models": {"status": 200, "json": MODELS},
+    "smoke": {"status": 200, "json": CHAT, "elapsed": 0},
+    "metrics_before": {"status": 200, "content": IDLE},
+    "metrics_after": {"status": 200, "content": AFTER},
+}
 EXPECT = {"vllm_version": "0.32.0", "served_model_name": "tiny", "profile": None, "plan": None, "latency_budget_s": 10}
 
 
@@ -49,8 +54,14 @@ def test_docs_examples_return_are_yaml():
 
 def test_ansible_doc_reads_the_documentation():
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-doc"), "-t", "filter", "vllm_verify_result"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-doc"), "-t", "filter", "vllm_verify_result"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "vllm_verify_result" in proc.stdout and "thresholds" in proc.stdout
 
@@ -68,11 +79,20 @@ def test_verify_result_and_report_filters():
     assert verdict["error"] == "" and verdict["restarts"] == 0
 
 
-@pytest.mark.parametrize("address, url", [
-    ("", "http://127.0.0.1:8000"), (None, "http://127.0.0.1:8000"), ("0.0.0.0", "http://127.0.0.1:8000"),
-    ("::", "http://127.0.0.1:8000"), ("[::]", "http://127.0.0.1:8000"), ("10.0.0.5", "http://10.0.0.5:8000"),
-    ("127.0.0.1", "http://127.0.0.1:8000"), ("fd00::5", "http://[fd00::5]:8000"), ("[fd00::5]", "http://[fd00::5]:8000"),
-])
+@pytest.mark.parametrize(
+    "address, url",
+    [
+        ("", "http://127.0.0.1:8000"),
+        (None, "http://127.0.0.1:8000"),
+        ("0.0.0.0", "http://127.0.0.1:8000"),
+        ("::", "http://127.0.0.1:8000"),
+        ("[::]", "http://127.0.0.1:8000"),
+        ("10.0.0.5", "http://10.0.0.5:8000"),
+        ("127.0.0.1", "http://127.0.0.1:8000"),
+        ("fd00::5", "http://[fd00::5]:8000"),
+        ("[fd00::5]", "http://[fd00::5]:8000"),
+    ],
+)
 def test_probe_url_reaches_a_wildcard_bind_on_loopback_and_brackets_ipv6(address, url):
     """The one bind-address-to-URL rule: the vllm_verify role's probes and playbooks/benchmark.yml."""
     assert F["vllm_probe_url"](address, 8000) == url
@@ -88,8 +108,11 @@ def test_thresholds_reach_the_findings():
     probes = dict(PROBES, metrics_after={"status": 200, "content": preempted(AFTER, 4.0)})
     found = F["vllm_verify_result"](probes, "h", EXPECT)["findings"]
     assert [f["id"] for f in found if f["id"] == "preemptions_growing"] == ["preemptions_growing"]
-    assert not [f for f in F["vllm_verify_result"](probes, "h", EXPECT, {"max_preemption_increase": 10})["findings"]
-                if f["id"] == "preemptions_growing"]
+    assert not [
+        f
+        for f in F["vllm_verify_result"](probes, "h", EXPECT, {"max_preemption_increase": 10})["findings"]
+        if f["id"] == "preemptions_growing"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -99,10 +122,14 @@ def test_thresholds_reach_the_findings():
         (lambda: F["vllm_verify_result"]({}, "", {}), "host must be a name, got ''"),
         (lambda: F["vllm_verify_result"]({}, "h", []), "expect must be a dict, got []"),
         (lambda: F["vllm_verify_result"]({}, "h", {}, {"min_hit_rate": 0.5}), "unknown threshold 'min_hit_rate'"),
-        (lambda: F["vllm_verify_result"]({}, "h", {}, {"min_acceptance_rate": "high"}),
-         "threshold min_acceptance_rate must be a number, got 'high'"),
-        (lambda: F["vllm_verify_result"]({}, "h", {}, {"max_preemption_increase": True}),
-         "threshold max_preemption_increase must be a number, got True"),
+        (
+            lambda: F["vllm_verify_result"]({}, "h", {}, {"min_acceptance_rate": "high"}),
+            "threshold min_acceptance_rate must be a number, got 'high'",
+        ),
+        (
+            lambda: F["vllm_verify_result"]({}, "h", {}, {"max_preemption_increase": True}),
+            "threshold max_preemption_increase must be a number, got True",
+        ),
         (lambda: F["vllm_verify_unit_verdict"](None, "u"), "expects the stdout of systemctl show, got None"),
         (lambda: F["vllm_verify_unit_verdict"]("", "u", -1), "max_restarts must be 0 or more, got -1"),
     ],

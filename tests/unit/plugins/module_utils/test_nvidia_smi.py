@@ -105,7 +105,11 @@ def test_l40_four_cards_and_header_form():
 
 
 def test_mixed_cards_are_not_homogeneous():
-    text = fixture("l40", "query-gpu-nounits.csv").splitlines()[0] + "\n" + fixture("rtx4090", "query-gpu-nounits.csv").splitlines()[1]
+    text = (
+        fixture("l40", "query-gpu-nounits.csv").splitlines()[0]
+        + "\n"
+        + fixture("rtx4090", "query-gpu-nounits.csv").splitlines()[1]
+    )
     facts = nvidia_smi.parse_gpus(text)
     assert facts["homogeneous"] is False
     assert facts["memory_mib_min"] == 24564
@@ -115,7 +119,10 @@ def test_mixed_cards_are_not_homogeneous():
 
 
 def test_missing_values_become_none():
-    row = nvidia_smi.parse_csv("0, GPU-1, NVIDIA L40, 46068, [N/A], 580.95.05, [Not Supported], 00000000:17:00.0, [N/A]\n", nvidia_smi.QUERY_FIELDS)[0]
+    row = nvidia_smi.parse_csv(
+        "0, GPU-1, NVIDIA L40, 46068, [N/A], 580.95.05, [Not Supported], 00000000:17:00.0, [N/A]\n",
+        nvidia_smi.QUERY_FIELDS,
+    )[0]
     gpu = nvidia_smi.gpu_from_row(row)
     assert gpu["memory_used_mib"] is None
     assert gpu["compute_cap"] is None
@@ -141,8 +148,12 @@ def test_empty_output_has_no_gpus():
 
 
 def test_mask_uuid_keeps_the_shape():
-    assert nvidia_smi.mask_uuid("GPU-3f2a9c1e-77b0-4d2e-9a51-0c8e11aa42fd") == "GPU-00000000-0000-0000-0000-000000000000"
-    facts = nvidia_smi.parse_gpus(fixture("rtx4090", "query-gpu-nounits.csv").replace("0000-000000000001", "9abc-def012345678"), mask=True)
+    assert (
+        nvidia_smi.mask_uuid("GPU-3f2a9c1e-77b0-4d2e-9a51-0c8e11aa42fd") == "GPU-00000000-0000-0000-0000-000000000000"
+    )
+    facts = nvidia_smi.parse_gpus(
+        fixture("rtx4090", "query-gpu-nounits.csv").replace("0000-000000000001", "9abc-def012345678"), mask=True
+    )
     assert facts["uuids"] == ["GPU-00000000-0000-0000-0000-000000000000"] * 2
 
 
@@ -165,8 +176,14 @@ def test_unknown_error_and_nvml_library_version():
 
 
 def test_proc_version_open_and_proprietary():
-    assert nvidia_smi.parse_proc_version(fixture("errors", "proc-version-open-580.txt")) == {"version": "580.95.05", "open": True}
-    assert nvidia_smi.parse_proc_version(fixture("errors", "proc-version-proprietary-535.txt")) == {"version": "535.261.03", "open": False}
+    assert nvidia_smi.parse_proc_version(fixture("errors", "proc-version-open-580.txt")) == {
+        "version": "580.95.05",
+        "open": True,
+    }
+    assert nvidia_smi.parse_proc_version(fixture("errors", "proc-version-proprietary-535.txt")) == {
+        "version": "535.261.03",
+        "open": False,
+    }
     assert nvidia_smi.parse_proc_version("") is None
 
 
@@ -205,8 +222,14 @@ def _load_module():
 
 class FakeModule:
     def __init__(self, answers, params=None, nvidia_smi_path="/usr/bin/nvidia-smi"):
-        self.params = {"nvidia_smi": None, "require": True, "mask_uuids": False, "proc_version_path": "/nonexistent",
-                       "proc_gpus_path": "/nonexistent", "sysfs_pci_path": "/nonexistent"}
+        self.params = {
+            "nvidia_smi": None,
+            "require": True,
+            "mask_uuids": False,
+            "proc_version_path": "/nonexistent",
+            "proc_gpus_path": "/nonexistent",
+            "sysfs_pci_path": "/nonexistent",
+        }
         self.params.update(params or {})
         self.answers = answers
         self.calls = []
@@ -249,7 +272,8 @@ def _topology_tree(tmp_path, bus_ids):
         (proc / address / "information").write_text(
             "Model: \t\t NVIDIA L40\nIRQ:   \t\t 180\nGPU UUID: \t GPU-00000000-0000-0000-0000-000000000000\n"
             "Video BIOS: \t 95.02.5d.00.02\nBus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\n"
-            "Bus Location: \t %s\nDevice Minor: \t %d\nGPU Excluded:\t No\n" % (address, 3 - position))
+            "Bus Location: \t %s\nDevice Minor: \t %d\nGPU Excluded:\t No\n" % (address, 3 - position)
+        )
         (sysfs / address).mkdir(parents=True)
         (sysfs / address / "numa_node").write_text("%d\n" % (position // 2))
         (sysfs / address / "local_cpulist").write_text("0-15,64-79\n" if position < 2 else "16-31,80-95\n")
@@ -265,19 +289,28 @@ def test_pci_address_is_what_sysfs_and_the_driver_name():
 def test_probe_reads_each_cards_minor_numa_node_and_cpus(tmp_path):
     module_code = _load_module()
     bus_ids = [line.split(", ")[7] for line in fixture("l40", "query-gpu-nounits.csv").splitlines()]
-    fake = FakeModule({nvidia_smi.query_command()[1]: (0, fixture("l40", "query-gpu-nounits.csv"), ""),
-                       "-q": (0, "", "")}, params=_topology_tree(tmp_path, bus_ids))
+    fake = FakeModule(
+        {nvidia_smi.query_command()[1]: (0, fixture("l40", "query-gpu-nounits.csv"), ""), "-q": (0, "", "")},
+        params=_topology_tree(tmp_path, bus_ids),
+    )
     gpus = module_code.probe(fake)["gpus"]
     assert [(g["index"], g["minor"], g["numa_node"], g["cpus"]) for g in gpus] == [
-        (0, 3, 0, "0-15,64-79"), (1, 2, 0, "0-15,64-79"), (2, 1, 1, "16-31,80-95"), (3, 0, 1, "16-31,80-95")]
+        (0, 3, 0, "0-15,64-79"),
+        (1, 2, 0, "0-15,64-79"),
+        (2, 1, 1, "16-31,80-95"),
+        (3, 0, 1, "16-31,80-95"),
+    ]
 
 
 def test_no_topology_where_the_host_does_not_say():
     gpu = {"pci_bus_id": "00000000:00:06.0"}
     assert nvidia_smi.topology(gpu, lambda kind, address: None) == {"minor": None, "numa_node": None, "cpus": None}
     no_numa = {"numa_node": "-1\n", "local_cpulist": "0-15\n", "information": "Device Minor: \t 0\n"}
-    assert nvidia_smi.topology(gpu, lambda kind, address: no_numa[kind]) == {"minor": 0, "numa_node": None,
-                                                                            "cpus": "0-15"}
+    assert nvidia_smi.topology(gpu, lambda kind, address: no_numa[kind]) == {
+        "minor": 0,
+        "numa_node": None,
+        "cpus": "0-15",
+    }
 
 
 def test_probe_missing_nvidia_smi():

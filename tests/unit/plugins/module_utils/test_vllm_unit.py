@@ -14,15 +14,29 @@ SHOW = "LoadState=loaded\nActiveState={a}\nSubState={s}\nResult={r}\nNRestarts={
 
 # --- unit_verdict -----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "active, sub, result, n, max_restarts, error",
     [
         ("active", "running", "success", 0, 0, ""),
         ("activating", "start", "success", 0, 0, ""),
-        ("activating", "auto-restart", "exit-code", 0, 0,
-         "unit u is crash-looping: 1 restarts (at most 0 allowed), last Result=exit-code"),
+        (
+            "activating",
+            "auto-restart",
+            "exit-code",
+            0,
+            0,
+            "unit u is crash-looping: 1 restarts (at most 0 allowed), last Result=exit-code",
+        ),
         ("active", "running", "success", 2, 3, ""),
-        ("active", "running", "success", 2, 1, "unit u is crash-looping: 2 restarts (at most 1 allowed), last Result=success"),
+        (
+            "active",
+            "running",
+            "success",
+            2,
+            1,
+            "unit u is crash-looping: 2 restarts (at most 1 allowed), last Result=success",
+        ),
         ("failed", "failed", "start-limit-hit", 3, 0, "unit u failed (Result=start-limit-hit, 3 restarts)"),
         ("inactive", "dead", "success", 0, 0, "unit u is not running (inactive/dead, Result=success)"),
     ],
@@ -40,10 +54,15 @@ def test_unit_verdict_not_installed():
 
 def test_show_argv_reads_only_what_the_verdict_judges():
     assert vllm_unit.show_argv("vllm@gpu0.service") == [
-        "systemctl", "show", "--property=LoadState,ActiveState,SubState,Result,NRestarts", "vllm@gpu0.service"]
+        "systemctl",
+        "show",
+        "--property=LoadState,ActiveState,SubState,Result,NRestarts",
+        "vllm@gpu0.service",
+    ]
 
 
 # --- wait_healthy, on a clock of its own --------------------------------------------------------------------
+
 
 class Clock:
     def __init__(self):
@@ -68,8 +87,9 @@ def _wait(answers, units=None, timeout=10, delay=1.0, unit="vllm@main.service", 
     def read_unit():
         return reads.pop(0) if len(reads) > 1 else reads[0]
 
-    return vllm_unit.wait_healthy(probe, read_unit, "http://h:8000/health", timeout, delay, unit, max_restarts,
-                                  clock=clock, sleep=clock.sleep)
+    return vllm_unit.wait_healthy(
+        probe, read_unit, "http://h:8000/health", timeout, delay, unit, max_restarts, clock=clock, sleep=clock.sleep
+    )
 
 
 def test_healthy_at_once_is_already_up():
@@ -97,7 +117,10 @@ def test_a_crash_during_the_wait_ends_it_at_once():
     restarted = SHOW.format(a="activating", s="auto-restart", r="exit-code", n=0)
     result = _wait([None], units=[running, running, restarted], timeout=900)
     assert not result["ok"] and result["state"] == "crashed"
-    assert result["error"] == "unit vllm@main.service is crash-looping: 1 restarts (at most 0 allowed), last Result=exit-code"
+    assert (
+        result["error"]
+        == "unit vllm@main.service is crash-looping: 1 restarts (at most 0 allowed), last Result=exit-code"
+    )
     assert result["attempts"] == 2 and result["waited_s"] == 2.0 and result["restarts"] == 1
 
 

@@ -17,7 +17,9 @@ def _standin(tmp_path, body):
 def test_module_end_to_end_ok(tmp_path):
     csv = FIXTURES / "rtx4090" / "query-gpu-nounits.csv"
     header = FIXTURES / "rtx4090" / "nvidia-smi-q-compute.txt"
-    path = _standin(tmp_path, '[ "$LC_ALL" = C ] || exit 3\ncase "$1" in -q) cat %s;; *) cat %s;; esac\n' % (header, csv))
+    path = _standin(
+        tmp_path, '[ "$LC_ALL" = C ] || exit 3\ncase "$1" in -q) cat %s;; *) cat %s;; esac\n' % (header, csv)
+    )
     result = run_module(tmp_path, "nvidia_gpu_facts", {"nvidia_smi": path, "mask_uuids": True})
     assert not result["failed"], result
     assert result["changed"] is False

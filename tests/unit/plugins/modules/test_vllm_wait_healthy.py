@@ -25,8 +25,11 @@ def _module(tmp_path, args, show):
 @pytest.mark.integration
 def test_module_waits_for_a_real_server(tmp_path):
     with StandInVllm(healthy_after=2.0) as server:
-        result = _module(tmp_path, {"url": server.url, "unit": "vllm@main.service", "timeout": 30},
-                         SHOW.format(a="active", s="running", r="success", n=0))
+        result = _module(
+            tmp_path,
+            {"url": server.url, "unit": "vllm@main.service", "timeout": 30},
+            SHOW.format(a="active", s="running", r="success", n=0),
+        )
     assert result["ok"] is True and result["state"] == "healthy" and not result["failed"]
     assert 2.0 <= result["waited_s"] < 10 and result["attempts"] >= 2
     assert result["journal_tail"] == [] and result["changed"] is False
@@ -35,11 +38,16 @@ def test_module_waits_for_a_real_server(tmp_path):
 @pytest.mark.integration
 def test_module_fails_a_crash_loop_with_the_journal(tmp_path):
     with StandInVllm() as server:
-        result = _module(tmp_path, {"url": server.url, "unit": "vllm@main.service", "timeout": 30},
-                         SHOW.format(a="activating", s="auto-restart", r="exit-code", n=2))
+        result = _module(
+            tmp_path,
+            {"url": server.url, "unit": "vllm@main.service", "timeout": 30},
+            SHOW.format(a="activating", s="auto-restart", r="exit-code", n=2),
+        )
     assert result["failed"] is True and result["state"] == "crashed" and result["attempts"] == 0
-    assert result["msg"] == ("vllm@main.service: unit vllm@main.service is crash-looping: 3 restarts "
-                             "(at most 0 allowed), last Result=exit-code")
+    assert result["msg"] == (
+        "vllm@main.service: unit vllm@main.service is crash-looping: 3 restarts "
+        "(at most 0 allowed), last Result=exit-code"
+    )
     assert result["journal_tail"] == ["engine core: CUDA out of memory", "exiting"]
 
 
@@ -48,4 +56,6 @@ def test_module_reports_a_slow_start_without_failing_when_asked(tmp_path):
     with StandInVllm(healthy_after=3600) as server:
         result = _module(tmp_path, {"url": server.url, "timeout": 2, "fail_on_unhealthy": False}, "")
     assert not result["failed"] and result["ok"] is False and result["state"] == "timeout"
-    assert result["error"].startswith(f"/health did not answer 200 within 2 s ({server.url}/health; last answer: HTTP 503")
+    assert result["error"].startswith(
+        f"/health did not answer 200 within 2 s ({server.url}/health; last answer: HTTP 503"
+    )
