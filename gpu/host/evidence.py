@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# The rollout's last words when it restored a release (playbooks/tasks/rollout_instance.yml, "Stop the rollout").
+# The rollout's last words when it restored a release (roles/vllm_rollout/tasks/instance.yml, "Stop the rollout").
 RESTORED = re.compile(r"Restored the last working release (\S+) \(([^)\s]+)\) and verified it serving")
 
 

@@ -29,9 +29,10 @@ description:
   - "C(hostvars | vllm_plan_hosts(ansible_play_hosts, typical_prompt_tokens, typical_output_tokens)) plans many hosts
     in one pass and returns the whole C(plan.json), a dict with one key C(hosts): host name to plan."
   - The same file holds C(vllm_min_driver) (vllm_version | vllm_min_driver, the C({vllm, cuda, driver}) line of
-    data/cuda_compat.yml), C(vllm_plan_table) (plan | vllm_plan_table) and C(vllm_plan_instances)
-    (hostvars | vllm_plan_instances(hosts), each host's planned instances); those raise AnsibleFilterError naming
-    the bad value. The fast path's filters are in vllm_fast_path.py.
+    data/cuda_compat.yml), C(vllm_plan_table) (plan | vllm_plan_table), C(vllm_plan_read) (hostvars |
+    vllm_plan_read(hosts), the entries this run's plan made, planning only a host it has not) and
+    C(vllm_plan_instances) (hostvars | vllm_plan_instances(hosts), each host's planned instances); those raise
+    AnsibleFilterError naming the bad value. The fast path's filters are in vllm_fast_path.py.
 options:
   _input:
     description:
@@ -247,10 +248,34 @@ def vllm_plan_hosts(hostvars, hosts, typical_prompt_tokens=None, typical_output_
     }
 
 
+def _made(host, variables):
+    """The host's entry of the plan this run made (its fact vllm_plan: plan.yml's, made once for the run, its entry
+    replaced on the host when its GPUs were detected), or None where this run made none (a run limited to other
+    hosts)."""
+    plan = variables.get("vllm_plan")
+    entry = plan.get("hosts", {}).get(host) if isinstance(plan, Mapping) else None
+    return entry if isinstance(entry, Mapping) and "instances" in entry else None
+
+
+def vllm_plan_read(hostvars, hosts):
+    """plan.json for `hosts` as this run made it: each host's own entry of its fact vllm_plan, planned here only for
+    a host this run has not planned (a gateway or Prometheus lists every host's instances even when the run is
+    limited to some). What the gateways and monitoring read: the plan is made once per run, by the vllm_plan role."""
+    return {
+        "hosts": {
+            host: dict(made) if (made := _made(host, variables)) is not None else _plan(host, variables)
+            for host, variables in _each_host("vllm_plan_read", hostvars, hosts)
+        }
+    }
+
+
 def vllm_plan_instances(hostvars, hosts):
-    """{host: the host's planned instances} for `hosts` (planner.instances: what the units bind and a gateway
-    reaches), without planning the rest: a gateway lists every host's instances even when the run is limited."""
-    return {host: _instances(host, variables) for host, variables in _each_host("vllm_plan_instances", hostvars, hosts)}
+    """{host: the host's planned instances} for `hosts` (what the units bind and a gateway reaches): the entries this
+    run made (vllm_plan_read), planned here only for a host it has not planned."""
+    return {
+        host: list(made["instances"]) if (made := _made(host, variables)) is not None else _instances(host, variables)
+        for host, variables in _each_host("vllm_plan_instances", hostvars, hosts)
+    }
 
 
 def vllm_min_driver(vllm_version):
@@ -282,5 +307,6 @@ class FilterModule:
             "vllm_plan_hosts": vllm_plan_hosts,
             "vllm_plan_table": vllm_plan_table,
             "vllm_plan_instances": vllm_plan_instances,
+            "vllm_plan_read": vllm_plan_read,
             "vllm_min_driver": vllm_min_driver,
         }

@@ -64,3 +64,43 @@ def test_every_fact_another_role_or_a_play_reads_is_in_the_setting_roles_spec():
     assert not missing, "facts that cross a role boundary without being in the setting role's spec:\n" + "\n".join(
         missing
     )
+
+
+def _role_calls():
+    """(file, role, entry point) of every include_role/import_role with tasks_from in the plays and the roles."""
+    for path in [*PLAYS, *sorted(ROOT.glob("roles/*/tasks/*.yml"))]:
+        data = yaml.safe_load(path.read_text())
+        if not isinstance(data, list):
+            continue  # a vars file
+        is_play = all(isinstance(p, dict) and ("hosts" in p or "ansible.builtin.import_playbook" in p) for p in data)
+        plays = data if is_play else [{"tasks": data}]  # a play file, or a task file
+        for play in plays:
+            for section in ("pre_tasks", "tasks", "post_tasks", "handlers"):
+                for task in _tasks(play.get(section)):
+                    for action in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+                        call = task.get(action)
+                        if isinstance(call, dict) and "tasks_from" in call:
+                            yield str(path.relative_to(ROOT)), call["name"], call["tasks_from"]
+
+
+def test_every_entry_point_entered_with_tasks_from_has_an_argument_spec():
+    calls = list(_role_calls())
+    assert len(calls) > 20
+    missing = [
+        f"{where}: {role} tasks_from {entry}"
+        for where, role, entry in calls
+        if entry
+        not in yaml.safe_load((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    ]
+    assert not missing, "entry points without an argument spec:\n" + "\n".join(missing)
+
+
+def test_site_yml_is_a_list_of_plays_of_roles():
+    """Each play of site.yml imports a playbook, lists roles, or calls one role's entry point: the work is in roles."""
+    for play in yaml.safe_load((ROOT / "site.yml").read_text()):
+        if "ansible.builtin.import_playbook" in play:
+            continue
+        tasks = [t for section in ("pre_tasks", "tasks", "post_tasks") for t in play.get(section) or []]
+        assert play.get("roles") or tasks, play["name"]
+        for task in tasks:
+            assert set(task) <= {"name", "ansible.builtin.import_role", "tags"}, (play["name"], task)

@@ -26,7 +26,7 @@ def test_filter_plugin_filters():
 
     filters = vllm_plan.FilterModule().filters()
     assert set(filters) == {"vllm_plan_host", "vllm_plan_hosts", "vllm_plan_table", "vllm_min_driver",
-                            "vllm_plan_instances"}
+                            "vllm_plan_instances", "vllm_plan_read"}
     assert filters["vllm_min_driver"]("0.33.0")["driver"] == "580.65.06"
     with pytest.raises(AnsibleFilterError, match="vllm_min_driver: vllm_version='latest'"):
         filters["vllm_min_driver"]("latest")
@@ -179,3 +179,24 @@ def test_ansibles_own_errors_pass_through_as_they_are(monkeypatch):
         vllm_plan.vllm_plan_host({"vllm_version": "0.33.0"}, "h1")
     with pytest.raises(AnsibleUndefinedVariable, match="lab_gateway"):
         vllm_plan.vllm_plan_instances({"h1": {}}, ["h1"])
+
+
+def test_readers_take_the_plan_this_run_made_and_plan_only_a_host_it_did_not():
+    """The gateways and Prometheus read each host's entry of its fact vllm_plan (made once per run by the vllm_plan
+    role, replaced on the host when its GPUs were detected); a host this run did not plan (a run limited to other
+    hosts) is planned from its settings, as plan.yml would."""
+    filters = load_filters()
+    settings = {"vllm_profile_name": "cpu-lab-tiny", "vllm_version": "0.32.0",
+                "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0}}
+    planned = filters.vllm_plan_hosts({"a": settings}, ["a"])
+    made = dict(planned["hosts"]["a"], instances=[{"name": "as-made", "port": 9100}])  # not what planning gives
+    hostvars = {"a": dict(settings, vllm_plan={"hosts": {"a": made}}), "b": dict(settings)}
+    read = filters.vllm_plan_read(hostvars, ["b", "a"])
+    assert list(read["hosts"]) == ["a", "b"] and read["hosts"]["a"] == made
+    assert read["hosts"]["b"] == filters.vllm_plan_hosts({"b": settings}, ["b"])["hosts"]["b"]
+    instances = filters.vllm_plan_instances(hostvars, ["a", "b"])
+    assert instances["a"] == [{"name": "as-made", "port": 9100}]
+    assert instances["b"] == read["hosts"]["b"]["instances"] and instances["b"][0]["name"] == "main"
+    # a fact that holds another host's plan only, or no instances, is not this host's entry
+    hostvars["b"]["vllm_plan"] = {"hosts": {"a": made}}
+    assert filters.vllm_plan_read(hostvars, ["b"])["hosts"]["b"] == read["hosts"]["b"]
