@@ -40,7 +40,7 @@ def run(extra):
         name, sep, counts = line.partition(" : ")
         if not sep:
             break
-        recap[name.strip()] = dict((k, int(v)) for k, v in (p.split("=") for p in counts.split()))
+        recap[name.strip()] = {k: int(v) for k, v in (p.split("=") for p in counts.split())}
     costs = [
         (m.group(1).strip(), float(m.group(2)))
         for m in map(COST.match, out.split("TASKS RECAP", 1)[-1].splitlines())

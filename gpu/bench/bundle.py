@@ -27,7 +27,7 @@ import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from parts import PART_BYTES, sha256, split  # noqa: E402  (gpu/bench/parts.py)
+from parts import PART_BYTES, sha256, split  # gpu/bench/parts.py
 
 BUNDLE = "bundle.tar.xz"
 SUMS = "SHA256SUMS"
@@ -174,9 +174,11 @@ def assemble(part_dirs: list[Path], sums_file: Path, to: Path) -> Path:
     if sha256(bundle) != sums[BUNDLE]:
         raise ValueError(f"the joined {BUNDLE} does not match {sums_file}")
     if shutil.which("xz"):
-        with subprocess.Popen(["xz", "-dc", "-T0", str(bundle)], stdout=subprocess.PIPE) as xz:
-            with tarfile.open(fileobj=xz.stdout, mode="r|") as tar:
-                tar.extractall(to, filter="data")
+        with (
+            subprocess.Popen(["xz", "-dc", "-T0", str(bundle)], stdout=subprocess.PIPE) as xz,
+            tarfile.open(fileobj=xz.stdout, mode="r|") as tar,
+        ):
+            tar.extractall(to, filter="data")
         if xz.returncode:
             raise ValueError(f"xz failed on {bundle} (exit {xz.returncode})")
     else:

@@ -28,6 +28,7 @@ plan.py with the project's renderer and planner, so nothing here decides an argu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -439,10 +440,8 @@ def gpu_used_mib() -> int | None:
 
 def stop(proc: subprocess.Popen, grace: float = 20.0) -> None:
     if proc.poll() is None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
         try:
             proc.wait(grace)
         except subprocess.TimeoutExpired:
@@ -647,7 +646,7 @@ class Runner:
             rec["returncode"] = proc.returncode
             rec["expected"] = bool(exp.get("expect_refusal")) and rec["status"] == "refused"
             return rec
-        status, metrics = http_get(base + "/metrics", 10)
+        _status, metrics = http_get(base + "/metrics", 10)
         (folder / "metrics_idle.txt").write_text(metrics, encoding="utf-8")
         rec["cache_config"] = cache_config(metrics)
         rec["log_lines"] = interesting_lines(text)
@@ -925,7 +924,7 @@ class Runner:
             log(f"experiment {exp['name']} ({self.left():.0f} s left)")
             try:
                 rec = self.run_experiment(exp)
-            except Exception as exc:  # keep going: one broken experiment must not lose the others
+            except Exception as exc:  # noqa: BLE001 - keep going: one broken experiment must not lose the others
                 rec = {"name": exp["name"], "status": "harness-error", "reason": repr(exc)}
             log(
                 f"  -> {rec['status']} {rec.get('reason', '')} start {rec.get('start_s')} s "

@@ -438,7 +438,10 @@ def build(host: dict = H200) -> dict:
             dict(derived),
             actions=[bench_load(64, 192)],
             est_s=140,
-            note="candidate: max_num_seqs and max_num_batched_tokens from the KV capacity and one typical prompt per step",
+            note=(
+                "candidate: max_num_seqs and max_num_batched_tokens from the KV capacity and one typical prompt "
+                "per step"
+            ),
         ),
         experiment(
             "cand-rtx4090-7b-prefill-seqs",
@@ -456,9 +459,9 @@ def build(host: dict = H200) -> dict:
     # those defaults. In priority order; optional: they run only when named (`--only`, RUN8).
     # est_s: run 6's starts (L40 defaults 116 s, the L40 profile 132 s, 4090 bf16 80-126 s, fp8 88-98 s, the
     # 4090 AWQ profile 108 s) plus run 7's loads by `vllm bench serve` (its import ~25 s, then the load).
-    # Since run 8 the L40 profile ships the derived setting; r8-l40-14b-awq-prefill keeps the tuning reference's 16,384 tokens
-    # and 128 sequences, shipped until then, and the candidate is derived from that setting's KV capacity as in the
-    # run, so the three run as they did.
+    # Since run 8 the L40 profile ships the derived setting; r8-l40-14b-awq-prefill keeps the tuning reference's
+    # 16,384 tokens and 128 sequences, shipped until then, and the candidate is derived from that setting's KV
+    # capacity as in the run, so the three run as they did.
     l40_guide = experiment(
         "r8-l40-14b-awq-prefill",
         "L40",
@@ -487,7 +490,10 @@ def build(host: dict = H200) -> dict:
             dict(l40_derived),
             actions=[bench_load(128, 256, est_s=85)],
             est_s=215,
-            note="candidate: max_num_seqs and max_num_batched_tokens from the KV capacity and one typical prompt per step",
+            note=(
+                "candidate: max_num_seqs and max_num_batched_tokens from the KV capacity and one typical prompt "
+                "per step"
+            ),
         ),
         experiment(
             "r8-default-rtx4090-7b",
@@ -522,7 +528,8 @@ def build(host: dict = H200) -> dict:
     )
     assert tuple(e["name"] for e in run8) == RUN8
     # Run 9 (2026-12-02): rtx4090-7b-prefix-heavy beside vLLM's defaults for the 4090 in one round, as run 8 planned
-    # (r8-rtx4090-7b-prefix-heavy did not fit there), then the planner-derived setting for it. Optional (`--only`, RUN9).
+    # (r8-rtx4090-7b-prefix-heavy did not fit there), then the planner-derived setting for it. Optional (`--only`,
+    # RUN9).
     heavy = experiment(
         "r9-rtx4090-7b-prefix-heavy",
         "RTX 4090",
@@ -550,7 +557,10 @@ def build(host: dict = H200) -> dict:
             dict(heavy_derived),
             actions=[bench_load(64, 192)],
             est_s=140,
-            note="candidate: max_num_seqs and max_num_batched_tokens from the KV capacity and one typical prompt per step",
+            note=(
+                "candidate: max_num_seqs and max_num_batched_tokens from the KV capacity and one typical prompt "
+                "per step"
+            ),
         ),
     )
     assert tuple(e["name"] for e in run9) == RUN9

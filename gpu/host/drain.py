@@ -36,7 +36,7 @@ def stream(url, model, max_tokens, rec):
                 choice = json.loads(line[6:])["choices"][0]
                 rec["tokens"] += 1
                 rec["finish_reason"] = choice.get("finish_reason") or rec["finish_reason"]
-    except Exception as exc:  # a cut stream is the finding, not a failure of this script
+    except Exception as exc:  # noqa: BLE001 - a cut stream is the finding, not a failure of this script
         rec["error"] = f"{type(exc).__name__}: {exc}"[:300]
     rec["t_end"] = time.time()
 

@@ -14,7 +14,8 @@ HERE = Path(__file__).resolve().parent
 @pytest.mark.parametrize("no_skips, rc", [("1", 1), ("", 0)])
 def test_a_skip_fails_the_run_only_where_every_test_must_run(tmp_path, no_skips, rc):
     (tmp_path / "test_one.py").write_text(
-        "import pytest\n\ndef test_runs():\n    pass\n\ndef test_needs_a_tool():\n    pytest.skip('the tool is missing')\n"
+        "import pytest\n\ndef test_runs():\n    pass\n\n"
+        "def test_needs_a_tool():\n    pytest.skip('the tool is missing')\n"
     )
     env = dict(os.environ, VLLM_FLEET_NO_SKIPS=no_skips, PYTHONPATH=str(HERE))
     out = subprocess.run(

@@ -53,7 +53,7 @@ def test_the_roles_reach_the_templates_folder_through_one_variable():
     seen = set()
     for defaults in sorted(ROOT.glob("roles/*/defaults/main.yml")):
         for name, value in (yaml.safe_load(defaults.read_text()) or {}).items():
-            if not isinstance(value, str) or "/../" not in value and not name.endswith("_template"):
+            if not isinstance(value, str) or ("/../" not in value and not name.endswith("_template")):
                 continue
             if name.endswith("templates_dir"):  # vllm_templates_dir, or a role's copy of it
                 assert value in (

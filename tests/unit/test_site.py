@@ -37,7 +37,7 @@ def test_the_canary_and_the_batches_follow_the_inventory_not_group_bys_order(tmp
     inventory = InventoryManager(loader=DataLoader(), sources=[str(source)])
     for name in ("node-5", "node-2", "node-6", "node-1", "node-3"):  # node-4 is unchanged: not in the group
         inventory.add_dynamic_group(Host(name), {"add_group": "vllm_nodes_to_roll_out", "parent_groups": ["all"]})
-    assert [h.name for h in inventory.groups["vllm_nodes_to_roll_out"].get_hosts()][0] == "node-5"
+    assert next(h.name for h in inventory.groups["vllm_nodes_to_roll_out"].get_hosts()) == "node-5"
 
     plays = plays_taking("vllm_nodes_to_roll_out")
     assert [play["name"] for play in plays] == ["Install and stage vLLM on new hosts", "Roll out vLLM host by host"]

@@ -162,7 +162,7 @@ class AlertReceiver(serving.LocalServer):
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 (http.server's name)
+            def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
                 for alert in body.get("alerts") or []:
                     starts = datetime.fromisoformat(alert["startsAt"]).timestamp()  # RFC 3339, Z or an offset

@@ -29,6 +29,7 @@ site.yml again, as an operator would, with the scenario's inventory:
 The tests run in file order (each builds on the one before); test_instances.py runs after them.
 """
 
+import itertools
 import json
 import shutil
 import subprocess
@@ -39,6 +40,7 @@ import pytest
 
 from lab import (
     CA,
+    ENV,
     GATEWAY,
     GATEWAY_HOST,
     HOSTS,
@@ -47,7 +49,6 @@ from lab import (
     OUTPUTS,
     REPORTS,
     ROOT,
-    ENV,
     AlertReceiver,
     args_of,
     gateway_state,
@@ -319,7 +320,7 @@ def test_good_change_goes_instance_by_instance_and_host_by_host(good_rollout):
     host's instances after the first host's (the canary batch is verified before the next batch starts)."""
     loop = good_rollout["loop"]
     windows = [restart_window(loop, target) for target in TARGETS]
-    for earlier, later in zip(windows, windows[1:]):
+    for earlier, later in itertools.pairwise(windows):
         assert later[0] >= earlier[1], (TARGETS, windows)
     # While an instance restarted, the loop against its host's other instance failed nothing.
     for host in HOSTS:

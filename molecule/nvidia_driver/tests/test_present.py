@@ -52,7 +52,7 @@ def test_standin_replays_the_capture_under_c_locale(host):
     )
     assert host.run(f"nvidia-smi {query}").rc == 3  # refuses to answer without LC_ALL=C
     out = host.check_output(f"LC_ALL=C nvidia-smi {query}")
-    assert (
-        out
-        == "0, GPU-00000000-0000-0000-0000-000000000000, NVIDIA H200, 143771, 0, 580.159.04, 9.0, 00000000:00:06.0, Enabled"
+    assert out == (
+        "0, GPU-00000000-0000-0000-0000-000000000000, NVIDIA H200, 143771, 0, 580.159.04, 9.0, 00000000:00:06.0, "
+        "Enabled"
     )

@@ -4,8 +4,9 @@ Converge ran site.yml on the whole topology of the example, real systemd hosts o
 rtx4090_nodes and one in l40_nodes (both in gpu_nodes and vllm_nodes), the gateway (vllm_gateways: HAProxy from the
 lab's package mirror) in front of them and the monitoring host (vllm_monitoring: Prometheus and Alertmanager). The
 vLLM hosts have the example's vllm_api_key (from its Vault variable); the gateway sends it to them, taken from
-them, and the rollout proved each instance with a tenant's request through the gateway. The driver role's detection, the re-plan with the detected card, the vllm role's
-install, model staging, unit and restart, and the verification all ran for real. Replaced, because the lab
+them, and the rollout proved each instance with a tenant's request through the gateway. The driver role's
+detection, the re-plan with the detected card, the vllm role's install, model staging, unit and restart, and the
+verification all ran for real. Replaced, because the lab
 cannot be them (molecule.yml's host_vars and prepare.yml):
 - the connection (root over SSH with the lab's key) and the mirror (`site_mirror_url`: the lab's mirror, which
   serves the models by id as the example's does; the OS packages of the gateway, the monitoring host and the

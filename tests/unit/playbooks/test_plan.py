@@ -9,7 +9,8 @@ import sys
 import pytest
 import yaml
 
-from conftest import L40, ROOT as _ROOT, RTX4090
+from conftest import L40, RTX4090
+from conftest import ROOT as _ROOT
 
 ROOT = str(_ROOT)
 

@@ -468,7 +468,7 @@ def _gateway_inventory(folder, vllm_hosts):
     from cryptography.x509.oid import NameOID
 
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gw-01.example.internal")])
     cert = (
         x509.CertificateBuilder()

@@ -67,7 +67,8 @@ FAKE_SYSTEMCTL = """#!/bin/sh
 unit=$(for a in "$@"; do :; done; echo "$a")
 case " $* " in *" --property=MainPID "*) cat "$FAKE_MAINPIDS/$unit" 2>/dev/null || echo 0; exit 0 ;; esac
 case "$unit" in
-  *crashloop*) printf 'LoadState=loaded\\nActiveState=activating\\nSubState=auto-restart\\nResult=exit-code\\nNRestarts=2\\n' ;;
+  *crashloop*) printf 'LoadState=loaded\\nActiveState=activating\\nSubState=auto-restart\\n'\\
+'Result=exit-code\\nNRestarts=2\\n' ;;
   *) printf 'LoadState=loaded\\nActiveState=active\\nSubState=running\\nResult=success\\nNRestarts=0\\n' ;;
 esac
 """

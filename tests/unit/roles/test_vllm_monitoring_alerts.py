@@ -14,9 +14,8 @@ import subprocess
 import pytest
 import yaml
 
-from vllm_fleet import metrics
-
 from conftest import ROOT, VLLM_FIXTURES
+from vllm_fleet import metrics
 
 RULES = ROOT / "roles" / "vllm_monitoring" / "files" / "vllm-alerts.yml"
 TESTS = ROOT / "tests" / "promtool" / "vllm-alerts.test.yml"

@@ -54,7 +54,9 @@ def render(tmp_path: Path) -> Path:
                         {
                             "name": "Rules",
                             "ansible.builtin.copy": {
-                                "content": "{{ _vllm_monitoring_rules | to_nice_yaml(indent=2, width=120, sort_keys=false) }}",
+                                "content": (
+                                    "{{ _vllm_monitoring_rules | to_nice_yaml(indent=2, width=120, sort_keys=false) }}"
+                                ),
                                 "dest": "{{ _vllm_monitoring_rules_path }}",
                                 "mode": "0644",
                             },

@@ -15,9 +15,8 @@ import subprocess
 import pytest
 import yaml
 
-from vllm_fleet import metrics
-
 from conftest import ROOT, VLLM_FIXTURES
+from vllm_fleet import metrics
 
 DASHBOARD = ROOT / "roles" / "vllm_monitoring" / "files" / "grafana-vllm-fleet.json"
 PROMTOOL = shutil.which("promtool")
@@ -79,10 +78,10 @@ def test_every_metric_a_panel_reads_is_one_the_release_defines(version):
     used = {name for _, expr in queries() for name in re.findall(r"vllm:[a-z_]+", expr)}
     assert len(used) >= 10, used
     for name in sorted(used):
-        for suffix, kind in (("_bucket", "histogram"), ("_total", "counter"), ("", "gauge")):
-            if name.endswith(suffix):
-                family = name[: len(name) - len(suffix)] if suffix else name
-                break
+        suffix, kind = next(
+            (s, k) for s, k in (("_bucket", "histogram"), ("_total", "counter"), ("", "gauge")) if name.endswith(s)
+        )
+        family = name[: len(name) - len(suffix)] if suffix else name
         if family in speculative:  # defined outside loggers.py: the required speculative families
             continue
         assert defined.get(family) == kind, f"{name}: {family} is not a {kind} of vLLM {version}"

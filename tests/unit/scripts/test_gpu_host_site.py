@@ -178,12 +178,12 @@ def test_args_with_and_without(tmp_path):
 
 def test_command_line_exit_codes(tmp_path):
     cli = [str(ROOT / "gpu" / "host" / "evidence.py")]
-    ok = subprocess.run(cli + ["restored", str(RUN_C / "site3.log"), RELEASE_2], capture_output=True, text=True)
+    ok = subprocess.run([*cli, "restored", str(RUN_C / "site3.log"), RELEASE_2], capture_output=True, text=True)
     assert ok.returncode == 0 and "restored vllm-0.26.0" in ok.stdout
-    missing = subprocess.run(cli + ["report", str(tmp_path), "gpu-host", "--ok"], capture_output=True, text=True)
+    missing = subprocess.run([*cli, "report", str(tmp_path), "gpu-host", "--ok"], capture_output=True, text=True)
     assert missing.returncode == 2
     shutil.copytree(RUN_C / "state" / "reports" / "site-2", tmp_path / "site-2")
     failed = subprocess.run(
-        cli + ["report", str(tmp_path / "site-2"), "gpu-host", "--failed"], capture_output=True, text=True
+        [*cli, "report", str(tmp_path / "site-2"), "gpu-host", "--failed"], capture_output=True, text=True
     )
     assert failed.returncode == 1 and "NOT AS NEEDED" in failed.stdout

@@ -13,8 +13,8 @@ import threading
 import time
 
 import pytest
-from conftest import LocalServer, fixture_text
 
+from conftest import LocalServer, fixture_text
 from vllm_fleet import bench
 
 
@@ -42,7 +42,8 @@ class StandIn(LocalServer):
                         "# TYPE vllm:num_preemptions_total counter\n"
                         f'vllm:num_preemptions_total{{engine="0",model_name="m"}} {me.preempt * me.requests}.0\n'
                         f'vllm:generation_tokens_total{{engine="0",model_name="m"}} {me.tokens}.0\n'
-                        f'vllm:request_success_total{{engine="0",finished_reason="length",model_name="m"}} {me.requests}.0\n'
+                        'vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} '
+                        f"{me.requests}.0\n"
                         '# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine="0"} 0.1\n'
                     ).encode()
                 self.send_response(200)

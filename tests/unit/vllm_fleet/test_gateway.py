@@ -9,9 +9,10 @@ mismatched pair, an expired certificate, encrypted keys and garbage."""
 import datetime
 import http.server
 import ipaddress
+import itertools
 import json
+import re
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -25,10 +26,10 @@ from conftest import FIXTURES, ROOT, LocalServer
 from vllm_fleet import gateway, planner, streamload
 
 sys.path.insert(0, str(ROOT / "plugins" / "filter"))
-import vllm_gateway as gateway_filters  # noqa: E402
-import vllm_plan as plan_filters  # noqa: E402
+import vllm_gateway as gateway_filters
+import vllm_plan as plan_filters
 
-NOW = datetime.datetime.now(datetime.timezone.utc)
+NOW = datetime.datetime.now(datetime.UTC)
 
 
 def name(common_name):
@@ -135,7 +136,8 @@ def test_good_settings_pass():
         ({"vllm_gateway_backend_api_key": SECRET}, "vllm_gateway_backend_api_key is set (value not shown)"),
         (
             {"ansible_host": "gw-01.example.internal"},
-            "vllm_gateway_source_address='gw-01.example.internal' (by default its ansible_host, else its name) is not an IP",
+            "vllm_gateway_source_address='gw-01.example.internal' (by default its ansible_host, else its name) "
+            "is not an IP",
         ),
     ],
 )
@@ -397,9 +399,9 @@ def test_the_backend_key_is_the_one_every_backend_host_shares(backends, key):
     [
         (
             {"gpu-1": SECRET, "gpu-2": None, "gpu-3": SECRET},
-            "gw1: its backend hosts do not share the one vllm_api_key the gateway sends them: gpu-1 has a vllm_api_key and "
-            "gpu-2 has none; 2 of 3 have a key, 1 different one(s) (no key is shown); fix: the one vllm_api_key of the group "
-            "vllm_nodes, in its group_vars, from Ansible Vault (none in a host's own vars)",
+            "gw1: its backend hosts do not share the one vllm_api_key the gateway sends them: gpu-1 has a "
+            "vllm_api_key and gpu-2 has none; 2 of 3 have a key, 1 different one(s) (no key is shown); fix: the one "
+            "vllm_api_key of the group vllm_nodes, in its group_vars, from Ansible Vault (none in a host's own vars)",
         ),
         ({"gpu-2": SECRET, "gpu-1": ""}, "gpu-2 has a vllm_api_key and gpu-1 has none"),
         (
@@ -434,7 +436,9 @@ def test_clients_include_the_monitoring_hosts_by_their_ansible_host():
         {"gw-a": {"ansible_host": "10.0.10.5"}}, [], "gpu-1", {"mon-1": {"ansible_host": "10.0.10.9"}, "10.0.10.8": {}}
     )
     assert got == {"ipv4": ["10.0.10.5/32", "10.0.10.8/32", "10.0.10.9/32"], "ipv6": []}
-    with pytest.raises(ValueError, match="gpu-1: the monitoring host mon-1's ansible_host has 'mon.example'"):
+    with pytest.raises(
+        ValueError, match=re.escape("gpu-1: the monitoring host mon-1's ansible_host has 'mon.example'")
+    ):
         gateway.clients({}, [], "gpu-1", {"mon-1": {"ansible_host": "mon.example"}})
 
 
@@ -698,4 +702,4 @@ def test_streamload_users_pause_between_answers():
             stream, concurrency=1, max_seconds=30, max_requests=3, stop_file=None, think_seconds=0.2
         )
     starts = [r["start"] for r in result["log"]]
-    assert result["ok"] == 3 and all(b - a >= 0.2 for a, b in zip(starts, starts[1:])), starts
+    assert result["ok"] == 3 and all(b - a >= 0.2 for a, b in itertools.pairwise(starts)), starts

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import VLLM_FIXTURES as FIX
+from conftest import fixture_text
 from vllm_fleet import metrics
 from vllm_fleet.metrics import MetricsParseError
-
-from conftest import VLLM_FIXTURES as FIX, fixture_text
 
 SHARED = Path("/work/shared/fixtures/vllm")
 CPU_IDLE = fixture_text("vllm", "0.32.0-cpu", "metrics_idle.txt")

@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from vllm_fleet import monitoring, planner
-
 from conftest import L40, ROOT
+from vllm_fleet import monitoring, planner
 
 RULES = yaml.safe_load((ROOT / "roles" / "vllm_monitoring" / "files" / "vllm-alerts.yml").read_text())
 
@@ -314,7 +313,7 @@ def test_a_control_or_format_character_in_a_string_of_the_configuration_is_refus
             key = list(v)[-1]  # the last one named
             return dict(v, **{key: spoil(v[key])})
         if isinstance(v, list):
-            return [spoil(v[0])] + v[1:]
+            return [spoil(v[0]), *v[1:]]
         return v[:2] + character + v[2:]
 
     errors = monitoring.check("mon", settings(**{setting: spoil(value)}))

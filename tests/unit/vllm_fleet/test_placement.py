@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_fleet import placement, planner, service_levels
-
 from conftest import L40, RTX4090
+from vllm_fleet import placement, planner, service_levels
 
 GUIDE_LOAD = {"vllm_typical_prompt_tokens": 1024, "vllm_typical_output_tokens": 512}
 
@@ -75,7 +74,7 @@ def test_four_l40s_run_one_14b_instance_per_card():
     ]
     # Each sees its own card only, by UUID; its unit may open its own device node (the minor, not the index).
     assert instances[1]["environment"] == {"CUDA_VISIBLE_DEVICES": "GPU-5f1c9e2a-7b3d-4e8f-9a0b-000000000001"}
-    assert instances[1]["devices"] == list(placement.CONTROL_DEVICES) + ["/dev/nvidia2"]
+    assert instances[1]["devices"] == [*placement.CONTROL_DEVICES, "/dev/nvidia2"]
     # Beside its card: the CPUs and memory of its NUMA node.
     assert (instances[0]["numa_node"], instances[0]["cpus"]) == (0, "0-15,64-79")
     assert (instances[3]["numa_node"], instances[3]["cpus"]) == (1, "16-31,80-95")
@@ -235,7 +234,7 @@ def test_one_masked_or_repeated_uuid_makes_the_whole_host_count_by_pci_order():
         ["GPU-5f1c9e2a-7b3d-4e8f-9a0b-000000000000"] * 2,
     ):
         gpu = detected(2)
-        for card, uuid in zip(gpu["cards"], uuids):
+        for card, uuid in zip(gpu["cards"], uuids, strict=True):
             card["uuid"] = uuid
         entry = plan("l40x4-14b-per-gpu", gpu)
         assert [i["environment"] for i in entry["instances"]] == [

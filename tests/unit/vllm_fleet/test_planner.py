@@ -1,5 +1,5 @@
-"""planner: hand-computed capacity of the tuning reference's models, the H200 calibration point, the checks and the rules.
-The filter plugin is tested in tests/unit/plugins/filter/test_vllm_plan.py, playbooks/plan.yml in
+"""planner: hand-computed capacity of the tuning reference's models, the H200 calibration point, the checks and the
+rules. The filter plugin is tested in tests/unit/plugins/filter/test_vllm_plan.py, playbooks/plan.yml in
 tests/unit/playbooks/test_plan.py."""
 
 import json
@@ -489,7 +489,7 @@ def test_plan_json_contract():
     lines = planner.table(result)
     assert lines[0].split()[:3] == ["host", "profile", "vllm"]
     assert any(line.startswith("b ") and "149,888" in line for line in lines)
-    assert any(line.startswith("ERROR h1") or line.startswith("ERROR a: ") for line in lines)
+    assert any(line.startswith(("ERROR h1", "ERROR a: ")) for line in lines)
 
 
 def test_a_large_fleets_table_starts_with_a_summary_and_groups_alike_hosts():
@@ -571,8 +571,8 @@ def test_fp8_kv_on_ada_that_buys_no_capacity_is_flagged():
 
 
 def test_ada_is_told_by_the_detected_compute_capability_before_the_name():
-    """The nvidia_driver role publishes the detected compute capability (the plan maps it into vllm_gpu); the Ada rule reads it, and
-    falls back to the card's name only for a vllm_gpu without one (a group's assumption)."""
+    """The nvidia_driver role publishes the detected compute capability (the plan maps it into vllm_gpu); the Ada rule
+    reads it, and falls back to the card's name only for a vllm_gpu without one (a group's assumption)."""
     fp8 = {"kv_cache_dtype": "fp8", "calculate_kv_scales": True}
     load = {"vllm_typical_prompt_tokens": 1024, "vllm_typical_output_tokens": 512}
 

@@ -8,12 +8,10 @@ import subprocess
 import sys
 
 import pytest
+from packaging.version import Version
 
-from packaging.version import Version  # noqa: E402
-
-from vllm_fleet import profiles, render  # noqa: E402
-
-from conftest import ROOT, VLLM_FIXTURES  # noqa: E402
+from conftest import ROOT, VLLM_FIXTURES
+from vllm_fleet import profiles, render
 
 FIXTURES = str(VLLM_FIXTURES)
 HELP = {"0.32.0": "0.32.0-cpu/serve_help_all.txt", "0.33.0": "0.33.0/serve_help_all.txt"}
@@ -289,7 +287,7 @@ def test_serve_options_are_generated_from_the_captures():
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for version in HELP:
-        assert render.serve_options()[render.Version(version)] == {o for o in help_options(version)}
+        assert render.serve_options()[render.Version(version)] == set(help_options(version))
 
 
 def test_extra_args_must_be_a_dict():

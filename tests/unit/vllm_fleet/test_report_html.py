@@ -39,7 +39,8 @@ WINDOW = {
 
 
 def _report():
-    run = _fragments() + [
+    run = [
+        *_fragments(),
         fragments.fragment("lab-1", "benchmark", BENCHMARK, recorded_at="2026-11-29T10:06:00Z"),
         fragments.fragment("lab-2", "diagnose", WINDOW, recorded_at="2026-11-29T10:07:00Z"),
     ]

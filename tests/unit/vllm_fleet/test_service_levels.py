@@ -9,7 +9,6 @@ from conftest import H200, L40, RTX4090
 from test_planner import plan
 from vllm_fleet import planner, service_levels
 
-
 RUN7 = {"gpu_memory_utilization": 0.15718664}  # the 4090's budget on the H200 (docs/gpu-results.md, run 7)
 
 
@@ -75,8 +74,8 @@ def test_the_plan_table_shows_the_guide_targets_missed_apart_from_the_warnings()
 
 
 def test_guide_target_met_gives_no_warning():
-    # a card with ten times the 4090's compute and bandwidth (named as the 4090, so the tuning reference's target applies)
-    # and the derived scheduler settings of run 7 (one typical prompt per step)
+    # a card with ten times the 4090's compute and bandwidth (named as the 4090, so the tuning reference's target
+    # applies) and the derived scheduler settings of run 7 (one typical prompt per step)
     fast = dict(RTX4090, bandwidth_gb_s=10080, bf16_tflops=1652)
     levels = plan(
         "rtx4090-7b-prefill",

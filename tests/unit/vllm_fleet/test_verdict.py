@@ -13,9 +13,8 @@ import re
 
 import pytest
 
-from vllm_fleet import verdict
-
 from conftest import ROOT, fixture_json, fixture_text, load_source
+from vllm_fleet import verdict
 
 vllm_unit = load_source("vllm_unit", ROOT / "plugins" / "module_utils" / "vllm_unit.py")
 SHOW = "LoadState=loaded\nActiveState={a}\nSubState={s}\nResult={r}\nNRestarts={n}\n"
@@ -137,19 +136,19 @@ def _after(active="active", sub="running", result="success", n=0):
 @pytest.mark.parametrize(
     "after,error",
     [
-        (dict(n=0), None),
+        ({"n": 0}, None),
         (
-            dict(n=1),
+            {"n": 1},
             "crashed after start: vllm@main.service answered /health, then exited and was restarted 1 time(s) "
             "during the probes (Result=success); see its journal",
         ),
         (
-            dict(active="activating", sub="auto-restart", n=0),
+            {"active": "activating", "sub": "auto-restart", "n": 0},
             "crashed after start: vllm@main.service answered /health, then exited and was restarted 1 time(s) "
             "during the probes (Result=success); see its journal",
         ),
         (
-            dict(active="inactive", sub="dead", n=0),
+            {"active": "inactive", "sub": "dead", "n": 0},
             "crashed after start: vllm@main.service answered /health, then stopped (inactive/dead, Result=success)",
         ),
     ],
@@ -234,7 +233,7 @@ def test_metrics_unreachable_or_not_prometheus():
 
 
 def test_a_missing_family_in_the_real_page_fails_the_host():
-    text = "".join(l for l in AFTER.splitlines(keepends=True) if not l.startswith("vllm:kv_cache_usage_perc{"))
+    text = "".join(line for line in AFTER.splitlines(keepends=True) if not line.startswith("vllm:kv_cache_usage_perc{"))
     entry = verdict.host_entry("h", probes(metrics_after=ok(content=text)), expect())
     assert entry["ok"] is False
     # Only its sample is gone (HELP and TYPE stay): declared but empty is as bad as missing.
@@ -285,7 +284,7 @@ def test_without_profile_facts_the_readback_is_skipped_visibly():
 
 
 def test_speculation_in_the_plan_requires_the_spec_families():
-    plan = dict(PLAN_ENTRY, instances=[{"name": "main", "args": ARGS + ["--speculative-config", '{"method":"ngram"}']}])
+    plan = dict(PLAN_ENTRY, instances=[{"name": "main", "args": [*ARGS, "--speculative-config", '{"method":"ngram"}']}])
     entry = verdict.host_entry("h", probes(), expect(plan=plan))
     assert entry["profile"]["speculative"] is True
     assert len(entry["errors"]) == 3 and all("spec_decode" in e for e in entry["errors"])
@@ -414,10 +413,10 @@ def test_every_managed_flag_is_read_back_not_only_the_cache_keys():
 
 
 def test_a_secret_flag_on_the_command_line_is_named_never_shown():
-    drifts = verdict.command_line_drift(PLANNED, PLANNED + ["--api-key", "s3cret-value"])
+    drifts = verdict.command_line_drift(PLANNED, [*PLANNED, "--api-key", "s3cret-value"])
     assert drifts == ["--api-key (value not shown) runs but is not in what was deployed"]
     assert "s3cret" not in json.dumps(
-        verdict.host_entry("lab-1", probes(cmdline=cmdline(ARGS + ["--api-key=s3cret-value"])), expect())
+        verdict.host_entry("lab-1", probes(cmdline=cmdline([*ARGS, "--api-key=s3cret-value"])), expect())
     )
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_modules import GPU, METRICS_026, ROOT, bundle, harness, load as _load, plan_mod
+from gpu_modules import GPU, METRICS_026, ROOT, bundle, harness, plan_mod
+from gpu_modules import load as _load
 
 
 def test_tokenizer_covers_every_id_and_round_trips():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_modules import GPU, ROOT, bundle, plan_mod, profiles, service_levels
+from gpu_modules import GPU, ROOT, plan_mod, profiles, service_levels
 
 
 def test_emulated_utilization_gives_the_card_budget():
@@ -123,8 +123,8 @@ def test_run8_plan_derives_its_candidates_in_the_planner():
 
 def test_run9_plan_derives_its_candidate_in_the_planner():
     """Run 9's experiments: vLLM's defaults for the 4090, the shipped rtx4090-7b-prefix-heavy and the setting
-    service_levels.derived_batching makes of its KV capacity, each loaded by `vllm bench serve` with the 4090's load; the
-    committed run ran the arguments the plan has today."""
+    service_levels.derived_batching makes of its KV capacity, each loaded by `vllm bench serve` with the 4090's load;
+    the committed run ran the arguments the plan has today."""
     plan = plan_mod.build()
     exps = {e["name"]: e for e in plan["experiments"]}
     assert all(exps[n].get("optional") for n in plan_mod.RUN9)

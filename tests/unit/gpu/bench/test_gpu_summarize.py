@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from gpu_modules import ROOT, load as _load, plan_mod
+from gpu_modules import ROOT, plan_mod
+from gpu_modules import load as _load
 
 GPU_RUNS = ROOT / "results" / "gpu"
 # Runs 1 to 5 (2026-11-29) are superseded by runs 6 to 9 (docs/gpu-results.md); their raw results are in the
@@ -57,7 +58,7 @@ def test_every_run_is_current_or_superseded():
 def test_summary_of_the_committed_gpu_results():
     """results/gpu/2026-11-29-run2-ada-emulation: all nine experiments of the plan under an emulation of the cards'
     memory and of Ada's kernel choice."""
-    summarize, plan, summary = superseded_run("2026-11-29-run2-ada-emulation")
+    summarize, _plan, summary = superseded_run("2026-11-29-run2-ada-emulation")
     rows = {r["experiment"]: r for r in summary["fidelity"]}
     assert len(rows) == 8 and all(abs(r["error_budget_pct"]) < 5 for r in rows.values())
     assert rows["fid-rtx4090-7b-decode"]["engine_kv_tokens"] == 148_736
@@ -75,7 +76,7 @@ def test_summary_of_the_committed_gpu_results():
 def test_summary_of_run_3():
     """results/gpu/2026-11-29-run3-l40-comparison: the L40 pair in one run (goal met), the same KV sizes as the second
     run, and the bf16 4090 start that the old 300 s bound cut off, its KV size read from the start-up log."""
-    summarize, plan, summary = superseded_run("2026-11-29-run3-l40-comparison")
+    _summarize, _plan, summary = superseded_run("2026-11-29-run3-l40-comparison")
     rows = {r["experiment"]: r for r in summary["fidelity"]}
     assert all(abs(r["error_budget_pct"]) < 5 and abs(r["error_card_pct"]) < 5 for r in rows.values())
     second = {
@@ -99,9 +100,10 @@ def test_summary_of_run_3():
 
 
 def test_summary_of_run_4():
-    """results/gpu/2026-11-29-run4-rtx4090-bf16: the 4090 with a bf16 KV cache (now the shipped rtx4090-7b-prefill) against
-    vLLM's defaults and against the tuning reference's fp8 cache, in one run with one tool; the JIT cache kept between starts."""
-    summarize, plan, summary = superseded_run("2026-11-29-run4-rtx4090-bf16")
+    """results/gpu/2026-11-29-run4-rtx4090-bf16: the 4090 with a bf16 KV cache (now the shipped rtx4090-7b-prefill)
+    against vLLM's defaults and against the tuning reference's fp8 cache, in one run with one tool; the JIT cache kept
+    between starts."""
+    _summarize, _plan, summary = superseded_run("2026-11-29-run4-rtx4090-bf16")
     verdicts = {c["tuned"]: c["verdict"] for c in summary["comparisons"] if c["card"] == "RTX 4090"}
     assert verdicts == {"cand-rtx4090-7b-prefill-kv-auto": "goal met", "fid-rtx4090-7b-prefill": "goal not met"}
     rows = {r["experiment"]: r for r in summary["fidelity"]}
@@ -141,9 +143,9 @@ def test_summary_of_run_4():
 def test_the_carried_jit_cache_was_taken_by_the_driver():
     """results/gpu/2026-11-29-run5-jit-cache: a fresh machine, run 4's JIT cache unpacked by the harness before
     the start of vLLM's bf16 4090 defaults. The driver compiled nothing (the cache did not grow) and the FULL CUDA
-    graphs took 4 s, against 139 s when it compiled (run 4, its fourth start). The start ran past the 110 s bound that the
-    run's time left allowed, after sizing its cache (start-up log)."""
-    summarize, plan, summary = superseded_run("2026-11-29-run5-jit-cache")
+    graphs took 4 s, against 139 s when it compiled (run 4, its fourth start). The start ran past the 110 s bound that
+    the run's time left allowed, after sizing its cache (start-up log)."""
+    _summarize, _plan, summary = superseded_run("2026-11-29-run5-jit-cache")
     (restored,) = summary["jit_cache"]
     assert restored["round"] == 1 and restored["restored"] and restored["mib"] == 123.9
     (row,) = summary["fidelity"]
@@ -177,9 +179,9 @@ def test_graph_captures_and_jit_cache_read_from_the_logs_and_rounds():
 
 def test_summary_of_run_6():
     """results/gpu/2026-11-29-run6-whole-plan: the whole plan rerun in one run on a fresh machine with the carried JIT
-    cache. Every shipped profile vLLM accepts sized its cache within 5% of the planner at its first start; both cards'
-    shipped profiles met the goal against vLLM's defaults; the tuning reference's decode profile was refused by vLLM and by the
-    planner; the verification passed and the wrong expectation failed."""
+    cache. Every shipped profile vLLM accepts sized its cache within 5% of the planner at its first start; both
+    cards' shipped profiles met the goal against vLLM's defaults; the tuning reference's decode profile was refused
+    by vLLM and by the planner; the verification passed and the wrong expectation failed."""
     summarize, folder, plan, summary = committed_run("2026-11-29-run6-whole-plan")
     results = summarize.load_results(folder)
     assert summary["vllm_version"] == "0.26.0"
@@ -224,7 +226,7 @@ def test_summary_of_run_6():
 
 def test_summary_of_run_1_is_kept():
     """Run 1 (FlashAttention 3, before the planner's rework): its summary stays readable beside its own plan."""
-    summarize, plan, summary = superseded_run("2026-11-29-run1-hopper-kernels")
+    summarize, _plan, summary = superseded_run("2026-11-29-run1-hopper-kernels")
     assert "| fid-rtx4090-7b-decode |" in summarize.tables(summary)
     assert {r["experiment"]: r["engine_kv_tokens"] for r in summary["fidelity"]}["fid-rtx4090-7b-decode"] == 145_776
 
@@ -232,7 +234,7 @@ def test_summary_of_run_1_is_kept():
 def test_side_by_side_of_run7():
     """results/gpu/2026-12-01-run7-rtx4090-side-by-side: each configuration against the defaults of the same run on
     issue #23's five figures; none is no worse on all five."""
-    summarize, folder, plan, summary = committed_run("2026-12-01-run7-rtx4090-side-by-side")
+    summarize, _folder, _plan, summary = committed_run("2026-12-01-run7-rtx4090-side-by-side")
     rows = {r["experiment"]: r for r in summary["side_by_side"]}
     assert rows["r7-default-rtx4090-7b"]["is_defaults"] and rows["r7-default-rtx4090-7b"]["kv_cache_tokens"] == 120_160
     assert rows["r7-rtx4090-7b-prefill"]["gives_up"] == ["median TTFT"]
@@ -244,10 +246,10 @@ def test_side_by_side_of_run7():
 
 
 def test_summary_of_run8():
-    """results/gpu/2026-12-02-run8-side-by-side: the L40's three settings, the 4090's fourth candidate and the AWQ profile,
-    each beside vLLM's defaults of the same card and model in the same run; no setting is no worse on all five
-    figures, the derived L40 setting gives up one (p99 TTFT, the burst at t=0)."""
-    summarize, folder, plan, summary = committed_run("2026-12-02-run8-side-by-side")
+    """results/gpu/2026-12-02-run8-side-by-side: the L40's three settings, the 4090's fourth candidate and the AWQ
+    profile, each beside vLLM's defaults of the same card and model in the same run; no setting is no worse on all
+    five figures, the derived L40 setting gives up one (p99 TTFT, the burst at t=0)."""
+    _summarize, _folder, _plan, summary = committed_run("2026-12-02-run8-side-by-side")
     rows = {r["experiment"]: r for r in summary["side_by_side"]}
     assert set(rows) == set(plan_mod.RUN8) - {"r8-rtx4090-7b-prefix-heavy"}
     assert [n["experiment"] for n in summary["not_run"]] == ["r8-rtx4090-7b-prefix-heavy"]
@@ -276,7 +278,7 @@ def test_summary_of_run9():
     """results/gpu/2026-12-02-run9-rtx4090-prefix-heavy: rtx4090-7b-prefix-heavy beside vLLM's defaults in one round; on
     the reference's random prompts it gives up four of the five figures (it keeps the mean ITL); the derived
     candidate did not fit in the round."""
-    summarize, folder, plan, summary = committed_run("2026-12-02-run9-rtx4090-prefix-heavy")
+    _summarize, _folder, _plan, summary = committed_run("2026-12-02-run9-rtx4090-prefix-heavy")
     rows = {r["experiment"]: r for r in summary["side_by_side"]}
     assert set(rows) == {"r9-default-rtx4090-7b", "r9-rtx4090-7b-prefix-heavy"}
     assert [n["experiment"] for n in summary["not_run"]] == ["cand-rtx4090-7b-prefix-heavy-derived"]

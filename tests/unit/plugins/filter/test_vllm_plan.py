@@ -1,12 +1,14 @@
 """plugins/filter/vllm_plan.py: the planning filters over vllm_fleet.planner (the filters a role uses, their
 errors naming the bad value, the vllm role's defaults filled in, the detected GPUs mapped onto vllm_gpu)."""
+
 import os
 import sys
 
 import pytest
 import yaml
 
-from conftest import L40, ROOT as _ROOT, RTX4090
+from conftest import L40, RTX4090
+from conftest import ROOT as _ROOT
 from vllm_fleet import planner
 
 ROOT = str(_ROOT)
@@ -25,14 +27,26 @@ def test_filter_plugin_filters():
     from ansible.errors import AnsibleFilterError
 
     filters = vllm_plan.FilterModule().filters()
-    assert set(filters) == {"vllm_plan_host", "vllm_plan_hosts", "vllm_plan_table", "vllm_min_driver",
-                            "vllm_plan_instances", "vllm_plan_read"}
+    assert set(filters) == {
+        "vllm_plan_host",
+        "vllm_plan_hosts",
+        "vllm_plan_table",
+        "vllm_min_driver",
+        "vllm_plan_instances",
+        "vllm_plan_read",
+    }
     assert filters["vllm_min_driver"]("0.33.0")["driver"] == "580.65.06"
     with pytest.raises(AnsibleFilterError, match="vllm_min_driver: vllm_version='latest'"):
         filters["vllm_min_driver"]("latest")
-    hostvars = {"a": {"vllm_profile_name": "rtx4090-7b-decode", "vllm_gpu": RTX4090, "vllm_version": "0.33.0",
-                      "ansible_host": "10.0.0.1"},
-                "b": {"vllm_profile_name": "l40-14b-awq-prefill", "vllm_gpu": L40, "vllm_version": "0.32.0"}}
+    hostvars = {
+        "a": {
+            "vllm_profile_name": "rtx4090-7b-decode",
+            "vllm_gpu": RTX4090,
+            "vllm_version": "0.33.0",
+            "ansible_host": "10.0.0.1",
+        },
+        "b": {"vllm_profile_name": "l40-14b-awq-prefill", "vllm_gpu": L40, "vllm_version": "0.32.0"},
+    }
     whole = filters["vllm_plan_hosts"](hostvars, ["b", "a"], 512, 256)
     assert list(whole["hosts"]) == ["a", "b"] and whole["hosts"]["a"]["capacity"]["kv_cache_tokens"] == 149_888
     with pytest.raises(AnsibleFilterError, match=r"vllm_plan_hosts: host 'c' is not in hostvars"):
@@ -50,7 +64,9 @@ def test_filter_plugin_filters():
     assert entry["profile_effective"]["max_num_seqs"] == 32
     assert entry["instances"][0]["args"][entry["instances"][0]["args"].index("--max-num-seqs") + 1] == "32"
     assert {d["flag"] for d in entry["dropped"]} == {"--swap-space", "--calculate-kv-scales"}
-    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_host: expected a mapping of the host's variables, got str"):
+    with pytest.raises(
+        AnsibleFilterError, match=r"vllm_plan_host: expected a mapping of the host's variables, got str"
+    ):
         filters["vllm_plan_host"]("x", "h1")
     with pytest.raises(AnsibleFilterError, match=r"vllm_plan_table: expected plan.json's"):
         filters["vllm_plan_table"]([])
@@ -66,8 +82,13 @@ def test_the_filter_fills_what_the_inventory_leaves_from_the_vllm_roles_defaults
     for role in ("vllm_defaults", "vllm"):  # the fleet's shared defaults' one home, and the vllm role's own
         with open(os.path.join(ROOT, "roles", role, "defaults", "main.yml")) as handle:
             defaults.update(yaml.safe_load(handle))
-    hostvars = {"h1": {"vllm_profile_name": "cpu-lab-tiny", "vllm_version": "0.32.0",
-                       "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0}}}
+    hostvars = {
+        "h1": {
+            "vllm_profile_name": "cpu-lab-tiny",
+            "vllm_version": "0.32.0",
+            "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0},
+        }
+    }
     entry = filters.vllm_plan_hosts(hostvars, ["h1"])["hosts"]["h1"]
     args = entry["instances"][0]["args"]
     assert args[0] == "%s/models/lab--tiny-qwen2" % defaults["vllm_state_dir"]
@@ -81,8 +102,16 @@ def test_detected_gpus_replace_the_groups_assumption_with_its_bandwidth_for_the_
     """The nvidia_driver role publishes nvidia_driver_gpus; the plan sizes the host with them: the detected name,
     count, smallest memory and compute capability, the group's bandwidth when the group names the same card (by
     nvidia-smi name or catalog model), else the catalog's, else the group's, else 0."""
-    l40s = {"model": "L40", "name": "NVIDIA L40", "count": 4, "memory_mib": 46068, "compute_cap": "8.9",
-            "bandwidth_gb_s": 864, "driver_version": "580.159.04", "uuids": []}
+    l40s = {
+        "model": "L40",
+        "name": "NVIDIA L40",
+        "count": 4,
+        "memory_mib": 46068,
+        "compute_cap": "8.9",
+        "bandwidth_gb_s": 864,
+        "driver_version": "580.159.04",
+        "uuids": [],
+    }
     wanted = {"name": "NVIDIA L40", "memory_mib": 46068, "count": 4, "compute_cap": "8.9"}
     assert planner.detected_gpu(dict(L40, bandwidth_gb_s=900), l40s) == dict(wanted, bandwidth_gb_s=900)
     assert planner.detected_gpu({"name": "L40", "bandwidth_gb_s": 850}, l40s) == dict(wanted, bandwidth_gb_s=850)
@@ -99,8 +128,10 @@ def test_detected_gpus_replace_the_groups_assumption_with_its_bandwidth_for_the_
     detected = filters["vllm_plan_host"](dict(host, nvidia_driver_gpus=dict(l40s, count=1)), "a")
     assert assumed["gpu"] == {"name": "NVIDIA GeForce RTX 4090", "count": 1, "memory_mib": 24564}
     assert detected["gpu"] == {"name": "NVIDIA L40", "count": 1, "memory_mib": 46068, "compute_cap": "8.9"}
-    assert detected["capacity"] == filters["vllm_plan_host"](dict(host, vllm_gpu=dict(L40, compute_cap="8.9")),
-                                                             "a")["capacity"]
+    assert (
+        detected["capacity"]
+        == filters["vllm_plan_host"](dict(host, vllm_gpu=dict(L40, compute_cap="8.9")), "a")["capacity"]
+    )
 
 
 BAD_HOSTS = {
@@ -156,7 +187,7 @@ def test_the_table_and_the_host_lists_refuse_what_they_cannot_read_with_a_filter
     vllm_plan = load_filters()
     from ansible.errors import AnsibleFilterError
 
-    with pytest.raises(AnsibleFilterError, match="vllm_plan_table: plan.json's host entries are not plan entries"):
+    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_table: plan\.json's host entries are not plan entries"):
         vllm_plan.vllm_plan_table({"hosts": {"h1": {"errors": []}}})
     with pytest.raises(AnsibleFilterError, match=r"vllm_plan_hosts: expected hostvars \(a mapping"):
         vllm_plan.vllm_plan_hosts(["h1"], ["h1"])
@@ -186,8 +217,11 @@ def test_readers_take_the_plan_this_run_made_and_plan_only_a_host_it_did_not():
     role, replaced on the host when its GPUs were detected); a host this run did not plan (a run limited to other
     hosts) is planned from its settings, as plan.yml would."""
     filters = load_filters()
-    settings = {"vllm_profile_name": "cpu-lab-tiny", "vllm_version": "0.32.0",
-                "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0}}
+    settings = {
+        "vllm_profile_name": "cpu-lab-tiny",
+        "vllm_version": "0.32.0",
+        "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0},
+    }
     planned = filters.vllm_plan_hosts({"a": settings}, ["a"])
     made = dict(planned["hosts"]["a"], instances=[{"name": "as-made", "port": 9100}])  # not what planning gives
     hostvars = {"a": dict(settings, vllm_plan={"hosts": {"a": made}}), "b": dict(settings)}

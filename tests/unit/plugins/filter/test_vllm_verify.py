@@ -3,7 +3,6 @@ answers and /metrics pages (tests/unit/fixtures/vllm/), and AnsibleFilterError n
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess

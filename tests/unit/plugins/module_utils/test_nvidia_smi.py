@@ -5,12 +5,15 @@ Real outputs: tests/unit/fixtures/gpu/h200/ (verbatim copies of ../shared/fixtur
 Constructed outputs in the same format: rtx4090/, l40/, errors/ (see fixtures/gpu/README.md).
 """
 
+import re
 import sys
 
 import pytest
 import yaml
 
-from conftest import GPU_FIXTURES as FIXTURES, ROOT as REPO, load_source
+from conftest import GPU_FIXTURES as FIXTURES
+from conftest import ROOT as REPO
+from conftest import load_source
 
 SHARED_H200 = REPO / ".." / "shared" / "fixtures" / "gpu" / "h200"
 ROLE = REPO / "roles" / "nvidia_driver"
@@ -135,7 +138,7 @@ def test_wrong_field_count_names_the_line():
 
 
 def test_non_numeric_memory_is_an_error():
-    with pytest.raises(nvidia_smi.NvidiaSmiParseError, match="memory.total is not a number"):
+    with pytest.raises(nvidia_smi.NvidiaSmiParseError, match=re.escape("memory.total is not a number")):
         nvidia_smi.parse_gpus("0, GPU-1, NVIDIA L40, lots, 0, 580.95.05, 8.9, 00000000:17:00.0, Enabled\n")
 
 

@@ -3,7 +3,8 @@ fixtures (no GPU here; the module ran against a real H200's nvidia-smi: results/
 
 import pytest
 
-from conftest import GPU_FIXTURES as FIXTURES, run_module
+from conftest import GPU_FIXTURES as FIXTURES
+from conftest import run_module
 
 
 def _standin(tmp_path, body):
