@@ -34,6 +34,26 @@ def test_every_default_is_specified_with_the_same_default(role):
 
 
 @pytest.mark.parametrize("role", ROLES)
+def test_a_shared_default_mirrored_in_a_spec_is_its_homes_value(role):
+    """A role's spec may show a default whose one home is roles/vllm_defaults (for its page); it must be that
+    home's value, and the role must depend on vllm_defaults to get it."""
+    shared, _ = _load("vllm_defaults")
+    defaults, specs = _load(role)
+    mirrored = [
+        (entry, name, option["default"])
+        for entry, spec in specs.items()
+        for name, option in (spec.get("options") or {}).items()
+        if name in shared and name not in defaults and "default" in option
+    ]
+    for entry, name, value in mirrored:
+        assert value == shared[name], f"{role}/{entry}: {name} shows {value!r}; its home says {shared[name]!r}"
+    assert mirrored or role != "vllm"  # the vllm role's page shows vllm_port, vllm_instance...: the test sees them
+    if mirrored:
+        deps = yaml.safe_load((ROOT / "roles" / role / "meta" / "main.yml").read_text())["dependencies"]
+        assert {"role": "vllm_defaults"} in deps, f"{role} shows vllm_defaults' values but does not depend on it"
+
+
+@pytest.mark.parametrize("role", ROLES)
 def test_every_specified_option_has_a_default_or_says_it_comes_from_the_inventory(role):
     defaults, specs = _load(role)
     for entry, spec in specs.items():
