@@ -34,6 +34,7 @@ def test_filter_plugin_filters():
         "vllm_min_driver",
         "vllm_plan_instances",
         "vllm_plan_read",
+        "vllm_plan_for_version",
     }
     assert filters["vllm_min_driver"]("0.33.0")["driver"] == "580.65.06"
     with pytest.raises(AnsibleFilterError, match="vllm_min_driver: vllm_version='latest'"):
@@ -64,6 +65,13 @@ def test_filter_plugin_filters():
     assert entry["profile_effective"]["max_num_seqs"] == 32
     assert entry["instances"][0]["args"][entry["instances"][0]["args"].index("--max-num-seqs") + 1] == "32"
     assert {d["flag"] for d in entry["dropped"]} == {"--swap-space", "--calculate-kv-scales"}
+    # The plan had the host run another release (the upgrade gate's prediction for the one before), its local
+    # label dropped; the host's own variables are read, not changed.
+    older = filters["vllm_plan_for_version"](hostvars["a"], "a", "0.32.0+cpu")
+    assert (older["vllm_version"], entry["vllm_version"]) == ("0.32.0", "0.33.0") and not older["errors"]
+    assert hostvars["a"]["vllm_version"] == "0.33.0"
+    with pytest.raises(AnsibleFilterError, match=r"vllm_plan_for_version: expected a vLLM version such as '0.32.0'"):
+        filters["vllm_plan_for_version"](hostvars["a"], "a", "")
     with pytest.raises(
         AnsibleFilterError, match=r"vllm_plan_host: expected a mapping of the host's variables, got str"
     ):

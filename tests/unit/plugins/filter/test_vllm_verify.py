@@ -40,7 +40,12 @@ def preempted(text: str, value: float) -> str:
 
 
 def test_only_what_the_role_uses_is_registered():
-    assert sorted(F) == ["vllm_probe_url", "vllm_verify_result", "vllm_verify_unit_verdict"]
+    assert sorted(F) == [
+        "vllm_probe_url",
+        "vllm_verify_result",
+        "vllm_verify_snapshot_outputs",
+        "vllm_verify_unit_verdict",
+    ]
     used = " ".join(p.read_text() for p in (ROOT / "roles" / "vllm_verify").rglob("*.yml"))
     assert all(name in used for name in F)
 
@@ -149,3 +154,21 @@ def test_a_missing_library_is_explained(monkeypatch):
     monkeypatch.setattr(plugin, "_IMPORT_ERROR", ImportError("No module named 'prometheus_client'"))
     with pytest.raises(AnsibleFilterError, match=r"needs the vllm_fleet package .* `pip install -e \.`"):
         F["vllm_verify_result"](PROBES, "h", EXPECT)
+
+
+def test_snapshot_outputs_take_each_prompts_text_or_say_why_there_is_none():
+    """The snapshot's looped uri results (a 200 with a choice, a 500, a 200 without choices) become one
+    {prompt, text, error} each; anything but a list fails naming what it got."""
+    from ansible.errors import AnsibleFilterError
+
+    results = [
+        {"item": "The capital of France is", "status": 200, "json": {"choices": [{"text": " Paris."}]}},
+        {"item": "def f():", "status": 500, "msg": "Status code was 500 and not [200]"},
+        {"item": "Hi", "status": 200, "json": {"choices": []}},
+    ]
+    out = F["vllm_verify_snapshot_outputs"](results)
+    assert out[0] == {"prompt": "The capital of France is", "text": " Paris.", "error": None}
+    assert out[1]["text"] is None and out[1]["error"].startswith("HTTP 500: Status code was 500")
+    assert out[2]["text"] is None and out[2]["error"].startswith("HTTP 200")
+    with pytest.raises(AnsibleFilterError, match="expects the looped uri results"):
+        F["vllm_verify_snapshot_outputs"]({"results": results})
