@@ -179,20 +179,21 @@ def _report(name, report):
     return report
 
 
-def vllm_upgrade_markdown(report):
-    report = _report("vllm_upgrade_markdown", report)
+def _render(name, render, report):
+    """`render` of the report vllm_upgrade_report made; any failure an AnsibleFilterError naming the filter."""
+    report = _report(name, report)
     try:
-        return _upgrade.render_markdown(report)
+        return render(report)
     except Exception as exc:
-        raise AnsibleFilterError(f"vllm_upgrade_markdown: {type(exc).__name__}: {exc}") from exc
+        raise AnsibleFilterError(f"{name}: {type(exc).__name__}: {exc}") from exc
+
+
+def vllm_upgrade_markdown(report):
+    return _render("vllm_upgrade_markdown", _upgrade.render_markdown, report)
 
 
 def vllm_upgrade_html(report):
-    report = _report("vllm_upgrade_html", report)
-    try:
-        return _upgrade.render_html(report)
-    except Exception as exc:
-        raise AnsibleFilterError(f"vllm_upgrade_html: {type(exc).__name__}: {exc}") from exc
+    return _render("vllm_upgrade_html", _upgrade.render_html, report)
 
 
 class FilterModule:
