@@ -40,7 +40,10 @@ def test_the_canary_and_the_batches_follow_the_inventory_not_group_bys_order(tmp
     assert next(h.name for h in inventory.groups["vllm_nodes_to_roll_out"].get_hosts()) == "node-5"
 
     plays = plays_taking("vllm_nodes_to_roll_out")
-    assert [play["name"] for play in plays] == ["Install and stage vLLM before the batches", "Roll out vLLM host by host"]
+    assert [play["name"] for play in plays] == [
+        "Install and stage vLLM before the batches",
+        "Roll out vLLM host by host",
+    ]
     for play in plays:
         taken = [host.name for host in inventory.get_hosts(play["hosts"])]
         assert taken == ["node-1", "node-2", "node-3", "node-5", "node-6"], (play["name"], play["hosts"], taken)
