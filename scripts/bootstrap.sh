@@ -20,9 +20,10 @@ done_phase() { printf '=== bootstrap: done in %ss\n' "$((SECONDS - PHASE_START))
 # iptables for every network it sets up ("netavark: No such file or directory" without it).
 # prometheus and prometheus-alertmanager: promtool and amtool check the monitoring configuration and rules;
 # chromium: the report page's test opens it in a real headless browser.
-# minisign: signs and verifies the air-gap bundle.
+# minisign: signs and verifies the air-gap bundle; nftables: the unit tests load the egress rules with the real nft
+# (in a network namespace of their own).
 APT_PACKAGES=(podman netavark aardvark-dns iptables runc mmdebstrap uidmap prometheus prometheus-alertmanager
-  chromium apt-utils gnupg minisign)
+  chromium apt-utils gnupg minisign nftables)
 phase "apt packages: ${APT_PACKAGES[*]}"
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_fleet import egress as _egress
 from vllm_fleet import metrics as _metrics
 from vllm_fleet.endpoints import WILDCARD_ADDRESSES as WILDCARD_ADDRESSES  # re-exported: the filter plugin's API
 from vllm_fleet.endpoints import probe_url as probe_url  # re-exported: the filter plugin's API
@@ -23,6 +24,13 @@ from vllm_fleet.inputs import is_secret_argument, short
 __all__ = ["command_line_drift", "crashed_after_start", "host_entry", "running_arguments", "version_matches"]
 
 API_PROBES = ("version", "models", "smoke", "metrics_before", "metrics_after")
+# What keeps vLLM and its libraries off the network (templates/vllm.env.j2): the running process must have each.
+OFFLINE_ENVIRONMENT = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
 
 
 def _now() -> str:
@@ -389,6 +397,75 @@ def _judge_command_line(probes: _Probes, expect: Mapping[str, Any], out: _Lines)
     }
 
 
+def process_environment(environ: Any) -> dict[str, str] | None:
+    """``/proc/<pid>/environ`` as slurp returns it (base64 ``content``) or as text, as {name: value}; None when it
+    could not be read."""
+    if isinstance(environ, Mapping):
+        content = environ.get("content")
+        if not content or environ.get("failed"):
+            return None
+        environ = base64.b64decode(content).decode("utf-8", "replace")
+    if not isinstance(environ, str):
+        return None
+    found = {}
+    for entry in environ.split("\0"):
+        name, sep, value = entry.partition("=")
+        if sep:
+            found[name] = value
+    return found
+
+
+def _judge_offline(probes: _Probes, expect: Mapping[str, Any], out: _Lines) -> dict[str, Any]:
+    """The running process's environment holds what keeps it off the network (only those names are shown: the
+    environment holds the API key)."""
+    wanted = dict(OFFLINE_ENVIRONMENT)
+    wanted.update({str(k): str(v) for k, v in (expect.get("offline_environment") or {}).items()})
+    result = probes.results.get("environ")
+    if probes.health_failed:
+        return {"state": "not done", "checked": []}
+    if not result or (isinstance(result, Mapping) and result.get("skipped")):
+        out.warnings.append("offline environment not checked: the unit is not checked (vllm_verify_check_unit)")
+        return {"state": "not done", "checked": []}
+    running = process_environment(result)
+    if running is None:
+        out.errors.append("offline environment: could not read the environment of the unit's main process")
+        return {"state": "unreadable", "checked": sorted(wanted)}
+    wrong = []
+    for name, value in sorted(wanted.items()):
+        if name not in running:
+            wrong.append("%s is not set in the running process (it must be %s)" % (name, value))
+        elif running[name] != value:
+            wrong.append("%s=%s in the running process (it must be %s)" % (name, short(running[name], 40, str), value))
+    out.errors.extend("offline environment: %s" % w for w in wrong)
+    return {"state": "differs" if wrong else "offline", "checked": sorted(wanted), "differences": wrong}
+
+
+def _judge_egress(probes: _Probes, out: _Lines) -> dict[str, Any] | None:
+    """What the host's egress rules refused since they were loaded (``nft -j list table``): each destination a
+    warning, since any process of the host may have sent it."""
+    result = probes.results.get("egress")
+    if not result or (isinstance(result, Mapping) and result.get("skipped")):
+        return None
+    if isinstance(result, Mapping) and result.get("rc") not in (0, None):
+        out.warnings.append(
+            "egress: the host's egress rules are not loaded (%s)" % short(result.get("stderr") or "", 120, str)
+        )
+        return {"state": "not loaded", "packets": None, "destinations": []}
+    text = result.get("stdout") if isinstance(result, Mapping) else result
+    try:
+        refused = _egress.denied(str(text))
+    except ValueError as exc:
+        out.warnings.append("egress: %s" % exc)
+        return {"state": "unreadable", "packets": None, "destinations": []}
+    if refused["packets"]:
+        shown = ", ".join(_egress.describe(d) for d in refused["destinations"][:10]) or "destinations not recorded"
+        out.warnings.append(
+            "egress: the host's rules refused %d packet(s) since they were loaded: %s; fix it at its cause, or admit "
+            "the destination in vllm_egress_allow" % (refused["packets"], shown)
+        )
+    return {"state": "refused" if refused["packets"] else "none refused", **refused}
+
+
 def _judge_smoke(
     probes: _Probes,
     expect: Mapping[str, Any],
@@ -488,7 +565,10 @@ def host_entry(
       ``health``: ``{"ok", "seconds", "restarts", "active_state", "sub_state", "error"}``;
       ``version``, ``models``, ``smoke``: ``uri`` results (``status``, ``json``, ``msg``, ``elapsed``);
       ``metrics_before``, ``metrics_after``: ``uri`` results with ``content`` (or parsed facts);
-      ``cmdline``: the unit's main process's ``/proc/<pid>/cmdline`` (slurp's result, or the argv list).
+      ``cmdline``: the unit's main process's ``/proc/<pid>/cmdline`` (slurp's result, or the argv list);
+      ``environ``: its ``/proc/<pid>/environ`` (slurp's result, or the text): the names of OFFLINE_ENVIRONMENT
+      and ``expect["offline_environment"]`` must hold their values (only those are ever shown);
+      ``egress``: ``nft -j list table inet <egress table>`` (a command's result): what the host refused to send.
     ``expect``:
       ``vllm_version`` (pinned), ``served_model_name`` (``""``: take what /v1/models lists),
       ``profile_name``, ``profile`` (the effective profile dict or ``None``), ``extra_args``
@@ -528,6 +608,8 @@ def host_entry(
     speculative = bool(speculative)
     missing, drifts, readback_state = _judge_readback(after, speculative, expect, profile, plan, out)
     command_line = _judge_command_line(api, expect, out)
+    offline = _judge_offline(api, expect, out)
+    egress_refused = _judge_egress(api, out)
     smoke = _judge_smoke(api, expect, served, before, after, out)
     found, rates = _judge_findings(before, after, dict(thresholds or {}), bool(expect.get("fail_on_findings")), out)
 
@@ -564,4 +646,6 @@ def host_entry(
         "kv_cache": _kv_cache(after, plan),
         "rates": rates,
         "findings": found,
+        "offline_environment": offline,
+        "egress": egress_refused,
     }

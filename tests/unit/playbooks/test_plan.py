@@ -34,7 +34,15 @@ def write_inventory(path, rtx_profile="rtx4090-7b-decode", l40_overrides=None):
         )
     )
     (path / "group_vars" / "all.yml").write_text(
-        yaml.safe_dump({"vllm_version": "0.33.0", "ansible_user": "nobody", "ansible_become": True})
+        # Hosts known by names: their egress rules admit the fleet by its network (vllm_egress_fleet_networks).
+        yaml.safe_dump(
+            {
+                "vllm_version": "0.33.0",
+                "ansible_user": "nobody",
+                "ansible_become": True,
+                "vllm_egress_fleet_networks": ["192.0.2.0/24"],
+            }
+        )
     )
     (path / "group_vars" / "rtx4090_nodes.yml").write_text(
         yaml.safe_dump({"vllm_profile_name": rtx_profile, "vllm_gpu": RTX4090})

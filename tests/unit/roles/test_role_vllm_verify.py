@@ -100,7 +100,9 @@ def verify_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("verify")
     bindir = tmp / "bin"
     bindir.mkdir()
-    for name, text in (("systemctl", FAKE_SYSTEMCTL), ("journalctl", FAKE_JOURNALCTL)):
+    # nft: what a host's egress rules refused, as nftables 1.0.6 lists it (tests/unit/fixtures/nft).
+    fake_nft = "#!/bin/sh\ncat %s\n" % (ROOT / "tests" / "unit" / "fixtures" / "nft" / "egress-denied.json")
+    for name, text in (("systemctl", FAKE_SYSTEMCTL), ("journalctl", FAKE_JOURNALCTL), ("nft", fake_nft)):
         path = bindir / name
         path.write_text(text)
         path.chmod(0o755)
@@ -197,8 +199,15 @@ def verify_run(tmp_path_factory):
     mainpids = tmp / "mainpids"
     mainpids.mkdir()
     processes = []
+    # Each process has the environment its unit gives (templates/vllm.env.j2), but "edited", whose hand edit also
+    # lost VLLM_NO_USAGE_STATS.
+    offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    offline["FLASHINFER_NO_DOWNLOAD"] = "1"
     for instance, args in unit_args.items():
-        standin = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "serve", *args])
+        environ = dict(os.environ, **offline, VLLM_API_KEY="never-shown-key")
+        if instance == "edited":
+            environ.pop("VLLM_NO_USAGE_STATS")
+        standin = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "serve", *args], env=environ)
         processes.append(standin)
         (mainpids / f"vllm@{instance}.service").write_text(f"{standin.pid}\n")
 
@@ -378,10 +387,32 @@ def test_without_plan_facts_readback_is_skipped_visibly(verify_run):
 def test_a_unit_edited_by_hand_is_caught_by_the_command_line_read_back(verify_run):
     host = _host(verify_run, "edited")
     assert host["ok"] is False
-    assert host["errors"] == ["command-line read-back: --max-num-seqs: expected 64, the process runs 32"]
+    assert host["errors"] == [
+        "command-line read-back: --max-num-seqs: expected 64, the process runs 32",
+        "offline environment: VLLM_NO_USAGE_STATS is not set in the running process (it must be 1)",
+    ]
     assert host["profile"]["command_line"]["state"] == "drift"
-    good = _host(verify_run, "good")["profile"]["command_line"]
-    assert good == {"state": "matches", "drifts": [], "arguments": 2, "against": "plan"}
+    assert host["offline_environment"]["state"] == "differs"
+    good = _host(verify_run, "good")
+    assert good["profile"]["command_line"] == {"state": "matches", "drifts": [], "arguments": 2, "against": "plan"}
+    assert good["offline_environment"]["state"] == "offline"
+    assert "HF_HUB_OFFLINE" in good["offline_environment"]["checked"]
+
+
+@pytest.mark.integration
+def test_what_the_egress_rules_refused_is_read_back_and_each_destination_named(verify_run):
+    """The host's egress table as nft lists it (a real listing: one TCP connection and two UDP datagrams refused):
+    a warning names each destination with its count; the process's environment is never in the result."""
+    host = _host(verify_run, "good")
+    assert host["egress"]["packets"] == 3
+    assert [(d["to"], d["proto"], d["port"], d["packets"]) for d in host["egress"]["destinations"]] == [
+        ("172.16.2.3", "udp", 53, 2),
+        ("172.16.2.3", "tcp", 443, 1),
+    ]
+    (warning,) = [w for w in host["warnings"] if w.startswith("egress:")]
+    assert "refused 3 packet(s)" in warning and "172.16.2.3 udp/53 (2 packets)" in warning
+    shown = verify_run["proc"].stdout + verify_run["proc"].stderr + json.dumps(verify_run["report"])
+    assert "never-shown-key" not in shown + verify_run["markdown"]
 
 
 @pytest.mark.integration
