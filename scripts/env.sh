@@ -10,6 +10,10 @@ export VLLM_FLEET_ROOT=$ROOT
 export VENV=${VENV:-$ROOT/.venv}
 export CACHE_DIR=${CACHE_DIR:-$ROOT/.cache}
 export COLLECTIONS_DIR=$CACHE_DIR/collections
+# What a connected machine gathers for the site's mirror (wheelhouses, models, the apt repository): scripts/bundle.sh
+# signs it into one bundle, and playbooks/bundle.yml verifies that and unpacks it onto the mirror ($CACHE_DIR/mirror
+# in the lab, which lab-mirror serves). Nothing is served from here.
+export STAGING_DIR=$CACHE_DIR/connected
 export CONTAINERS_CONF=$CACHE_DIR/podman/containers.conf
 export LAB_IMAGE=${LAB_IMAGE:-localhost/debian12-systemd}
 export ANSIBLE_CONFIG=$ROOT/ansible.cfg

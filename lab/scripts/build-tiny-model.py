@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the lab's tiny Qwen2-architecture model locally (no hub), with a checksum manifest.
 
-    lab/scripts/build-tiny-model.py [OUTDIR]      (default: .cache/mirror/models/lab/tiny-qwen2)
+    lab/scripts/build-tiny-model.py [OUTDIR]      (default: .cache/connected/models/lab/tiny-qwen2)
 
 The model is real in every way vLLM cares about (a Qwen2 config.json, a byte-level BPE tokenizer
 trained here with the `tokenizers` library, a chat template, random bf16 safetensors weights), only
@@ -144,7 +144,7 @@ def write_manifest(out: pathlib.Path) -> None:
 
 
 def main() -> int:
-    out = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".cache/mirror/models/lab/tiny-qwen2")
+    out = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".cache/connected/models/lab/tiny-qwen2")
     out.mkdir(parents=True, exist_ok=True)
     build_config(out)
     build_tokenizer(out)

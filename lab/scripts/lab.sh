@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job on the embedded default, the lab (real systemd hosts on this machine serving a real
 # vLLM on CPU):
-#   lab/scripts/lab.sh up      set up the controller, build the wheelhouse and the tiny model, start the
-#                          lab hosts, run `ansible-playbook site.yml` against them
+#   lab/scripts/lab.sh up      set up the controller, build the wheelhouse, the tiny model and the apt repository,
+#                          sign them into one bundle and serve it from the lab's mirror once verified, start
+#                          the lab hosts, run `ansible-playbook site.yml` against them
 #   lab/scripts/lab.sh down    remove the lab hosts, the mirror and the network
 #   lab/scripts/lab.sh status  the lab containers and each host's service
 # Extra arguments after `up` go to ansible-playbook (e.g. lab/scripts/lab.sh up --check --diff).
@@ -19,10 +20,12 @@ case $cmd in
     lab/scripts/build-image.sh >"$CACHE_DIR/image/build.log" 2>&1 &
     image=$!
     scripts/wheelhouse.sh
-    "$VENV/bin/python" lab/scripts/build-tiny-model.py "$CACHE_DIR/mirror/models/lab/tiny-qwen2" >/dev/null
+    "$VENV/bin/python" lab/scripts/build-tiny-model.py "$STAGING_DIR/models/lab/tiny-qwen2" >/dev/null
     wait "$image" || { cat "$CACHE_DIR/image/build.log" >&2; exit 1; }
     cat "$CACHE_DIR/image/build.log"
     "$VENV/bin/python" lab/scripts/apt-mirror.py
+    # What the lab's mirror serves comes from one signed bundle, verified file by file first (playbooks/bundle.yml).
+    lab/scripts/bundle.sh
     ansible-playbook -i lab/inventory lab/playbooks/lab.yml
     ansible-playbook -i lab/inventory site.yml "$@"
     gateway=$(awk '/lab-gw:/ {getline; print $2; exit}' lab/inventory/hosts.yml)

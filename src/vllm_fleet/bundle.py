@@ -17,7 +17,8 @@ Each file is read once for its hash and once into the tar; the second read hashe
 changed in between fails the build rather than the site. The tar is written beside the output and renamed into
 place at the end: a failed build leaves no half archive.
 
-CLI: ``python -m vllm_fleet.bundle build --staging DIR --project DIR --secret-key FILE --out FILE.tar [--name NAME]``.
+CLI: ``python -m vllm_fleet.bundle build --staging DIR --project DIR --secret-key FILE --out FILE.tar [--name NAME]
+[--add NAME=DIR ...] [--allow-dirty]`` (scripts/bundle.sh gives it this checkout's staging folder and collections).
 """
 
 from __future__ import annotations
@@ -150,12 +151,15 @@ def _git(project: Path, *args: str) -> str:
     return proc.stdout
 
 
-def project_commit(project: Path) -> str:
-    """The project's HEAD (12 hex digits); refuses a checkout whose tracked files have uncommitted changes."""
+def project_commit(project: Path, allow_dirty: bool = False) -> str:
+    """The project's HEAD (12 hex digits); refuses a checkout whose tracked files have uncommitted changes, unless
+    ``allow_dirty`` (the lab's own bundle: the archive is still HEAD's, and the commit is marked ``+changes``)."""
     if not project.is_dir():
         raise BundleError(f"project folder {project} does not exist; fix: give --project the vllm-fleet checkout")
     commit = _git(project, "rev-parse", "--short=12", "HEAD").strip()
     dirty = _git(project, "status", "--porcelain", "--untracked-files=no").splitlines()
+    if dirty and allow_dirty:
+        return commit + "+changes"
     if dirty:
         raise BundleError(
             f"{project} has uncommitted changes ({', '.join(line[3:] for line in dirty[:5])}"
@@ -326,8 +330,17 @@ def _entries(files: list[tuple[str, Path]]) -> Iterator[Entry]:
         yield Entry(rel, path, size, digest)
 
 
-def build(staging: Path, project: Path, secret_key: Path, out: Path, name: str | None = None) -> Built:
-    """Write the signed bundle of `staging` and `project` to `out` (see the module's docstring)."""
+def build(
+    staging: Path,
+    project: Path,
+    secret_key: Path,
+    out: Path,
+    name: str | None = None,
+    extra: dict[str, Path] | None = None,
+    allow_dirty: bool = False,
+) -> Built:
+    """Write the signed bundle of `staging` and `project` to `out` (see the module's docstring); ``extra`` adds
+    other folders under names of their own ({"collections": the collections folder})."""
     name = name or out.stem
     if not _BUNDLE_NAME.fullmatch(name):
         raise BundleError(f"bundle name {name!r}: give --name letters, digits and . _ + - (e.g. site-2026-05)")
@@ -340,11 +353,19 @@ def build(staging: Path, project: Path, secret_key: Path, out: Path, name: str |
     if out.is_relative_to(staging):
         raise BundleError(f"{out} is inside the staging folder {staging}; fix: write the bundle elsewhere")
     files = staging_files(staging)
+    taken = {rel.split("/")[0] for rel, _ in files}
+    for top, folder in sorted((extra or {}).items()):
+        if top in taken or top in RESERVED or not _BUNDLE_NAME.fullmatch(top):
+            raise BundleError(
+                f"--add {top}={folder}: {top!r} is already in the bundle or not a plain name; fix: another name"
+            )
+        files += [(f"{top}/{rel}", path) for rel, path in staging_files(folder.resolve())]
+    files.sort()
     project = project.resolve()
-    commit = project_commit(project)
+    commit = project_commit(project, allow_dirty)
     with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as tmp:
         work = Path(tmp)
-        archive = work / f"{project.name}-{commit}.tar"
+        archive = work / f"{project.name}-{commit.replace('+', '-')}.tar"
         project_archive(project, archive)
         payload = sorted(_entries([*files, (f"{PROJECT}/{archive.name}", archive)]), key=lambda e: e.path)
         sbom = work / SBOM
@@ -377,10 +398,29 @@ def main(argv: list[str] | None = None) -> int:
     cmd.add_argument("--secret-key", type=Path, required=True, help="the site's minisign secret key")
     cmd.add_argument("--out", type=Path, required=True, help="the bundle to write, e.g. site-2026-05.tar")
     cmd.add_argument("--name", help="the archive's top-level folder (default: the out file's stem)")
+    cmd.add_argument(
+        "--add",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="carry another folder as NAME/ (e.g. collections=.cache/collections); repeatable",
+    )
+    cmd.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="carry HEAD although tracked files have changes (marked +changes; for a lab, never for a site)",
+    )
     args = parser.parse_args(argv)
+    extra = {}
+    for item in args.add:
+        top, sep, folder = item.partition("=")
+        if not sep or not top or not folder:
+            print(f"bundle: --add {item!r}: give NAME=DIR, e.g. collections=.cache/collections", file=sys.stderr)
+            return 1
+        extra[top] = Path(folder)
     start = time.monotonic()
     try:
-        built = build(args.staging, args.project, args.secret_key, args.out, args.name)
+        built = build(args.staging, args.project, args.secret_key, args.out, args.name, extra, args.allow_dirty)
     except (BundleError, OSError) as exc:
         print(f"bundle: {exc}", file=sys.stderr)
         return 1

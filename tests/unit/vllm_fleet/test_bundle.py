@@ -264,3 +264,32 @@ def test_the_name_is_one_safe_folder_name(built, tmp_path):
     with pytest.raises(bundle.BundleError, match="give --name"):
         bundle.build(built["staging"], built["project"], built["sec"], tmp_path / "x.tar", name="../up")
     assert Path(tmp_path).exists() and os.listdir(tmp_path) == []
+
+
+def test_another_folder_is_carried_under_its_own_name(tmp_path):
+    """scripts/bundle.sh carries the collections folder this way (--add collections=$COLLECTIONS_DIR)."""
+    _, sec = make_keys(tmp_path / "keys")
+    staging, project = make_staging(tmp_path), make_project(tmp_path)
+    shutil.rmtree(staging / "collections")
+    extra = tmp_path / "cols"
+    (extra / "ansible_collections" / "ns" / "other").mkdir(parents=True)
+    (extra / "ansible_collections" / "ns" / "other" / "MANIFEST.json").write_text("{}\n")
+    out = tmp_path / "b.tar"
+    bundle.build(staging, project, sec, out, extra={"collections": extra})
+    names = [name for name, *_ in members(out)]
+    assert "b/collections/ansible_collections/ns/other/MANIFEST.json" in names
+    with pytest.raises(bundle.BundleError, match="'models' is already in the bundle"):
+        bundle.build(staging, project, sec, tmp_path / "c.tar", extra={"models": extra})
+
+
+def test_a_checkout_with_changes_is_carried_only_when_allowed_and_then_marked(tmp_path):
+    _, sec = make_keys(tmp_path / "keys")
+    staging, project = make_staging(tmp_path), make_project(tmp_path)
+    (project / "README.md").write_text("changed\n")
+    with pytest.raises(bundle.BundleError, match=r"uncommitted changes .*README\.md.* fix: commit"):
+        bundle.build(staging, project, sec, tmp_path / "a.tar")
+    built = bundle.build(staging, project, sec, tmp_path / "b.tar", allow_dirty=True)
+    assert built.commit.endswith("+changes") and built.trusted_comment.endswith(f"project {built.commit}")
+    assert any(
+        name.startswith("b/project/vllm-fleet-") and name.endswith("-changes.tar") for name, *_ in members(built.out)
+    )

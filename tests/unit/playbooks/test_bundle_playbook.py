@@ -1,0 +1,128 @@
+"""playbooks/bundle.yml as an operator runs it on the site's mirror (here a local connection): a bundle signed with
+the site's key is served, a second run changes nothing, --check writes nothing; a bundle with an altered file, or
+signed with another key, is refused with the file or the key named, and the mirror still serves what it served. The
+bundles are real (vllm_fleet.bundle, the real minisign); see tests/unit/vllm_fleet/test_bundle.py for the format."""
+
+import hashlib
+import importlib.util
+import io
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vllm_fleet import bundle
+
+ROOT = Path(__file__).resolve().parents[3]
+# The small staging folder, project and keys of the bundle's own tests.
+_spec = importlib.util.spec_from_file_location(
+    "bundle_helpers", ROOT / "tests" / "unit" / "vllm_fleet" / "test_bundle.py"
+)
+_helpers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_helpers)
+make_keys, make_project, make_staging = _helpers.make_keys, _helpers.make_project, _helpers.make_staging
+
+
+def tree(folder):
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+def run(inventory, *extra):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), "playbooks/bundle.yml", *extra]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("site")
+    pub, sec = make_keys(root / "keys")
+    _, other_sec = make_keys(root / "other-keys")
+    staging, project = make_staging(root), make_project(root)
+    good = root / "site-2026-12.tar"
+    bundle.build(staging, project, sec, good)
+    # The same bundle with one wheel altered after signing (its manifest and signature as built).
+    altered = root / "altered.tar"
+    with tarfile.open(good) as src, tarfile.open(altered, "w", format=tarfile.PAX_FORMAT) as dst:
+        for member in src.getmembers():
+            data = src.extractfile(member).read()
+            if member.name.endswith("model.safetensors"):
+                data = b"X" + data[1:]
+            dst.addfile(member, io.BytesIO(data))
+    forged = root / "forged.tar"
+    bundle.build(staging, project, other_sec, forged)
+    # What the mirror served before (last month's bundle: one file less).
+    (staging / "models" / "tiny-qwen2" / "model.safetensors").unlink()
+    previous = root / "previous.tar"
+    bundle.build(staging, project, sec, previous)
+    mirror = root / "mirror"
+    (mirror / "unrelated").mkdir(parents=True)
+    (mirror / "unrelated" / "keep.txt").write_text("the site's own file\n")
+    inventory = root / "hosts.yml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "vllm_mirrors": {
+                    "hosts": {
+                        "mirror-1": {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": sys.executable,
+                            "vllm_bundle": str(good),
+                            "vllm_bundle_public_key": str(pub),
+                            "vllm_bundle_mirror_root": str(mirror),
+                        }
+                    }
+                }
+            }
+        )
+    )
+    return {
+        "root": root,
+        "inventory": inventory,
+        "mirror": mirror,
+        "altered": altered,
+        "forged": forged,
+        "good": good,
+        "previous": previous,
+    }
+
+
+@pytest.mark.integration
+def test_a_signed_bundle_is_served_once_and_a_second_run_changes_nothing(site):
+    rc, out = run(site["inventory"], "--check")
+    assert rc == 0, out
+    assert sorted(tree(site["mirror"])) == ["unrelated/keep.txt"], "check mode wrote into the mirror"
+    rc, out = run(site["inventory"])
+    assert rc == 0, out
+    served = tree(site["mirror"])
+    assert "models/tiny-qwen2/model.safetensors" in served and "unrelated/keep.txt" in served
+    assert "BUNDLE.sha256" in served and "sbom.cdx.json" in served
+    assert "vllm-fleet bundle site-2026-12" in out and "changed=1" in out
+    rc, out = run(site["inventory"])
+    assert rc == 0 and "changed=0" in out and "already served, nothing changed" in out, out
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("which", "says"),
+    [
+        ("altered", "models/tiny-qwen2/model.safetensors: SHA-256"),
+        ("forged", "site.pub"),
+    ],
+)
+def test_a_bad_bundle_is_refused_by_name_and_the_mirror_keeps_serving_what_it_served(site, which, says):
+    rc, out = run(site["inventory"], "-e", f"vllm_bundle={site['previous']}")
+    assert rc == 0, out
+    before = tree(site["mirror"])
+    assert "models/tiny-qwen2/model.safetensors" not in before
+    rc, out = run(site["inventory"], "-e", f"vllm_bundle={site[which]}")
+    assert rc != 0 and says in out, out
+    assert "Traceback" not in out
+    assert tree(site["mirror"]) == before
