@@ -37,6 +37,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "src"))
+from vllm_fleet import egress  # noqa: E402
 from vllm_fleet.streamload import Stream  # noqa: E402
 
 INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
@@ -318,6 +319,20 @@ def test_no_key_in_the_plan_reports_or_journals():
     for host in (*HOSTS, "prod-gw"):
         journal = on(host, "journalctl", "--no-pager", "-o", "cat")
         assert not [s for s in secrets if s in journal], host
+
+
+def test_egress_denied_refused_nothing_the_example_needed_and_verification_read_it_back():
+    """The example's egress as shipped (vllm_egress on; its mirror entry with the lab mirror's address): through
+    converge, idempotence, the rollout's restarts and the tenants' requests, no host's rules refused a packet, and
+    the converge run's verification read back each instance's offline environment and its host's refusals."""
+    for host in ("prod-4090", "prod-l40", "prod-gw", "prod-mon"):
+        found = egress.denied(on(host, "nft", "-j", "list", "table", "inet", "vllm_egress"))
+        assert found["packets"] == 0, (host, [egress.describe(d) for d in found["destinations"]])
+    report = converge_report()
+    assert len(report["hosts"]) == 3, sorted(report["hosts"])
+    for key, entry in report["hosts"].items():
+        assert entry["offline_environment"]["state"] == "offline", (key, entry["offline_environment"])
+        assert entry["egress"]["packets"] == 0, (key, entry["egress"])
 
 
 def test_a_key_change_the_gateway_was_not_given_is_rolled_back_at_the_canary():

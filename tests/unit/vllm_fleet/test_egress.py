@@ -145,7 +145,11 @@ def test_a_comment_never_breaks_out_of_its_quotes():
 
 
 def _render(rules):
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROOT / "templates")), undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(ROOT / "templates")),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,  # as Ansible's template module renders
+    )
     env.filters["comment"] = lambda text: "# " + text
     env.filters["vllm_egress_comment"] = egress.nft_comment
     return env.get_template("vllm-egress.nft.j2").render(
