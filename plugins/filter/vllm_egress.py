@@ -42,13 +42,14 @@ import os
 import sys
 from collections.abc import Mapping
 
-from ansible.errors import AnsibleFilterError
+from ansible.errors import AnsibleError, AnsibleFilterError
+from jinja2 import Undefined
 
 # The library of this checkout, beside the plugin (never another installed copy): every filter plugin loads it so.
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
 if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
-from vllm_fleet import egress
+from vllm_fleet import egress, inputs
 
 
 def vllm_egress_rules(hostvars, host, groups):
@@ -58,7 +59,35 @@ def vllm_egress_rules(hostvars, host, groups):
             % (type(hostvars).__name__, type(groups).__name__)
         )
     fleet = egress.fleet_hosts(groups)
-    return egress.rules(str(host), hostvars[host], {name: hostvars[name] for name in fleet})
+    settings, unresolved = _own_settings(hostvars[host])
+    result = egress.rules(str(host), settings, {name: _peer(hostvars[name]) for name in fleet})
+    result["errors"] = [
+        "%s: %s cannot be resolved when the egress rules are made (%s); fix: define what it is built from in the "
+        "inventory" % (host, name, reason)
+        for name, reason in unresolved
+    ] + result["errors"]
+    return result
+
+
+def _own_settings(variables):
+    """The host's settings egress reads, as plain values; a setting whose template cannot be resolved yet (built
+    from a fact a later play publishes) is named, not raised."""
+    settings, unresolved = {}, []
+    for name in egress.SETTINGS:
+        try:
+            value = variables.get(name)
+            if isinstance(value, Undefined):
+                unresolved.append((name, str(getattr(value, "_undefined_message", "undefined"))[:200]))
+                continue
+            settings[name] = inputs.plain(value)
+        except AnsibleError as exc:
+            unresolved.append((name, str(exc).splitlines()[0][:200]))
+    return settings, unresolved
+
+
+def _peer(variables):
+    value = variables.get("ansible_host")
+    return {} if value is None or isinstance(value, Undefined) else {"ansible_host": inputs.plain(value)}
 
 
 def vllm_egress_comment(text):

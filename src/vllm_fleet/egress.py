@@ -33,6 +33,17 @@ from urllib.parse import urlsplit
 from . import inputs
 
 PROTOS = ("tcp", "udp", "any")
+# Every setting of a host that its rules read.
+SETTINGS = (
+    "vllm_egress_allow",
+    "vllm_egress_dns",
+    "vllm_egress_fleet_networks",
+    "vllm_wheelhouse_url",
+    "vllm_model_url",
+    "vllm_draft_model_url",
+    "vllm_monitoring_receivers",
+    "vllm_monitoring_smtp_smarthost",
+)
 # The URL settings of a host whose destinations the rules admit by themselves (a host's own settings).
 URL_SETTINGS = ("vllm_wheelhouse_url", "vllm_model_url", "vllm_draft_model_url")
 DEFAULT_PORTS = {"http": 80, "https": 443}

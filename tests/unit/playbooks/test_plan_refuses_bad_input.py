@@ -457,6 +457,34 @@ def test_site_yml_stops_at_the_plan_before_the_driver_play(tmp_path):
     assert "gpu-4090-01.example.internal: vllm_cache_dir=" in out and "control or format character" in out
 
 
+@pytest.mark.integration
+def test_bad_egress_settings_are_refused_at_plan_time_each_named_with_its_fix(tmp_path):
+    """What a fleet host may send out (vllm_egress) is checked once the hosts plan: a URL of the roles whose host
+    is a name with no address in vllm_egress_allow, a bad entry there, a URL built from something undefined. One
+    host carries them; the other, with the example's settings as shipped, is not refused."""
+    hosts = {
+        "gpu-4090-01.example.internal": {
+            "site_mirror_url": "http://other-mirror.example.internal:8080",
+            "vllm_egress_allow": [{"to": "mirror.example.internal", "ports": [80]}],
+            "vllm_draft_model_url": "{{ undefined_base_url }}/draft",
+        },
+        "gpu-4090-02.example.internal": {},
+    }
+    proc = run("-i", str(inventory(tmp_path / "inventory", hosts)), "playbooks/plan.yml")
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0
+    bad = "gpu-4090-01.example.internal: "
+    assert (
+        bad + "vllm_egress_allow[0] to='mirror.example.internal' is not an address or a network" in out
+        and "fix: the address, e.g. 10.0.10.5" in out
+    ), out[-3000:]
+    assert bad + "vllm_wheelhouse_url='http://other-mirror.example.internal:8080/wheelhouse/" in out
+    assert "reaches other-mirror.example.internal, a name" in out and "ports: [8080], name: other-mirror" in out
+    assert bad + "vllm_draft_model_url cannot be resolved when the egress rules are made" in out
+    assert "undefined_base_url" in out and "Traceback" not in out
+    assert "gpu-4090-02.example.internal: " not in out.split("Check what this host may send out", 1)[-1]
+
+
 def _gateway_inventory(folder, vllm_hosts):
     """The production example's group_vars and topology: these vLLM hosts, one gateway (a certificate and key made
     here, the tenants' keys test values) and one monitoring host."""
