@@ -398,10 +398,10 @@ def _judge_command_line(probes: _Probes, expect: Mapping[str, Any], out: _Lines)
 
 
 def process_environment(environ: Any) -> dict[str, str] | None:
-    """``/proc/<pid>/environ`` as slurp returns it (base64 ``content``) or as text, as {name: value}; None when it
-    could not be read."""
+    """``/proc/<pid>/environ`` as slurp returns it (base64 ``content``), as a command printed it in base64
+    (``stdout``, rc 0), or as text, as {name: value}; None when it could not be read."""
     if isinstance(environ, Mapping):
-        content = environ.get("content")
+        content = environ.get("content") or (environ.get("stdout") if environ.get("rc") == 0 else None)
         if not content or environ.get("failed"):
             return None
         environ = base64.b64decode(content).decode("utf-8", "replace")
@@ -428,7 +428,11 @@ def _judge_offline(probes: _Probes, expect: Mapping[str, Any], out: _Lines) -> d
         return {"state": "not done", "checked": []}
     running = process_environment(result)
     if running is None:
-        out.errors.append("offline environment: could not read the environment of the unit's main process")
+        why = result.get("stderr") if isinstance(result, Mapping) else None
+        out.errors.append(
+            "offline environment: could not read the environment of the unit's main process%s"
+            % (" (%s)" % short(why, 120, str) if why else "")
+        )
         return {"state": "unreadable", "checked": sorted(wanted)}
     wrong = []
     for name, value in sorted(wanted.items()):
