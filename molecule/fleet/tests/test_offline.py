@@ -63,14 +63,14 @@ def test_a_destination_no_rule_admits_is_refused_at_once_counted_and_named():
 
 
 def test_the_rules_load_at_boot_and_say_why_each_destination_is_admitted():
-    rules = on("fleet-1", "cat", "/etc/vllm/egress.nft")
+    rules = on("fleet-1", "cat", "/etc/vllm-egress.nft")
     assert (
         "ip daddr 10.89.77.2/32 meta l4proto tcp th dport { 8080 } accept comment \"the lab's package mirror" in rules
     )
     assert 'ip daddr 10.89.77.20/32 accept comment "the fleet host fleet-gw"' in rules
     assert on("fleet-1", "systemctl", "is-enabled", "vllm-egress.service").strip() == "enabled"
     # The monitoring host alone may reach the alert receiver (its webhook_url).
-    mon = on(MONITORING_HOST, "cat", "/etc/vllm/egress.nft")
+    mon = on(MONITORING_HOST, "cat", "/etc/vllm-egress.nft")
     assert f"ip daddr {RECEIVER[0]}/32 meta l4proto tcp th dport {{ {RECEIVER[1]} }} accept" in mon
     assert f"ip daddr {RECEIVER[0]}/32" not in rules
 
