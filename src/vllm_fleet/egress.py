@@ -3,8 +3,8 @@
 A fleet host (a vLLM host, a gateway, a monitoring host) starts connections only to:
 
 - the other fleet hosts (any port: the gateways reach the instances, Prometheus scrapes every host), each by its
-  ``ansible_host``, or all at once as ``vllm_egress_fleet_networks`` (the networks the fleet's hosts are in, for an
-  inventory that names its hosts);
+  ``ansible_host`` where that is an address, and the networks the fleet's hosts are in
+  (``vllm_egress_fleet_networks``), which cover the hosts an inventory knows by name;
 - the hosts of the URLs the roles fetch from or send to: ``vllm_wheelhouse_url``, ``vllm_model_url``,
   ``vllm_draft_model_url`` and the monitoring receivers' ``webhook_url`` (with ``vllm_monitoring_smtp_smarthost``),
   each on its own port;
@@ -199,13 +199,13 @@ def rules(host: str, settings: Mapping[str, Any], peers: Mapping[str, Mapping[st
     except ValueError as exc:
         errors.append(str(exc))
     for name, values in sorted(peers.items()):
-        if name == host or fleet_networks:
+        if name == host:
             continue
         address = values.get("ansible_host") or name
         try:
             network = ipaddress.ip_network(str(address), strict=False)
         except ValueError:
-            covered = names.get(str(address).lower().rstrip("."))
+            covered = names.get(str(address).lower().rstrip(".")) or fleet_networks
             if not covered:
                 errors.append(
                     f"{host}: the fleet host {name} has ansible_host={inputs.short(address)}, not an address, and "

@@ -89,6 +89,13 @@ def test_fleet_hosts_known_by_names_need_the_fleet_networks():
     result = egress.rules("mon-1", {"vllm_egress_fleet_networks": ["10.0.0.0/16"]}, peers)
     assert result["errors"] == []
     assert [(r["to"], r["proto"]) for r in result["rules"]] == [("10.0.0.0/16", "any")]
+    # A host known by its address is admitted by it too, inside the networks or not (the lab's in the example's).
+    peers["gpu-2"] = {"ansible_host": "10.89.77.31"}
+    result = egress.rules("mon-1", {"vllm_egress_fleet_networks": ["10.0.0.0/16"]}, peers)
+    assert [(r["to"], r["why"]) for r in result["rules"]] == [
+        ("10.0.0.0/16", "the fleet's networks (vllm_egress_fleet_networks)"),
+        ("10.89.77.31/32", "the fleet host gpu-2"),
+    ]
 
 
 @pytest.mark.parametrize(
