@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 from . import inputs
 
 PROTOS = ("tcp", "udp", "any")
+PROTOCOL_NAMES = {"6": "tcp", "17": "udp"}
 # Every setting of a host that its rules read.
 SETTINGS = (
     "vllm_egress_allow",
@@ -290,4 +291,6 @@ def _destination(element: Any) -> dict[str, Any]:
     if not isinstance(parts, list) or len(parts) != 3:
         return {"to": json.dumps(value), "proto": "?", "port": 0, "packets": packets}
     to, proto, port = parts
-    return {"to": str(to), "proto": str(proto), "port": int(port), "packets": packets}
+    # nft names the protocol ("tcp") or gives its number ("6"), by build: one spelling here.
+    name = PROTOCOL_NAMES.get(str(proto), str(proto))
+    return {"to": str(to), "proto": name, "port": int(port), "packets": packets}

@@ -139,6 +139,17 @@ def test_a_real_nft_listing_names_each_refused_destination():
     assert egress.describe(refused["destinations"][1]) == "172.16.2.3 tcp/443 (1 packet)"
 
 
+def test_a_protocol_given_by_its_number_reads_as_its_name():
+    """The lab's hosts' nft (Debian 12) lists a set element's protocol as its number (a fleet run, 2026-12-04)."""
+    listing = json.loads(FIXTURE.read_text())
+    for item in listing["nftables"]:
+        for element in item.get("set", {}).get("elem") or []:
+            concat = element["elem"]["val"]["concat"]
+            concat[1] = {"tcp": "6", "udp": "17"}[concat[1]]
+    refused = egress.denied(json.dumps(listing))
+    assert [(d["proto"], d["port"]) for d in refused["destinations"]] == [("udp", 53), ("tcp", 443)]
+
+
 def test_a_listing_without_the_counter_or_not_json_is_refused():
     with pytest.raises(ValueError, match="no counter named denied"):
         egress.denied(json.dumps({"nftables": [{"metainfo": {"version": "1.0.6"}}]}))
