@@ -24,7 +24,9 @@ def render(tmp_path: Path) -> Path:
     (etc / "rules").mkdir(parents=True)
     role = ROOT / "roles" / "vllm_monitoring"
     # The role's defaults as the group all's variables: below the example's group_vars, as role defaults are.
-    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
+    # And the fleet's shared defaults (vllm_defaults, the role's dependency) below them.
+    defaults = yaml.safe_load((ROOT / "roles" / "vllm_defaults" / "defaults" / "main.yml").read_text())
+    defaults.update(yaml.safe_load((role / "defaults" / "main.yml").read_text()))
     (tmp_path / "monitoring.yml").write_text(
         yaml.safe_dump(
             {
