@@ -23,7 +23,9 @@ author:
 EXAMPLES = r"""
 - name: The sentinel's settings hold
   ansible.builtin.assert:
-    that: ({'vllm_sentinel_interval_s': 10} | vllm_sentinel_errors(inventory_hostname, [8000])) | length == 0
+    that: "(_settings | vllm_sentinel_errors(inventory_hostname, [8000])) | length == 0"
+  vars:
+    _settings: {vllm_sentinel_interval_s: 10}
 """
 
 RETURN = r"""

@@ -50,7 +50,7 @@ def errors(host: str, settings: Mapping[str, Any], instance_ports: Iterable[Any]
         number = _whole(settings.get(name))
         if number is None or number < least:
             bad(name, "is not a whole number of %s of at least %d" % (what, least), "set it to %d or more" % least)
-    ports = {}
+    ports: dict[str, int] = {}
     taken = {_whole(p) for p in instance_ports}
     for name in PORTS:
         port = _whole(settings.get(name))
@@ -60,25 +60,31 @@ def errors(host: str, settings: Mapping[str, Any], instance_ports: Iterable[Any]
             bad(name, "is also the port of one of the host's vLLM instances", "give a port no instance uses")
         elif port in ports.values():
             bad(name, "is also %s" % next(n for n, p in ports.items() if p == port), "give the two ports apart")
-        ports[name] = port
+        else:
+            ports[name] = port
     seen: dict[int, str] = {}
     for name in XID_LISTS:
         codes = settings.get(name)
         if not isinstance(codes, list) or any(_whole(c) is None for c in codes):
             bad(name, "is not a list of Xid codes (whole numbers)", "list NVIDIA Xid codes, e.g. [79, 48]")
             continue
-        for code in codes:
-            if _whole(code) in seen and seen[_whole(code)] != name:
-                bad(name, "lists Xid %s, which %s lists too" % (code, seen[_whole(code)]), "keep each code in one list")
-            seen[_whole(code)] = name
+        for number in (int(c) for c in codes):
+            if seen.get(number, name) != name:
+                bad(name, "lists Xid %d, which %s lists too" % (number, seen[number]), "keep each code in one list")
+            seen[number] = name
     match = settings.get("vllm_sentinel_xid_journal_match")
     if not isinstance(match, list) or not match or not all(isinstance(m, str) and "=" in m for m in match):
-        bad("vllm_sentinel_xid_journal_match", "is not a list of journalctl matches (FIELD=value)",
-            "give e.g. [_TRANSPORT=kernel]")
+        bad(
+            "vllm_sentinel_xid_journal_match",
+            "is not a list of journalctl matches (FIELD=value)",
+            "give e.g. [_TRANSPORT=kernel]",
+        )
     return out
 
 
-def instances(planned: Iterable[Mapping[str, Any]], served_model_name: str, unit_format: str, config_dir: str) -> list[dict[str, Any]]:
+def instances(
+    planned: Iterable[Mapping[str, Any]], served_model_name: str, unit_format: str, config_dir: str
+) -> list[dict[str, Any]]:
     """The sentinel's view of the host's planned instances: where to probe each, its unit and the vllm role's files
     of it (the same names as roles/vllm/vars/main.yml), and its GPUs."""
     out = []

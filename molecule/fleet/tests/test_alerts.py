@@ -39,6 +39,7 @@ DASHBOARD = ROOT / "roles" / "vllm_monitoring" / "files" / "grafana-vllm-fleet.j
 TARGET = "fleet-2/cpu1"
 UNIT = "vllm@cpu1.service"
 DROPIN = "/run/systemd/system/vllm@cpu1.service.d/lab-tiny-kv.conf"
+SENTINEL_PAUSE = "/etc/vllm-sentinel/paused-until"
 URL = f"http://{HOSTS['fleet-2']}:{INSTANCES['cpu1']}"
 TINY_KV = [
     "--max-model-len",
@@ -157,6 +158,9 @@ def window():
     end = next(i for i in range(start, len(lines)) if not lines[i].rstrip().endswith("\\"))
     exec_start = " ".join(line.rstrip().rstrip("\\").strip() for line in lines[start : end + 1])
     dropin = "[Service]\nExecStart=\n" + exec_start + " " + " ".join(TINY_KV) + "\n"
+    # The host's sentinel leaves it alone meanwhile, as for a rollout (its pause file): this change is made behind the
+    # rollout's back on purpose.
+    on("fleet-2", "sh", "-c", f"echo {int(time.time()) + 1800} > {SENTINEL_PAUSE}")
     on("fleet-2", "mkdir", "-p", str(Path(DROPIN).parent))
     subprocess.run(
         ["podman", "exec", "-i", "fleet-2", "sh", "-c", f"cat > {DROPIN}"], input=dropin, text=True, check=True
@@ -227,6 +231,7 @@ def window():
         on("fleet-2", "systemctl", "restart", UNIT)
         wait_healthy(URL, 300)
         wait_instance_not_down(TARGET)
+        on("fleet-2", "rm", "-f", SENTINEL_PAUSE)
 
 
 def test_a_kv_cache_held_full_and_preemptions_raise_their_alerts(window):

@@ -6,13 +6,13 @@
 
 Installed by the vllm role (tasks/sentinel.yml) with vllm_unit.py beside it. Standard library only, but for reading
 vLLM's /metrics (prometheus_client's parser): `check` runs with the Python of the host's vLLM release, `agent` and
-`metrics` with the host's python3. The configuration (/etc/vllm/sentinel.json) is rendered from the host's plan; it holds no secret:
-an instance's API key is read from its own environment file when a probe needs it.
+`metrics` with the host's python3. The configuration (/etc/vllm-sentinel/sentinel.json) is rendered from the host's
+plan; it holds no secret: an instance's API key is read from its own environment file when a probe needs it.
 
 One round, for each instance whose unit runs:
   1. once it has answered /health since its unit started (a start is the rollout's and systemd's business), a bounded
-     one-token completion on its local address; an error status, no token, or a timeout while vLLM's token counters
-     stand still is a failure (a timeout while they move is a busy engine, not a hung one);
+     one-token completion on its local address; a failed one counts unless vLLM's token counters still move over
+     the next 2 s (a busy engine, not a hung one);
   2. the kernel's NVIDIA Xid lines since the last round: an Xid of the instance's card marks it as failed at once,
      unless the code needs a GPU reset or a reboot (vllm_sentinel_xid_reset, vllm_sentinel_xid_reboot): those are
      only counted and alerted (vllm_sentinel_xid_needs_operator), never acted on;
@@ -29,7 +29,7 @@ alert VllmSentinelGaveUp). While a rollout works on the host (the pause file it 
 """
 
 import argparse
-import base64
+import contextlib
 import json
 import os
 import re
@@ -39,9 +39,7 @@ import time
 import urllib.error
 import urllib.request
 
-import vllm_unit
-
-DEFAULT_CONFIG = "/etc/vllm/sentinel.json"
+DEFAULT_CONFIG = "/etc/vllm-sentinel/sentinel.json"
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # What the NVIDIA driver writes: "NVRM: Xid (PCI:0000:01:00): 79, pid=..., GPU has fallen off the bus." (the domain
 # has 4 hex digits or more; older drivers leave out "PCI:"; MIG adds " GPU-I:.." before the parenthesis closes).
@@ -175,9 +173,17 @@ def process_environment(pid):
     try:
         status = os.stat("/proc/%s" % pid)
         out = subprocess.run(
-            ["setpriv", "--reuid=%d" % status.st_uid, "--regid=%d" % status.st_gid, "--clear-groups", "cat",
-             "/proc/%s/environ" % pid],
-            capture_output=True, timeout=10, check=False,
+            [
+                "setpriv",
+                "--reuid=%d" % status.st_uid,
+                "--regid=%d" % status.st_gid,
+                "--clear-groups",
+                "cat",
+                "/proc/%s/environ" % pid,
+            ],
+            capture_output=True,
+            timeout=10,
+            check=False,
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -266,7 +272,10 @@ def gpu_buses(command, timeout=10):
     try:
         out = subprocess.run(
             [command, "--query-gpu=index,pci.bus_id", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=timeout, check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
     except (OSError, subprocess.SubprocessError):
         return {}
@@ -341,7 +350,7 @@ def agent_polls(config, name, since, word):
     for entry in os.listdir(folder) if os.path.isdir(folder) else []:
         if entry.partition("@")[0] != name:
             continue
-        parts = ((read_bytes(os.path.join(folder, entry)) or b"").decode().split() + ["0", ""])[:2]
+        parts = [*(read_bytes(os.path.join(folder, entry)) or b"").decode().split(), "0", ""][:2]
         try:
             asked = float(parts[0])
         except ValueError:
@@ -360,8 +369,10 @@ def wait_for_gateways(config, name, word):
         time.sleep(0.2)
     told = agent_polls(config, name, start, word)
     if told < wanted:
-        log("%s: %d of %d gateway(s) asked its agent within %s s (answered %s)" % (
-            name, told, wanted, config["agent_wait_s"], word))
+        log(
+            "%s: %d of %d gateway(s) asked its agent within %s s (answered %s)"
+            % (name, told, wanted, config["agent_wait_s"], word)
+        )
     return time.time() - start
 
 
@@ -372,10 +383,10 @@ def agent(config):
     if NAME.match(line):
         word = ((read_bytes(agent_state_path(config, line)) or b"up").decode().split() or ["up"])[0]
         peer = re.sub(r"[^0-9A-Fa-f.:]", "_", os.environ.get("REMOTE_ADDR", "unknown"))[:64]
-        try:
-            write_atomic(os.path.join(config["run_dir"], "polls", "%s@%s" % (line, peer)), "%f %s\n" % (time.time(), word))
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):  # the answer matters more than its record
+            write_atomic(
+                os.path.join(config["run_dir"], "polls", "%s@%s" % (line, peer)), "%f %s\n" % (time.time(), word)
+            )
     sys.stdout.write(word + "\n")
     sys.stdout.flush()
     return 0
@@ -403,6 +414,9 @@ def metrics(config):
 def verify(config, instance, api_key):
     """The checks of the rollout a restarted instance must pass before it is put back: healthy (the rollout's
     wait), a completion, and its command line and environment read back against the verified release."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run with -I by the socket units: not on the path
+    import vllm_unit
+
     unit = instance["unit"]
     waited = vllm_unit.wait_healthy(
         lambda: health(instance["url"], 10),
@@ -451,10 +465,16 @@ def heal(config, state, instance, why):
     entry["out"] = entry["heal_failed"] = False
     entry["heals"]["healed"] += 1
     entry["last_error"] = ""
-    entry["last_heal"] = {"at": started, "out_s": round(out_s, 1), "serving_s": round(serving_s, 1),
-                          "back_s": round(time.time() - started, 1)}
-    log("%s: healed: %s; back in the gateways %.1f s after it was taken out (%.1f s to be told)" % (
-        name, detail, time.time() - started, back_s))
+    entry["last_heal"] = {
+        "at": started,
+        "out_s": round(out_s, 1),
+        "serving_s": round(serving_s, 1),
+        "back_s": round(time.time() - started, 1),
+    }
+    log(
+        "%s: healed: %s; back in the gateways %.1f s after it was taken out (%.1f s to be told)"
+        % (name, detail, time.time() - started, back_s)
+    )
 
 
 def api_key_of(instance):
@@ -480,36 +500,90 @@ def render_metrics(config, state, paused):
 
     host = config.get("host", "")
     items = sorted(("%s/%s" % (host, n) if host else n, e) for n, e in state["instances"].items())
-    family("vllm_sentinel_last_round_timestamp_seconds", "gauge", "When the sentinel last looked.",
-           [({}, "%.3f" % state.get("last_round", 0))])
+    family(
+        "vllm_sentinel_last_round_timestamp_seconds",
+        "gauge",
+        "When the sentinel last looked.",
+        [({}, "%.3f" % state.get("last_round", 0))],
+    )
     family("vllm_sentinel_interval_seconds", "gauge", "How often it looks.", [({}, config["interval_s"])])
-    family("vllm_sentinel_acting", "gauge", "1 when it heals, 0 when it only watches.",
-           [({}, int(bool(config["act"])))])
+    family(
+        "vllm_sentinel_acting", "gauge", "1 when it heals, 0 when it only watches.", [({}, int(bool(config["act"])))]
+    )
     family("vllm_sentinel_paused", "gauge", "1 while a rollout works on the host.", [({}, int(paused))])
-    family("vllm_sentinel_gave_up", "gauge", "1 when the heal budget is spent: it no longer acts.",
-           [({}, int(bool(state.get("gave_up"))))])
-    family("vllm_sentinel_probe_failures", "gauge", "Failed probes in a row.",
-           [({"instance": n}, e["failures"]) for n, e in items])
-    family("vllm_sentinel_out_of_rotation", "gauge", "1 while its agent tells the gateways to send nothing.",
-           [({"instance": n}, int(e["out"])) for n, e in items])
-    family("vllm_sentinel_heal_failed", "gauge", "1 while it is out because its restart did not verify.",
-           [({"instance": n}, int(e["out"] and e["heal_failed"])) for n, e in items])
-    family("vllm_sentinel_heals_total", "counter", "Heals, by result.",
-           [({"instance": n, "result": r}, e["heals"][r]) for n, e in items for r in ("healed", "failed")])
-    family("vllm_sentinel_last_heal_seconds", "gauge", "The last heal: to out of rotation, to serving again.",
-           [({"instance": n, "phase": p}, e["last_heal"][p + "_s"]) for n, e in items if e.get("last_heal")
-            for p in ("out", "serving")])
-    family("vllm_sentinel_drift", "gauge", "1 where the instance differs from its verified release.",
-           [({"instance": n, "what": k}, int(k in e["drift"])) for n, e in items for k in DRIFT_KINDS])
-    family("vllm_sentinel_xid_total", "counter", "NVIDIA Xid lines of the instance's card, by code and action.",
-           [({"instance": n, "code": c, "action": xid_action(int(c), config["xid"])}, v)
-            for n, e in items for c, v in sorted(e["xid"].items())])
-    family("vllm_sentinel_xid_last_timestamp_seconds", "gauge", "When the card last logged the Xid code.",
-           [({"instance": n, "code": c, "action": xid_action(int(c), config["xid"])}, "%.3f" % v)
-            for n, e in items for c, v in sorted(e["xid_at"].items())])
-    family("vllm_sentinel_xid_needs_operator", "gauge",
-           "The last Xid code that needs a GPU reset or a reboot since the unit started (0: none).",
-           [({"instance": n}, e.get("needs_operator") or 0) for n, e in items])
+    family(
+        "vllm_sentinel_gave_up",
+        "gauge",
+        "1 when the heal budget is spent: it no longer acts.",
+        [({}, int(bool(state.get("gave_up"))))],
+    )
+    family(
+        "vllm_sentinel_probe_failures",
+        "gauge",
+        "Failed probes in a row.",
+        [({"instance": n}, e["failures"]) for n, e in items],
+    )
+    family(
+        "vllm_sentinel_out_of_rotation",
+        "gauge",
+        "1 while its agent tells the gateways to send nothing.",
+        [({"instance": n}, int(e["out"])) for n, e in items],
+    )
+    family(
+        "vllm_sentinel_heal_failed",
+        "gauge",
+        "1 while it is out because its restart did not verify.",
+        [({"instance": n}, int(e["out"] and e["heal_failed"])) for n, e in items],
+    )
+    family(
+        "vllm_sentinel_heals_total",
+        "counter",
+        "Heals, by result.",
+        [({"instance": n, "result": r}, e["heals"][r]) for n, e in items for r in ("healed", "failed")],
+    )
+    family(
+        "vllm_sentinel_last_heal_seconds",
+        "gauge",
+        "The last heal: to out of rotation, to serving again.",
+        [
+            ({"instance": n, "phase": p}, e["last_heal"][p + "_s"])
+            for n, e in items
+            if e.get("last_heal")
+            for p in ("out", "serving")
+        ],
+    )
+    family(
+        "vllm_sentinel_drift",
+        "gauge",
+        "1 where the instance differs from its verified release.",
+        [({"instance": n, "what": k}, int(k in e["drift"])) for n, e in items for k in DRIFT_KINDS],
+    )
+    family(
+        "vllm_sentinel_xid_total",
+        "counter",
+        "NVIDIA Xid lines of the instance's card, by code and action.",
+        [
+            ({"instance": n, "code": c, "action": xid_action(int(c), config["xid"])}, v)
+            for n, e in items
+            for c, v in sorted(e["xid"].items())
+        ],
+    )
+    family(
+        "vllm_sentinel_xid_last_timestamp_seconds",
+        "gauge",
+        "When the card last logged the Xid code.",
+        [
+            ({"instance": n, "code": c, "action": xid_action(int(c), config["xid"])}, "%.3f" % v)
+            for n, e in items
+            for c, v in sorted(e["xid_at"].items())
+        ],
+    )
+    family(
+        "vllm_sentinel_xid_needs_operator",
+        "gauge",
+        "The last Xid code that needs a GPU reset or a reboot since the unit started (0: none).",
+        [({"instance": n}, e.get("needs_operator") or 0) for n, e in items],
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -521,9 +595,20 @@ def write_metrics(config, state, paused=False):
 
 
 def fresh_entry():
-    return {"failures": 0, "out": False, "heals": {"healed": 0, "failed": 0}, "xid": {}, "xid_at": {},
-            "needs_operator": 0, "needs_operator_at": 0, "drift": {}, "last_error": "", "invocation": "",
-            "served": False, "heal_failed": False}
+    return {
+        "failures": 0,
+        "out": False,
+        "heals": {"healed": 0, "failed": 0},
+        "xid": {},
+        "xid_at": {},
+        "needs_operator": 0,
+        "needs_operator_at": 0,
+        "drift": {},
+        "last_error": "",
+        "invocation": "",
+        "served": False,
+        "heal_failed": False,
+    }
 
 
 def paused_until(config, now):
@@ -594,28 +679,37 @@ def check(config):
             entry["served"] = health(instance["url"], 5)[0] == 200
             if not entry["served"]:
                 continue
-        before = progress(instance["url"])
         ok, why = completion(instance, api_key_of(instance), float(config["probe_timeout_s"]))
         if ok:
             entry["failures"] = 0  # one left out by a heal that failed stays out: the rollout puts it back
             continue
+        before = progress(instance["url"])
+        time.sleep(2)
         after = progress(instance["url"]) if before is not None else None
         if after is not None and after > before:
-            log("%s: probe got no token (%s), but the engine moved %d tokens meanwhile: busy, not hung" % (
-                name, why, after - before))
+            log(
+                "%s: probe got no token (%s), but the engine moved %d tokens since: busy, not hung"
+                % (name, why, after - before)
+            )
             continue
         entry["failures"] += 1
         entry["last_error"] = why
         log("%s: probe failed (%d in a row): %s" % (name, entry["failures"], why))
 
     state["heal_times"] = [t for t in state["heal_times"] if now - t < 3600]
-    due = [i for i in instances if state["instances"][i["name"]]["failures"] >= int(config["failures"])
-           and not state["instances"][i["name"]]["out"]]
+    due = [
+        i
+        for i in instances
+        if state["instances"][i["name"]]["failures"] >= int(config["failures"])
+        and not state["instances"][i["name"]]["out"]
+    ]
     if due and config["act"]:
         if len(state["heal_times"]) >= int(config["heals_per_hour"]):
             if not state.get("gave_up"):
-                log("heal budget spent: %d heal(s) in the last hour (vllm_sentinel_heals_per_hour=%s); it only "
-                    "watches now" % (len(state["heal_times"]), config["heals_per_hour"]))
+                log(
+                    "heal budget spent: %d heal(s) in the last hour (vllm_sentinel_heals_per_hour=%s); it only "
+                    "watches now" % (len(state["heal_times"]), config["heals_per_hour"])
+                )
             state["gave_up"] = True
         else:
             state["gave_up"] = False

@@ -1,0 +1,210 @@
+"""The sentinel of each vLLM host (vllm_sentinel, on by default; roles/vllm/files/vllm-sentinel.py), as converge and
+the rollouts of test_fleet.py left it (this file runs last).
+
+Under a bounded loop of streamed completions through the gateway, the engine process of fleet-1's cpu0 is stopped
+(SIGSTOP) while its API server still answers /health 200: the sentinel's probes get no token, its agent tells the
+gateway "down", it restarts and verifies the instance and puts it back; only requests in flight on the stopped engine
+may fail. The lab's stand-in for an NVIDIA fault (a container cannot write the kernel's log): an Xid line written to
+the journal under the identifier the lab's vllm_sentinel_xid_journal_match reads, parsed as the kernel's would be; an
+Xid that needs a reboot marks the instances and fires VllmGpuNeedsOperator, and nothing restarts. A hand edit of a
+unit shows as drift in the sentinel's metrics within one round, as Prometheus' monitoring host scrapes them.
+"""
+
+import json
+import subprocess
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from lab import HOSTS, INSTANCES, MONITORING_HOST, gateway_state, on, prometheus
+from test_fleet import stream_loop
+
+PAUSE = "/etc/vllm-sentinel/paused-until"
+SERVER = "fleet-1_cpu0"
+UNIT = "vllm@cpu0.service"
+URL = f"http://{HOSTS['fleet-1']}:{INSTANCES['cpu0']}"
+NUMBERS = {}
+
+
+def sentinel_metrics(host):
+    """The sentinel's metrics of `host`, as the monitoring host reads them (its port admits the monitoring hosts)."""
+    text = on(MONITORING_HOST, "curl", "-s", "-m", "10", f"http://{HOSTS[host]}:9172/metrics")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def sample(metrics, name, **labels):
+    return metrics.get((name, tuple(sorted(labels.items()))))
+
+
+def engine_pid(host, unit):
+    """The pid of the unit's engine core process (vLLM's EngineCore child of its API server)."""
+    main = on(host, "systemctl", "show", "--property=MainPID", "--value", unit).strip()
+    for pid in on(host, "pgrep", "-P", main, check=False).split():
+        if "EngineCore" in on(host, "cat", f"/proc/{pid}/cmdline", check=False) + on(
+            host, "cat", f"/proc/{pid}/comm", check=False
+        ):
+            return pid
+    raise AssertionError(f"no EngineCore child of {unit}'s main process {main} on {host}")
+
+
+def health(host):
+    return on(host, "curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}", URL + "/health", check=False)
+
+
+def invocation(host, unit):
+    return on(host, "systemctl", "show", "--property=InvocationID", "--value", unit).strip()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def running_sentinels():
+    """Both hosts' sentinels run their rounds. A rollout of test_fleet.py that stopped on purpose (the bad changes)
+    leaves its host's pause to expire (vllm_sentinel_rollout_pause_s); the later good runs removed it."""
+    for host in HOSTS:
+        assert on(host, "systemctl", "is-active", "vllm-sentinel.timer").strip() == "active", host
+        assert (
+            on(host, "test", "-e", PAUSE, check=False) == ""
+            and subprocess.run(["podman", "exec", host, "test", "-e", PAUSE]).returncode == 1
+        ), f"{host}: the sentinel is still paused by a rollout"
+    yield
+    print("\nsentinel numbers: " + json.dumps(NUMBERS))
+
+
+@pytest.fixture(scope="module")
+def hung_engine():
+    """fleet-1's cpu0 engine stopped under a bounded load through the gateway: when the gateway took it out, when it
+    was back, what the load lost."""
+    assert gateway_state(SERVER) == "UP"
+    before = sample(sentinel_metrics("fleet-1"), "vllm_sentinel_heals_total", instance="fleet-1/cpu0", result="healed")
+    loop_started = time.monotonic()
+    loop = stream_loop("sentinel", seconds=300)
+    time.sleep(5)
+    pid = engine_pid("fleet-1", UNIT)
+    on("fleet-1", "kill", "-STOP", pid)
+    stopped = time.monotonic()
+    try:
+        time.sleep(3)
+        health_while_stopped = health("fleet-1")
+        out = back = None
+        deadline = stopped + 300
+        while time.monotonic() < deadline:
+            status = gateway_state(SERVER)
+            if out is None and status.startswith("DOWN"):
+                out = time.monotonic() - stopped
+            if out is not None and status == "UP":
+                back = time.monotonic() - stopped
+                break
+            time.sleep(0.5)
+    finally:
+        on("fleet-1", "kill", "-CONT", pid, check=False)  # a no-op once the sentinel restarted the unit
+        result = loop()
+    NUMBERS.update(
+        out_of_rotation_s=out, back_in_rotation_s=back, load={k: result[k] for k in ("requests", "ok", "failed", "cut")}
+    )
+    return {
+        "out": out,
+        "back": back,
+        "health": health_while_stopped,
+        "load": result,
+        "before": before or 0,
+        # When the gateway took it out, in the load's own clock (seconds since the loop began, about).
+        "out_in_load": stopped - loop_started + (out or 0),
+    }
+
+
+def test_a_hung_engine_whose_health_says_ok_is_taken_out_within_30_s(hung_engine):
+    assert hung_engine["health"] == "200", "the stopped engine's API server did not answer /health: no hang to catch"
+    assert hung_engine["out"] is not None, "the gateway never took the hung instance out"
+    assert hung_engine["out"] <= 30, hung_engine
+
+
+def test_the_sentinel_heals_it_and_puts_it_back(hung_engine):
+    assert hung_engine["back"] is not None, "the instance did not come back into the gateway within 300 s"
+    metrics = sentinel_metrics("fleet-1")
+    healed = sample(metrics, "vllm_sentinel_heals_total", instance="fleet-1/cpu0", result="healed")
+    assert healed == hung_engine["before"] + 1, metrics
+    assert sample(metrics, "vllm_sentinel_out_of_rotation", instance="fleet-1/cpu0") == 0
+    NUMBERS["serving_again_s"] = sample(
+        metrics, "vllm_sentinel_last_heal_seconds", instance="fleet-1/cpu0", phase="serving"
+    )
+    journal = on("fleet-1", "journalctl", "-u", "vllm-sentinel.service", "--no-pager", "-o", "cat", "--since", "-10min")
+    assert "cpu0: healed" in journal, journal[-2000:]
+
+
+def test_only_requests_in_flight_on_the_stopped_engine_failed(hung_engine):
+    """The load's users (2) each wait for one answer at a time: at most the requests the stopped engine held when it
+    stopped or got before the gateway took it out, each started before that."""
+    load = hung_engine["load"]
+    assert load["requests"] >= 20, load
+    lost = [r for r in load["log"] if r["outcome"] != "ok"]
+    assert len(lost) <= 2, lost
+    # Sent after the gateway took the instance out (1 s for the loop's own start): none of those may be lost.
+    assert not [r for r in lost if r["start"] > hung_engine["out_in_load"] + 1], (hung_engine["out_in_load"], lost)
+
+
+def test_an_xid_that_needs_a_reboot_marks_the_instances_fires_its_alert_and_restarts_nothing():
+    """The lab's stand-in for the kernel's line (the same text the NVIDIA driver writes); fleet-2 has no GPU, so the
+    Xid marks every instance of the host."""
+    started = {unit: invocation("fleet-2", unit) for unit in ("vllm@cpu0.service", "vllm@cpu1.service")}
+    on(
+        "fleet-2",
+        "logger",
+        "-t",
+        "lab-kernel-xid",
+        "NVRM: Xid (PCI:0000:01:00): 79, pid=1234, name=python3, GPU has fallen off the bus.",
+    )
+    deadline = time.monotonic() + 60
+    firing = set()
+    while time.monotonic() < deadline and firing != {"fleet-2/cpu0", "fleet-2/cpu1"}:
+        firing = {
+            a["labels"].get("instance")
+            for a in prometheus("/api/v1/alerts")["data"]["alerts"]
+            if a["labels"].get("alertname") == "VllmGpuNeedsOperator" and a["state"] == "firing"
+        }
+        time.sleep(2)
+    assert firing == {"fleet-2/cpu0", "fleet-2/cpu1"}, firing
+    metrics = sentinel_metrics("fleet-2")
+    assert sample(metrics, "vllm_sentinel_xid_needs_operator", instance="fleet-2/cpu0") == 79
+    assert sample(metrics, "vllm_sentinel_xid_total", instance="fleet-2/cpu0", code="79", action="reboot") == 1
+    assert {unit: invocation("fleet-2", unit) for unit in started} == started, (
+        "an Xid that needs a reboot restarted vLLM"
+    )
+
+
+def test_a_hand_edit_of_a_unit_shows_as_drift_within_one_round():
+    unit = "/etc/systemd/system/vllm@cpu1.service"
+    original = on("fleet-2", "cat", unit)
+    subprocess.run(
+        ["podman", "exec", "-i", "fleet-2", "sh", "-c", f"cat >> {unit}"],
+        input="# a hand edit\n",
+        text=True,
+        check=True,
+    )
+    try:
+        edited = time.monotonic()
+        seen = None
+        while time.monotonic() - edited < 20:
+            if (
+                sample(sentinel_metrics("fleet-2"), "vllm_sentinel_drift", instance="fleet-2/cpu1", what="unit_file")
+                == 1
+            ):
+                seen = time.monotonic() - edited
+                break
+            time.sleep(0.5)
+        NUMBERS["drift_seen_s"] = seen
+        assert seen is not None and seen <= 5 + 5 + 2, seen  # one interval, a round's own time, the scrape
+        assert (
+            sample(sentinel_metrics("fleet-2"), "vllm_sentinel_drift", instance="fleet-2/cpu0", what="unit_file") == 0
+        )
+    finally:
+        subprocess.run(
+            ["podman", "exec", "-i", "fleet-2", "sh", "-c", f"cat > {unit}"], input=original, text=True, check=True
+        )
+    deadline = time.monotonic() + 20
+    while sample(sentinel_metrics("fleet-2"), "vllm_sentinel_drift", instance="fleet-2/cpu1", what="unit_file") != 0:
+        assert time.monotonic() < deadline, "the drift did not clear once the unit was restored"
+        time.sleep(1)
