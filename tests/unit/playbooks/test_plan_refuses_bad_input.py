@@ -485,6 +485,27 @@ def test_bad_egress_settings_are_refused_at_plan_time_each_named_with_its_fix(tm
     assert "gpu-4090-02.example.internal: " not in out.split("Check what this host may send out", 1)[-1]
 
 
+@pytest.mark.integration
+def test_bad_sentinel_settings_are_refused_at_plan_time_each_named_with_its_fix(tmp_path):
+    """The host sentinel's settings (vllm_sentinel_*): its agent's port taken by one of the host's instances, a
+    round interval of 0. The other host, with the example's settings, is not refused; no Python error surfaces."""
+    hosts = {
+        "gpu-4090-01.example.internal": {"vllm_sentinel_agent_port": 8000, "vllm_sentinel_interval_s": 0},
+        "gpu-4090-02.example.internal": {},
+    }
+    proc = run("-i", str(inventory(tmp_path / "inventory", hosts)), "playbooks/plan.yml")
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0
+    bad = "gpu-4090-01.example.internal: "
+    assert bad + "vllm_sentinel_agent_port=8000 is also the port of one of the host's vLLM instances" in out, out[
+        -3000:
+    ]
+    assert "Fix: give a port no instance uses" in out
+    assert bad + "vllm_sentinel_interval_s=0 is not a whole number of seconds between two rounds of at least 1" in out
+    assert "Traceback" not in out
+    assert "gpu-4090-02.example.internal: vllm_sentinel" not in out
+
+
 def _gateway_inventory(folder, vllm_hosts):
     """The production example's group_vars and topology: these vLLM hosts, one gateway (a certificate and key made
     here, the tenants' keys test values) and one monitoring host."""
