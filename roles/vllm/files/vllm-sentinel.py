@@ -290,11 +290,13 @@ def gpu_buses(command, timeout=10):
 
 
 def xid_events(config, state):
-    """[(bus key, code)] of the Xid lines the journal got since the last round (the first round starts now)."""
+    """[(bus key, code)] of the Xid lines the journal got since the last round: after the cursor of the last entry
+    read, or, before any entry matched, since the sentinel's first round."""
     match = config["xid"]["journal_match"]
     cursor = state.get("cursor")
+    since = state.setdefault("journal_since", int(time.time()))
     argv = ["journalctl", "--no-pager", "--output=json", "--show-cursor", *match]
-    argv += ["--after-cursor=" + cursor] if cursor else ["--lines=0"]
+    argv += ["--after-cursor=" + cursor] if cursor else ["--since=@%d" % since]
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False).stdout
     except (OSError, subprocess.SubprocessError):

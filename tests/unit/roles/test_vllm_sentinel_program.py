@@ -147,7 +147,8 @@ def test_an_xid_marks_the_instances_of_its_card_or_all_when_the_card_is_unknown(
 
 def test_the_journal_is_read_from_its_cursor_on(monkeypatch, tmp_path):
     """journalctl --output=json: MESSAGE as text or (not UTF-8) as a byte array; the cursor kept for the next round;
-    the first round starts at the end (--lines=0)."""
+    before any entry matched, from the sentinel's first round on (an entry that is the first ever to match is read,
+    not skipped as the journal's end)."""
     calls = []
     line = "NVRM: Xid (PCI:0000:01:00): 48, pid=7, name=python3, An uncorrectable double bit error"
     out = "\n".join(
@@ -164,9 +165,9 @@ def test_the_journal_is_read_from_its_cursor_on(monkeypatch, tmp_path):
         return subprocess.CompletedProcess(argv, 0, out, "")
 
     monkeypatch.setattr(sentinel.subprocess, "run", run)
-    state = {}
+    state = {"journal_since": 1796359678}
     assert sentinel.xid_events(config(tmp_path), state) == [("0000:01:00", 48), ("0000:01:00", 48)]
-    assert "--lines=0" in calls[0] and "_TRANSPORT=kernel" in calls[0]
+    assert "--since=@1796359678" in calls[0] and "_TRANSPORT=kernel" in calls[0]
     assert state["cursor"] == "s=abc;i=42"
     sentinel.xid_events(config(tmp_path), state)
     assert "--after-cursor=s=abc;i=42" in calls[1]
