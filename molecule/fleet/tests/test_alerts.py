@@ -39,7 +39,7 @@ DASHBOARD = ROOT / "roles" / "vllm_monitoring" / "files" / "grafana-vllm-fleet.j
 TARGET = "fleet-2/cpu1"
 UNIT = "vllm@cpu1.service"
 DROPIN = "/run/systemd/system/vllm@cpu1.service.d/lab-tiny-kv.conf"
-SENTINEL_PAUSE = "/etc/vllm-sentinel/paused-until"
+SENTINEL_PAUSE = "/run/vllm-sentinel/paused-until"
 URL = f"http://{HOSTS['fleet-2']}:{INSTANCES['cpu1']}"
 TINY_KV = [
     "--max-model-len",

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from lab import HOSTS, INSTANCES, MONITORING_HOST, gateway_state, on, prometheus
 from test_fleet import stream_loop
 
-PAUSE = "/etc/vllm-sentinel/paused-until"
+PAUSE = "/run/vllm-sentinel/paused-until"
 SERVER = "fleet-1_cpu0"
 UNIT = "vllm@cpu0.service"
 URL = f"http://{HOSTS['fleet-1']}:{INSTANCES['cpu0']}"
