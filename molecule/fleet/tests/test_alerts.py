@@ -88,8 +88,13 @@ def test_prometheus_scrapes_every_instance_and_the_gateway_with_the_plans_labels
     assert {(t["labels"]["job"], t["health"]) for t in targets} == {
         ("vllm", "up"),
         ("haproxy", "up"),
+        ("vllm_sentinel", "up"),
         ("prometheus", "up"),
     }, targets
+    # Each vLLM host's sentinel (vllm_sentinel), on its metrics port.
+    assert {t["scrapeUrl"] for t in targets if t["labels"]["job"] == "vllm_sentinel"} == {
+        f"http://{address}:9172/metrics" for address in HOSTS.values()
+    }
 
 
 def test_the_rules_are_the_shipped_ones_with_the_sites_pending_periods():
