@@ -260,9 +260,10 @@ def test_the_first_deployment_installed_both_hosts_at_once():
 
 
 def rolled_out(output):
-    """The hosts the run's rollout play (site.yml's last play) took: those it ran a task on."""
+    """The hosts the run's rollout play took: those it ran a task on (up to the next play: the sentinel's runs on
+    every vLLM host)."""
     play = (
-        output.split("PLAY [Roll out vLLM host by host]", 1)[-1].split("PLAY RECAP", 1)[0]
+        output.split("PLAY [Roll out vLLM host by host]", 1)[-1].split("PLAY [", 1)[0].split("PLAY RECAP", 1)[0]
         if "PLAY [Roll out vLLM host by host]" in output
         else ""
     )
