@@ -62,8 +62,8 @@ def invocation(host, unit):
 
 @pytest.fixture(scope="module", autouse=True)
 def running_sentinels():
-    """Both hosts' sentinels run their rounds. A rollout of test_fleet.py that stopped on purpose (the bad changes)
-    leaves its host's pause to expire (vllm_sentinel_rollout_pause_s); the later good runs removed it."""
+    """Both hosts' sentinels run their rounds: no rollout left its pause behind (those of test_fleet.py that stopped
+    on purpose, on a failed instance, lifted it as they stopped; the good ones after the sentinel play)."""
     for host in HOSTS:
         assert on(host, "systemctl", "is-active", "vllm-sentinel.timer").strip() == "active", host
         assert (
