@@ -63,7 +63,8 @@ def invocation(host, unit):
 @pytest.fixture(scope="module", autouse=True)
 def running_sentinels():
     """Both hosts' sentinels run their rounds: no rollout left its pause behind (those of test_fleet.py that stopped
-    on purpose, on a failed instance, lifted it as they stopped; the good ones after the sentinel play)."""
+    on purpose, on a failed instance, lifted it as they stopped; the good ones once the host's instances were
+    verified)."""
     for host in HOSTS:
         assert on(host, "systemctl", "is-active", "vllm-sentinel.timer").strip() == "active", host
         assert (

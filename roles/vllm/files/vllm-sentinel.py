@@ -28,6 +28,8 @@ verification stays out of the gateways. Past the budget it stops acting and says
 alert VllmSentinelGaveUp). While a rollout works on the host (the pause file it writes) the sentinel does nothing.
 """
 
+# urllib (its ssl import) is imported where a probe needs it: the agent and the metrics answer a gateway's check
+# or a scrape several times a second in all, each a process of its own.
 import argparse
 import contextlib
 import json
@@ -36,8 +38,6 @@ import re
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
 DEFAULT_CONFIG = "/etc/vllm-sentinel/sentinel.json"
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -100,6 +100,9 @@ def env_file(text):
 
 def completion(instance, api_key, timeout):
     """(ok, why) of one bounded one-token completion on the instance's local address."""
+    import urllib.error
+    import urllib.request
+
     body = json.dumps({"model": instance["model"], "prompt": "ping", "max_tokens": 1, "temperature": 0}).encode()
     request = urllib.request.Request(instance["url"] + "/v1/completions", data=body, method="POST")
     request.add_header("Content-Type", "application/json")
@@ -120,6 +123,9 @@ def completion(instance, api_key, timeout):
 
 
 def health(url, timeout):
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url + "/health", timeout=timeout) as answer:
             return answer.status, answer.headers.get("Date"), ""
@@ -132,6 +138,8 @@ def health(url, timeout):
 def progress(url, timeout=5):
     """Tokens the instance has taken in and put out so far (vLLM's prompt and generation token counters, read with
     prometheus_client's parser from the release's own virtualenv), or None when /metrics does not answer."""
+    import urllib.request
+
     from prometheus_client.parser import text_string_to_metric_families
 
     try:

@@ -50,10 +50,17 @@ def test_every_planned_instance_is_a_target_with_its_labels():
 def test_a_site_shortens_an_alerts_pending_period_and_nothing_else():
     shipped = monitoring.alert_names(RULES)
     assert shipped == [
+        "VllmGpuNeedsOperator",
+        "VllmGpuXid",
         "VllmInstanceDown",
+        "VllmInstanceDrift",
         "VllmKvCacheNearFull",
         "VllmPreemptionsGrowing",
         "VllmPrefixCacheHitRateLow",
+        "VllmSentinelGaveUp",
+        "VllmSentinelHealFailed",
+        "VllmSentinelHealed",
+        "VllmSentinelNotRunning",
         "VllmSpeculativeAcceptanceLow",
     ]
     changed = monitoring.rules(RULES, {"VllmInstanceDown": "20s"})
