@@ -568,25 +568,26 @@ def render_metrics(config, state, paused):
         "1 where the instance differs from its verified release.",
         [({"instance": n, "what": k}, int(k in e["drift"])) for n, e in items for k in DRIFT_KINDS],
     )
+
+    def by_code(key, shown):
+        """One sample per instance and Xid code (labelled with what the code needs) of entry[key]."""
+        return [
+            ({"instance": n, "code": c, "action": xid_action(int(c), config["xid"])}, shown(v))
+            for n, e in items
+            for c, v in sorted(e[key].items())
+        ]
+
     family(
         "vllm_sentinel_xid_total",
         "counter",
         "NVIDIA Xid lines of the instance's card, by code and action.",
-        [
-            ({"instance": n, "code": c, "action": xid_action(int(c), config["xid"])}, v)
-            for n, e in items
-            for c, v in sorted(e["xid"].items())
-        ],
+        by_code("xid", int),
     )
     family(
         "vllm_sentinel_xid_last_timestamp_seconds",
         "gauge",
         "When the card last logged the Xid code.",
-        [
-            ({"instance": n, "code": c, "action": xid_action(int(c), config["xid"])}, "%.3f" % v)
-            for n, e in items
-            for c, v in sorted(e["xid_at"].items())
-        ],
+        by_code("xid_at", lambda v: "%.3f" % v),
     )
     family(
         "vllm_sentinel_xid_needs_operator",
