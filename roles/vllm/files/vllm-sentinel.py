@@ -80,6 +80,9 @@ def read_bytes(path):
         return None
 
 
+ENV_ESCAPE = re.compile(r'\\([\\"$`])')
+
+
 def env_file(text):
     """{name: value} of a systemd environment file (the vllm role writes NAME=value, quoted where needed)."""
     found = {}
@@ -89,8 +92,10 @@ def env_file(text):
             continue
         name, _, value = line.partition("=")
         value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            value = value[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+        if len(value) >= 2 and value[0] == value[-1] == '"':
+            value = ENV_ESCAPE.sub(r"\1", value[1:-1])  # systemd reads \\, \", \$ and \` inside double quotes
+        elif len(value) >= 2 and value[0] == value[-1] == "'":
+            value = value[1:-1]  # nothing is escaped inside single quotes
         found[name.strip()] = value
     return found
 
@@ -99,7 +104,9 @@ def env_file(text):
 
 
 def completion(instance, api_key, timeout):
-    """(ok, why) of one bounded one-token completion on the instance's local address."""
+    """(verdict, why) of one bounded one-token completion on the instance's local address. The verdict is "ok" (a
+    token), "refused" (the server answered 4xx: it runs, and refused the probe itself, as a wrong key or model name
+    would have it refused; a restart cannot mend that) or "failed" (no answer in time, 5xx, or no token)."""
     import urllib.error
     import urllib.request
 
@@ -112,14 +119,14 @@ def completion(instance, api_key, timeout):
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             payload = json.loads(answer.read().decode("utf-8", "replace"))
     except urllib.error.HTTPError as exc:
-        return False, "HTTP %d" % exc.code
+        return ("refused" if 400 <= exc.code < 500 and exc.code not in (408, 429) else "failed"), "HTTP %d" % exc.code
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        return False, "no answer within %s s (%s)" % (timeout, str(reason)[:80] or type(exc).__name__)
+        return "failed", "no answer within %s s (%s)" % (timeout, str(reason)[:80] or type(exc).__name__)
     tokens = ((payload.get("usage") or {}).get("completion_tokens")) or 0
     if tokens < 1:
-        return False, "an answer without a token"
-    return True, "a token"
+        return "failed", "an answer without a token"
+    return "ok", "a token"
 
 
 def health(url, timeout):
@@ -438,8 +445,8 @@ def verify(config, instance, api_key):
     )
     if not waited["ok"]:
         return False, waited["error"]
-    ok, why = completion(instance, api_key, float(config["verify_timeout_s"]))
-    if not ok:
+    verdict, why = completion(instance, api_key, float(config["verify_timeout_s"]))
+    if verdict != "ok":
         return False, "the completion after the restart: " + why
     found = drift(instance, unit_show(unit).get("MainPID"))
     if found:
@@ -534,6 +541,12 @@ def render_metrics(config, state, paused):
         [({"instance": n}, e["failures"]) for n, e in items],
     )
     family(
+        "vllm_sentinel_probe_refused",
+        "gauge",
+        "1 when its last probe was refused (HTTP 4xx): the sentinel cannot tell a hang there; see the key it reads.",
+        [({"instance": n}, int(bool(e.get("refused")))) for n, e in items],
+    )
+    family(
         "vllm_sentinel_out_of_rotation",
         "gauge",
         "1 while its agent tells the gateways to send nothing.",
@@ -619,6 +632,7 @@ def fresh_entry():
         "invocation": "",
         "served": False,
         "heal_failed": False,
+        "refused": "",
     }
 
 
@@ -690,8 +704,13 @@ def check(config):
             entry["served"] = health(instance["url"], 5)[0] == 200
             if not entry["served"]:
                 continue
-        ok, why = completion(instance, api_key_of(instance), float(config["probe_timeout_s"]))
-        if ok:
+        verdict, why = completion(instance, api_key_of(instance), float(config["probe_timeout_s"]))
+        entry["refused"] = why if verdict == "refused" else ""
+        if verdict == "refused":
+            entry["failures"] = 0
+            log("%s: the probe was refused (%s): the instance answers, so nothing is healed; see its key" % (name, why))
+            continue
+        if verdict == "ok":
             entry["failures"] = 0  # one left out by a heal that failed stays out: the rollout puts it back
             continue
         before = progress(instance["url"])

@@ -7,18 +7,20 @@ the budget, a busy engine, a start, a pause, Xid codes) with the host's probes r
 this machine runs no vLLM unit. The whole of it on real hosts: molecule/fleet/tests/test_sentinel.py.
 """
 
+import http.server
 import importlib.util
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ROOT
+from conftest import ROOT, load_source
 
 PROGRAM = ROOT / "roles" / "vllm" / "files" / "vllm-sentinel.py"
 DEFAULTS = yaml.safe_load((ROOT / "roles" / "vllm_defaults" / "defaults" / "main.yml").read_text())
@@ -33,6 +35,8 @@ def load():
 
 
 sentinel = load()
+_filters = load_source("systemd_args_filter", ROOT / "plugins" / "filter" / "systemd_args.py")
+systemd_env_quote, systemd_env_value = _filters.systemd_env_quote, _filters.systemd_env_value
 XID = {
     "reset": DEFAULTS["vllm_sentinel_xid_reset"],
     "reboot": DEFAULTS["vllm_sentinel_xid_reboot"],
@@ -227,6 +231,48 @@ def test_an_environment_file_is_read_as_systemd_reads_it():
     assert sentinel.env_file(text) == {"A": "1", "B": "two words", "C": "x", "D": 'a "quoted" word'}
 
 
+# The production example's lab key (molecule/production/inventory/lab-layer.yml) and others with each character the
+# role's writer escapes: what the sentinel reads back must be what vLLM's process was given, or its probes get 401.
+@pytest.mark.parametrize("value", ['lab "key" \\ $HOME %h', "a`b`\\\\c", '\\"', "$$x\\$", "plain"])
+def test_a_value_the_role_quotes_reads_back_exactly(value):
+    text = "VLLM_API_KEY=" + systemd_env_quote(value) + "\n"
+    assert sentinel.env_file(text)["VLLM_API_KEY"] == systemd_env_value(text, "VLLM_API_KEY") == value
+
+
+class Answers(http.server.BaseHTTPRequestHandler):
+    """A local server answering each POST with the status its path's last part names (200 with one token)."""
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        code = int(self.server.code)
+        body = json.dumps({"usage": {"completion_tokens": 1}} if code == 200 else {"error": "no"}).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("code", "verdict"),
+    [(200, "ok"), (401, "refused"), (404, "refused"), (429, "failed"), (500, "failed"), (503, "failed")],
+)
+def test_a_probe_refused_by_a_running_server_is_told_from_a_failed_one(code, verdict):
+    server = http.server.HTTPServer(("127.0.0.1", 0), Answers)
+    server.code = code
+    thread = threading.Thread(target=server.handle_request, daemon=True)
+    thread.start()
+    try:
+        instance = {"url": "http://127.0.0.1:%d" % server.server_port, "model": "m"}
+        assert sentinel.completion(instance, "k", 5)[0] == verdict
+    finally:
+        thread.join(10)
+        server.server_close()
+
+
 # ---------------------------------------------------------------------------------------------------- metrics, agent
 
 
@@ -318,7 +364,7 @@ class Host:
 
         def completion(item, key, timeout):
             self.probed.append(item["name"])
-            return self.answers.get(item["name"], (True, "a token"))
+            return self.answers.get(item["name"], ("ok", "a token"))
 
         def heal(config, state, item, why):
             self.heals.append((item["name"], why))
@@ -334,7 +380,7 @@ def state_of(tmp_path):
 
 
 def test_two_failed_probes_in_a_row_heal_the_instance_once(monkeypatch, tmp_path):
-    host = Host(monkeypatch, {"gpu0": (False, "no answer within 10 s (timed out)")})
+    host = Host(monkeypatch, {"gpu0": ("failed", "no answer within 10 s (timed out)")})
     cfg = config(tmp_path)
     sentinel.check(cfg)
     assert host.heals == [] and state_of(tmp_path)["instances"]["gpu0"]["failures"] == 1
@@ -343,22 +389,37 @@ def test_two_failed_probes_in_a_row_heal_the_instance_once(monkeypatch, tmp_path
     assert state_of(tmp_path)["instances"]["gpu1"]["failures"] == 0
 
 
+def test_a_refused_probe_is_counted_apart_and_never_heals(monkeypatch, tmp_path):
+    host = Host(monkeypatch, {"gpu0": ("refused", "HTTP 401")})
+    cfg = config(tmp_path)
+    for _ in range(3):
+        sentinel.check(cfg)
+    entry = state_of(tmp_path)["instances"]["gpu0"]
+    assert host.heals == [] and entry["failures"] == 0 and entry["refused"] == "HTTP 401"
+    found = samples((tmp_path / "run" / "metrics.prom").read_text())
+    assert found[("vllm_sentinel_probe_refused", (("instance", "gpu-1/gpu0"),))] == 1
+    assert found[("vllm_sentinel_probe_refused", (("instance", "gpu-1/gpu1"),))] == 0
+    host.answers.clear()
+    sentinel.check(cfg)
+    assert state_of(tmp_path)["instances"]["gpu0"]["refused"] == ""
+
+
 def test_a_probe_that_times_out_while_tokens_move_is_a_busy_engine(monkeypatch, tmp_path):
-    host = Host(monkeypatch, {"gpu0": (False, "no answer within 10 s (timed out)")}, moving=True)
+    host = Host(monkeypatch, {"gpu0": ("failed", "no answer within 10 s (timed out)")}, moving=True)
     for _ in range(4):
         sentinel.check(config(tmp_path))
     assert host.heals == [] and state_of(tmp_path)["instances"]["gpu0"]["failures"] == 0
 
 
 def test_an_instance_still_loading_is_not_probed(monkeypatch, tmp_path):
-    host = Host(monkeypatch, {"gpu0": (False, "HTTP 503")}, healthy=False)
+    host = Host(monkeypatch, {"gpu0": ("failed", "HTTP 503")}, healthy=False)
     for _ in range(3):
         sentinel.check(config(tmp_path))
     assert host.probed == [] and host.heals == []
 
 
 def test_a_restart_by_someone_else_starts_the_count_again(monkeypatch, tmp_path):
-    host = Host(monkeypatch, {"gpu0": (False, "HTTP 500")})
+    host = Host(monkeypatch, {"gpu0": ("failed", "HTTP 500")})
     sentinel.check(config(tmp_path))
     host.invocation["vllm@gpu0.service"] = "c"  # systemd or an operator restarted it between two rounds
     sentinel.check(config(tmp_path))
@@ -366,7 +427,7 @@ def test_a_restart_by_someone_else_starts_the_count_again(monkeypatch, tmp_path)
 
 
 def test_past_the_budget_it_stops_acting_and_says_so(monkeypatch, tmp_path):
-    host = Host(monkeypatch, {"gpu0": (False, "HTTP 500"), "gpu1": (False, "HTTP 500")})
+    host = Host(monkeypatch, {"gpu0": ("failed", "HTTP 500"), "gpu1": ("failed", "HTTP 500")})
     cfg = config(tmp_path, heals_per_hour=1, failures=1)
     sentinel.check(cfg)  # both fail: one heal, one instance of the host at a time
     assert [name for name, _ in host.heals] == ["gpu0"]
@@ -377,14 +438,14 @@ def test_past_the_budget_it_stops_acting_and_says_so(monkeypatch, tmp_path):
 
 
 def test_watching_only_never_heals(monkeypatch, tmp_path):
-    host = Host(monkeypatch, {"gpu0": (False, "HTTP 500")})
+    host = Host(monkeypatch, {"gpu0": ("failed", "HTTP 500")})
     for _ in range(3):
         sentinel.check(config(tmp_path, act=False))
     assert host.heals == [] and state_of(tmp_path)["instances"]["gpu0"]["failures"] == 3
 
 
 def test_a_pause_in_the_future_stops_every_probe(monkeypatch, tmp_path):
-    host = Host(monkeypatch, {"gpu0": (False, "HTTP 500")})
+    host = Host(monkeypatch, {"gpu0": ("failed", "HTTP 500")})
     (tmp_path / "paused-until").write_text(str(int(sentinel.time.time()) + 600))
     for _ in range(3):
         sentinel.check(config(tmp_path, failures=1))

@@ -61,6 +61,7 @@ def test_a_site_shortens_an_alerts_pending_period_and_nothing_else():
         "VllmSentinelHealFailed",
         "VllmSentinelHealed",
         "VllmSentinelNotRunning",
+        "VllmSentinelProbeRefused",
         "VllmSpeculativeAcceptanceLow",
     ]
     changed = monitoring.rules(RULES, {"VllmInstanceDown": "20s"})
