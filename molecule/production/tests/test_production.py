@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "src"))
@@ -308,6 +309,32 @@ def test_monitoring_scrapes_every_instance_and_the_gateway():
     assert wanted <= set(up), up
     assert f"{GATEWAY_ADDRESS}:8405" in up, up
     assert all(health == "up" for health in up.values()), up
+
+
+def test_each_hosts_sentinel_probes_its_instances_with_the_key_they_run_with():
+    """The example's vLLM key (the lab layer's holds \\, " and $) as each host's sentinel reads it back from the
+    environment file, the way systemd gave it to vLLM: since converge, every probe was answered with a token (none
+    refused, none failing now), nothing was healed, and neither the files nor the running processes drifted. A key read
+    back wrongly once got 401 on every probe here and restarted a serving instance."""
+    for host in HOSTS:
+        text = on(host, "curl", "-s", "-m", "10", "http://127.0.0.1:9172/metrics")
+        found = {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
+        assert found[("vllm_sentinel_paused", ())] == 0, host
+        for instance in INSTANCES[host]:
+            label = ("instance", f"{host}/{instance}")
+            assert found[("vllm_sentinel_probe_refused", (label,))] == 0, (host, instance)
+            assert found[("vllm_sentinel_probe_failures", (label,))] == 0, (host, instance)
+            for result in ("healed", "failed"):
+                assert found[("vllm_sentinel_heals_total", (label, ("result", result)))] == 0, (host, instance)
+            drifted = [key for key, value in found.items() if key[0] == "vllm_sentinel_drift" and label in key[1]]
+            assert len(drifted) == 5 and not [key for key in drifted if found[key]], (host, instance, drifted)
+        # What the program itself wrote (systemd's own lines about the unit are not its stdout).
+        said = on(host, "journalctl", "-u", "vllm-sentinel.service", "_TRANSPORT=stdout", "--no-pager", "-o", "cat")
+        assert not [w for w in ("refused", "taking it out", "drift", "401") if w in said], (host, said[-2000:])
 
 
 def test_no_key_in_the_plan_reports_or_journals():
