@@ -1,5 +1,5 @@
 """The sentinel of each vLLM host (vllm_sentinel, on by default; roles/vllm/files/vllm-sentinel.py), as converge and
-the rollouts of test_fleet.py left it (this file runs last).
+the rollouts of test_fleet.py and test_instances.py left it (this file runs last).
 
 Under a bounded loop of streamed completions through the gateway, the engine process of fleet-1's cpu0 is stopped
 (SIGSTOP) while its API server still answers /health 200: the sentinel's probes get no token, its agent tells the
@@ -147,12 +147,20 @@ def test_only_requests_in_flight_on_the_stopped_engine_failed(hung_engine):
     assert not [r for r in lost if r["start"] > hung_engine["out_in_load"] + 1], (hung_engine["out_in_load"], lost)
 
 
+def watched(host):
+    """The instances the host's sentinel watches, as the host's last rollout configured it (test_instances.py leaves
+    fleet-2 with cpu0 alone)."""
+    return sorted(i["name"] for i in json.loads(on(host, "cat", "/etc/vllm-sentinel/sentinel.json"))["instances"])
+
+
 def test_an_xid_that_needs_a_reboot_marks_the_instances_fires_its_alert_and_restarts_nothing():
-    """The lab's stand-in for the kernel's line (the same text the NVIDIA driver writes); fleet-2 has no GPU, so the
-    Xid marks every instance of the host."""
-    started = {unit: invocation("fleet-2", unit) for unit in ("vllm@cpu0.service", "vllm@cpu1.service")}
+    """The lab's stand-in for the kernel's line (the same text the NVIDIA driver writes); fleet-1 has no GPU, so the
+    Xid marks every instance of the host (both of its instances, the one healed above included)."""
+    names = watched("fleet-1")
+    assert names == ["cpu0", "cpu1"], names
+    started = {name: invocation("fleet-1", f"vllm@{name}.service") for name in names}
     on(
-        "fleet-2",
+        "fleet-1",
         "logger",
         "-t",
         "lab-kernel-xid",
@@ -160,27 +168,28 @@ def test_an_xid_that_needs_a_reboot_marks_the_instances_fires_its_alert_and_rest
     )
     deadline = time.monotonic() + 60
     firing = set()
-    while time.monotonic() < deadline and firing != {"fleet-2/cpu0", "fleet-2/cpu1"}:
+    while time.monotonic() < deadline and firing != {"fleet-1/cpu0", "fleet-1/cpu1"}:
         firing = {
             a["labels"].get("instance")
             for a in prometheus("/api/v1/alerts")["data"]["alerts"]
             if a["labels"].get("alertname") == "VllmGpuNeedsOperator" and a["state"] == "firing"
         }
         time.sleep(2)
-    assert firing == {"fleet-2/cpu0", "fleet-2/cpu1"}, firing
-    metrics = sentinel_metrics("fleet-2")
-    assert sample(metrics, "vllm_sentinel_xid_needs_operator", instance="fleet-2/cpu0") == 79
-    assert sample(metrics, "vllm_sentinel_xid_total", instance="fleet-2/cpu0", code="79", action="reboot") == 1
-    assert {unit: invocation("fleet-2", unit) for unit in started} == started, (
+    assert firing == {"fleet-1/cpu0", "fleet-1/cpu1"}, firing
+    metrics = sentinel_metrics("fleet-1")
+    for name in names:
+        assert sample(metrics, "vllm_sentinel_xid_needs_operator", instance=f"fleet-1/{name}") == 79, metrics
+        assert sample(metrics, "vllm_sentinel_xid_total", instance=f"fleet-1/{name}", code="79", action="reboot") == 1
+    assert {name: invocation("fleet-1", f"vllm@{name}.service") for name in names} == started, (
         "an Xid that needs a reboot restarted vLLM"
     )
 
 
 def test_a_hand_edit_of_a_unit_shows_as_drift_within_one_round():
     unit = "/etc/systemd/system/vllm@cpu1.service"
-    original = on("fleet-2", "cat", unit)
+    original = on("fleet-1", "cat", unit)
     subprocess.run(
-        ["podman", "exec", "-i", "fleet-2", "sh", "-c", f"cat >> {unit}"],
+        ["podman", "exec", "-i", "fleet-1", "sh", "-c", f"cat >> {unit}"],
         input="# a hand edit\n",
         text=True,
         check=True,
@@ -190,7 +199,7 @@ def test_a_hand_edit_of_a_unit_shows_as_drift_within_one_round():
         seen = None
         while time.monotonic() - edited < 20:
             if (
-                sample(sentinel_metrics("fleet-2"), "vllm_sentinel_drift", instance="fleet-2/cpu1", what="unit_file")
+                sample(sentinel_metrics("fleet-1"), "vllm_sentinel_drift", instance="fleet-1/cpu1", what="unit_file")
                 == 1
             ):
                 seen = time.monotonic() - edited
@@ -199,13 +208,13 @@ def test_a_hand_edit_of_a_unit_shows_as_drift_within_one_round():
         NUMBERS["drift_seen_s"] = seen
         assert seen is not None and seen <= 5 + 5 + 2, seen  # one interval, a round's own time, the scrape
         assert (
-            sample(sentinel_metrics("fleet-2"), "vllm_sentinel_drift", instance="fleet-2/cpu0", what="unit_file") == 0
+            sample(sentinel_metrics("fleet-1"), "vllm_sentinel_drift", instance="fleet-1/cpu0", what="unit_file") == 0
         )
     finally:
         subprocess.run(
-            ["podman", "exec", "-i", "fleet-2", "sh", "-c", f"cat > {unit}"], input=original, text=True, check=True
+            ["podman", "exec", "-i", "fleet-1", "sh", "-c", f"cat > {unit}"], input=original, text=True, check=True
         )
     deadline = time.monotonic() + 20
-    while sample(sentinel_metrics("fleet-2"), "vllm_sentinel_drift", instance="fleet-2/cpu1", what="unit_file") != 0:
+    while sample(sentinel_metrics("fleet-1"), "vllm_sentinel_drift", instance="fleet-1/cpu1", what="unit_file") != 0:
         assert time.monotonic() < deadline, "the drift did not clear once the unit was restored"
         time.sleep(1)
