@@ -43,6 +43,8 @@ CACHE = Path(os.environ.get("CACHE_DIR", ROOT / ".cache"))
 CA = CACHE / "lab" / "pki" / "ca.crt"
 KEYS = CACHE / "lab" / "api-keys"
 OUTPUTS = []  # every play's output, searched for keys at the end
+RUNS = CACHE / "logs" / "fleet-runs"  # this verify's runs only (the outputs, checked for keys at the end)
+shutil.rmtree(RUNS, ignore_errors=True)
 ENV = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
 
 
@@ -76,6 +78,9 @@ def playbook(path, *extra, timeout=1800):
 
         rc, output = 124, f"{text(stopped.stdout)}{text(stopped.stderr)}\n{path} stopped after {timeout} s"
     OUTPUTS.append(output)
+    # Kept for after the scenario (its ephemeral folder goes with it): each run's tasks and their times.
+    RUNS.mkdir(parents=True, exist_ok=True)
+    (RUNS / f"{len(OUTPUTS):02d}-{Path(path).stem}-rc{rc}.log").write_text(" ".join(cmd[1:]) + "\n\n" + output)
     return rc, output
 
 
