@@ -40,6 +40,7 @@ import sys
 import time
 
 DEFAULT_CONFIG = "/etc/vllm-sentinel/sentinel.json"
+ROUND_UNIT = "vllm-sentinel.service"
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # What the NVIDIA driver writes: "NVRM: Xid (PCI:0000:01:00): 79, pid=..., GPU has fallen off the bus." (the domain
 # has 4 hex digits or more; older drivers leave out "PCI:"; MIG adds " GPU-I:.." before the parenthesis closes).
@@ -761,15 +762,38 @@ def started_after(instance, entry):
         return False
 
 
+def pause(config, seconds, wait_s):
+    """The rollout's pause (its first step on the host): no round probes or heals for `seconds` (the rollout lifts it
+    sooner), and back once no round, nor a heal in it, still runs; 1 when one still runs after `wait_s`."""
+    write_atomic(config["pause_file"], "%d\n" % (time.time() + seconds))
+    deadline = time.monotonic() + wait_s
+    while True:
+        state = systemctl("show", "--property=ActiveState", "--value", ROUND_UNIT).stdout.strip()
+        if state != "activating":
+            return 0
+        if time.monotonic() >= deadline:
+            sys.stderr.write(
+                "vllm-sentinel: paused, but a round of %s still runs after %d s (a heal that does not end); see its "
+                "journal (journalctl -u %s) and stop it (systemctl stop %s) before the rollout goes on\n"
+                % (ROUND_UNIT, wait_s, ROUND_UNIT, ROUND_UNIT)
+            )
+            return 1
+        time.sleep(1)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="vllm-sentinel", description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=("check", "agent", "metrics"))
+    parser.add_argument("command", choices=("check", "agent", "metrics", "pause"))
     parser.add_argument("--config", default=DEFAULT_CONFIG)
+    parser.add_argument("--seconds", type=int, default=3600, help="pause: for how long at most")
+    parser.add_argument("--wait", type=int, default=1200, help="pause: how long a round in progress may take to end")
     args = parser.parse_args(argv)
     config = read_json(args.config, None)
     if not isinstance(config, dict):
         sys.stderr.write("vllm-sentinel: cannot read %s; fix: run site.yml for this host\n" % args.config)
         return 2
+    if args.command == "pause":
+        return pause(config, args.seconds, args.wait)
     return {"check": check, "agent": agent, "metrics": metrics}[args.command](config)
 
 

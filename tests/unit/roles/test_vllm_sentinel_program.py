@@ -444,6 +444,29 @@ def test_watching_only_never_heals(monkeypatch, tmp_path):
     assert host.heals == [] and state_of(tmp_path)["instances"]["gpu0"]["failures"] == 3
 
 
+def test_the_rollouts_pause_is_written_and_waits_for_a_round_in_progress(monkeypatch, tmp_path):
+    """`pause`: the file every round reads, then back once the round unit is no longer activating (a heal in it
+    ended); a round that never ends is named, with the fix, after the wait."""
+    states = iter(["activating", "activating", "inactive"])
+    asked = []
+
+    def systemctl(*args, **kw):
+        asked.append(args)
+        return subprocess.CompletedProcess(args, 0, next(states) + "\n", "")
+
+    monkeypatch.setattr(sentinel, "systemctl", systemctl)
+    monkeypatch.setattr(sentinel.time, "sleep", lambda s: None)
+    cfg = config(tmp_path)
+    assert sentinel.pause(cfg, 600, 60) == 0 and len(asked) == 3
+    until = float((tmp_path / "paused-until").read_text())
+    assert 590 < until - sentinel.time.time() <= 600
+    assert sentinel.paused_until(cfg, sentinel.time.time()) == until
+    states = iter(["activating"] * 10**6)
+    clock = iter(range(0, 10**6, 30))
+    monkeypatch.setattr(sentinel.time, "monotonic", lambda: next(clock))
+    assert sentinel.pause(cfg, 600, 60) == 1
+
+
 def test_a_pause_in_the_future_stops_every_probe(monkeypatch, tmp_path):
     host = Host(monkeypatch, {"gpu0": ("failed", "HTTP 500")})
     (tmp_path / "paused-until").write_text(str(int(sentinel.time.time()) + 600))
