@@ -17,7 +17,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lab import HOSTS, INSTANCES, MONITORING_HOST, gateway_state, on, prometheus
+from lab import HOSTS, INSTANCES, MONITORING_HOST, gateway_state, on, prometheus, site
 from test_fleet import stream_loop
 
 PAUSE = "/run/vllm-sentinel/paused-until"
@@ -63,14 +63,26 @@ def invocation(host, unit):
 @pytest.fixture(scope="module", autouse=True)
 def running_sentinels():
     """Both hosts' sentinels run their rounds: no rollout left its pause behind (those of test_fleet.py that stopped
-    on purpose, on a failed instance, lifted it as they stopped; the good ones once the host's instances were
-    verified)."""
+    on purpose lifted it as they stopped; the good ones once the host's instances were verified). Then fleet-1's
+    rounds every 5 s (the lab's are every 15 s), set as a site sets them: vllm_sentinel_interval_s, and site.yml for
+    the host, whose changed digest takes the full path and configures the sentinel again without a restart of vLLM."""
     for host in HOSTS:
         assert on(host, "systemctl", "is-active", "vllm-sentinel.timer").strip() == "active", host
         assert (
             on(host, "test", "-e", PAUSE, check=False) == ""
             and subprocess.run(["podman", "exec", host, "test", "-e", PAUSE]).returncode == 1
         ), f"{host}: the sentinel is still paused by a rollout"
+    started = {name: invocation("fleet-1", f"vllm@{name}.service") for name in INSTANCES}
+    rc, output = site("-l", "fleet-1", "-e", json.dumps({"vllm_sentinel_interval_s": 5}), run_id="sentinel-5s")
+    assert rc == 0, output[-4000:]
+    assert json.loads(on("fleet-1", "cat", "/etc/vllm-sentinel/sentinel.json"))["interval_s"] == 5
+    timer = on("fleet-1", "systemctl", "show", "--property=TimersMonotonic", "--value", "vllm-sentinel.timer")
+    assert "OnUnitInactiveUSec=5s" in timer, timer
+    assert {name: invocation("fleet-1", f"vllm@{name}.service") for name in INSTANCES} == started
+    assert (
+        on("fleet-1", "test", "-e", PAUSE, check=False) == ""
+        and subprocess.run(["podman", "exec", "fleet-1", "test", "-e", PAUSE]).returncode == 1
+    ), "the rollout left fleet-1's sentinel paused"
     yield
     print("\nsentinel numbers: " + json.dumps(NUMBERS))
 
