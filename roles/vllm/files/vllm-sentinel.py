@@ -411,12 +411,14 @@ def agent(config):
 
 
 def metrics(config):
-    """One scrape: a minimal HTTP/1.0 answer with the metrics file of the last round."""
+    """One scrape: a minimal HTTP/1.0 answer with the metrics file of the last round and the pause as it is now."""
     request = sys.stdin.buffer.readline(1024).decode("ascii", "replace").split()
     while sys.stdin.buffer.readline(8192) not in (b"\r\n", b"\n", b""):
         pass
     if len(request) >= 2 and request[0] == "GET" and request[1].split("?")[0] == "/metrics":
-        body = read_bytes(os.path.join(config["run_dir"], "metrics.prom")) or b""
+        body = (read_bytes(os.path.join(config["run_dir"], "metrics.prom")) or b"") + render_paused(
+            config, time.time()
+        ).encode()
         head = "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
     else:
         body = b"not found\n"
@@ -506,8 +508,8 @@ def label(value):
     return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def render_metrics(config, state, paused):
-    lines = []
+def families(lines):
+    """A function that appends one metric family (its HELP, TYPE and samples) to `lines`."""
 
     def family(name, kind, about, samples):
         lines.append("# HELP %s %s" % (name, about))
@@ -515,6 +517,27 @@ def render_metrics(config, state, paused):
         for labels, value in samples:
             text = ",".join('%s="%s"' % (k, label(v)) for k, v in labels.items())
             lines.append("%s{%s} %s" % (name, text, value) if text else "%s %s" % (name, value))
+
+    return family
+
+
+def render_paused(config, now):
+    """The pause as it is now (read at each scrape, not at the last round: a pause the rollout lifted is over at once,
+    though the next round may be an interval away)."""
+    lines = []
+    families(lines)(
+        "vllm_sentinel_paused",
+        "gauge",
+        "1 while a rollout works on the host.",
+        [({}, int(bool(paused_until(config, now))))],
+    )
+    return "\n".join(lines) + "\n"
+
+
+def render_metrics(config, state):
+    """Everything the last round saw (the pause is added at each scrape: render_paused)."""
+    lines = []
+    family = families(lines)
 
     host = config.get("host", "")
     items = sorted(("%s/%s" % (host, n) if host else n, e) for n, e in state["instances"].items())
@@ -528,7 +551,6 @@ def render_metrics(config, state, paused):
     family(
         "vllm_sentinel_acting", "gauge", "1 when it heals, 0 when it only watches.", [({}, int(bool(config["act"])))]
     )
-    family("vllm_sentinel_paused", "gauge", "1 while a rollout works on the host.", [({}, int(paused))])
     family(
         "vllm_sentinel_gave_up",
         "gauge",
@@ -612,8 +634,8 @@ def render_metrics(config, state, paused):
     return "\n".join(lines) + "\n"
 
 
-def write_metrics(config, state, paused=False):
-    write_atomic(os.path.join(config["run_dir"], "metrics.prom"), render_metrics(config, state, paused))
+def write_metrics(config, state):
+    write_atomic(os.path.join(config["run_dir"], "metrics.prom"), render_metrics(config, state))
 
 
 # ---------------------------------------------------------------------------------------------------- round
@@ -664,7 +686,7 @@ def check(config):
     now = time.time()
     state["last_round"] = now
     if paused_until(config, now):
-        write_metrics(config, state, paused=True)
+        write_metrics(config, state)
         write_atomic(state_path, json.dumps(state, indent=1, sort_keys=True) + "\n", 0o600)
         return 0
 

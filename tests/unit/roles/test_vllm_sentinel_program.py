@@ -290,7 +290,7 @@ def test_the_metrics_parse_and_name_each_instance_as_host_slash_instance(tmp_pat
     entry.update(failures=1, drift={"unit_file": "x"}, xid={"79": 2}, xid_at={"79": 3.0}, needs_operator=79)
     entry["heals"]["healed"] = 4
     entry["last_heal"] = {"out_s": 12.5, "serving_s": 40.0, "back_s": 43.0, "at": 1.0}
-    found = samples(sentinel.render_metrics(config(tmp_path), state, paused=False))
+    found = samples(sentinel.render_metrics(config(tmp_path), state))
     one = (("instance", "gpu-1/gpu0"),)
     assert found[("vllm_sentinel_probe_failures", one)] == 1
     assert found[("vllm_sentinel_heals_total", (("instance", "gpu-1/gpu0"), ("result", "healed")))] == 4
@@ -300,7 +300,7 @@ def test_the_metrics_parse_and_name_each_instance_as_host_slash_instance(tmp_pat
     assert found[("vllm_sentinel_xid_total", xid)] == 2
     assert found[("vllm_sentinel_xid_needs_operator", one)] == 79
     assert found[("vllm_sentinel_last_heal_seconds", (("instance", "gpu-1/gpu0"), ("phase", "out")))] == 12.5
-    assert found[("vllm_sentinel_paused", ())] == 0
+    assert ("vllm_sentinel_paused", ()) not in found  # read at each scrape, not at the round
 
 
 def run_program(tmp_path, command, stdin, env=None):
@@ -326,12 +326,23 @@ def test_the_agent_answers_the_instances_state_and_records_who_asked(tmp_path):
     assert sorted(os.listdir(tmp_path / "run" / "polls")) == ["gpu0@10.0.0.5", "gpu0@10.0.0.6"]
 
 
-def test_the_metrics_answer_is_http_with_the_last_rounds_file(tmp_path):
+def test_the_metrics_answer_is_http_with_the_last_rounds_file_and_the_pause_as_it_is_now(tmp_path):
+    """A round while paused, then the rollout lifts the pause: the next scrape says so at once, though the next round
+    may be an interval away (a scrape once read 1 for up to vllm_sentinel_interval_s after a failed rollout)."""
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "metrics.prom").write_text("vllm_sentinel_paused 0\n")
-    answer = run_program(tmp_path, "metrics", b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-    head, _, body = answer.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.0 200 OK") and b"version=0.0.4" in head and body == b"vllm_sentinel_paused 0\n"
+    (tmp_path / "run" / "metrics.prom").write_text("# TYPE vllm_sentinel_gave_up gauge\nvllm_sentinel_gave_up 0\n")
+
+    def scrape():
+        answer = run_program(tmp_path, "metrics", b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.0 200 OK") and b"version=0.0.4" in head
+        assert b"Content-Length: %d\r\n" % len(body) in head + b"\r\n"
+        return samples(body.decode())
+
+    (tmp_path / "paused-until").write_text(str(int(sentinel.time.time()) + 600))
+    assert scrape() == {("vllm_sentinel_gave_up", ()): 0, ("vllm_sentinel_paused", ()): 1}
+    (tmp_path / "paused-until").unlink()  # what sentinel_resume does
+    assert scrape() == {("vllm_sentinel_gave_up", ()): 0, ("vllm_sentinel_paused", ()): 0}
     assert run_program(tmp_path, "metrics", b"GET /other HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.0 404")
 
 
@@ -473,7 +484,7 @@ def test_a_pause_in_the_future_stops_every_probe(monkeypatch, tmp_path):
     for _ in range(3):
         sentinel.check(config(tmp_path, failures=1))
     assert host.probed == [] and host.heals == []
-    assert samples((tmp_path / "run" / "metrics.prom").read_text())[("vllm_sentinel_paused", ())] == 1
+    assert samples(sentinel.render_paused(config(tmp_path), sentinel.time.time()))[("vllm_sentinel_paused", ())] == 1
     (tmp_path / "paused-until").write_text("1")  # expired: a run that stopped midway
     sentinel.check(config(tmp_path, failures=1))
     assert host.heals == [("gpu0", "HTTP 500")]
