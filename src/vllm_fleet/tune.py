@@ -1,0 +1,383 @@
+"""The tune playbook's decisions: the site's load, the candidates, the Pareto front and the pick.
+
+A search measures vLLM's defaults and a few candidate settings on one host with the same load, each more than once,
+then decides. Every step here is a plain function of what was measured, so that the playbook, the GPU benchmark
+(`gpu/bench/`) and the tests reach the same decision from the same numbers:
+
+- `site_load`: the site's own traffic over a window, from two scrapes of vLLM's ``/metrics`` (the prompt and
+  generation token histograms: counts, no content), as the arguments of ``vllm bench serve``'s random dataset;
+  `reference_load` is the tuning reference's load for the card when the window holds no request.
+- `candidates`: the settings to measure, starting from vLLM's defaults, the host's shipped profile and the planner's
+  derived batching, each planned for the host (a candidate the planner refuses is named with its reason and not run).
+- `aggregate`: a candidate's figures over its repeats: the median of each, with its spread (lowest, highest).
+- `front`: the Pareto front over the five figures (median and p99 TTFT, mean and p99 inter-token latency, output
+  throughput) and the preemptions.
+- `pick`: the candidate that meets the operator's targets with the best throughput, or the plain statement that
+  vLLM's defaults win; `against_defaults` says, figure by figure, where a candidate is better, worse, or within the
+  spread of the repeats.
+- `measured_profile`: the file the inventory takes, with its provenance.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from . import metrics
+from .service_levels import GUIDE_TARGETS, derived_batching, match_card
+
+# The five figures of a load (vllm bench serve's names, as gpu/bench/summarize.py keeps them) and the preemptions,
+# each with the direction that is better.
+FIGURES: tuple[tuple[str, str], ...] = (
+    ("median_ttft_ms", "lower"),
+    ("p99_ttft_ms", "lower"),
+    ("mean_itl_ms", "lower"),
+    ("p99_itl_ms", "lower"),
+    ("output_throughput", "higher"),
+    ("preemptions", "lower"),
+)
+FIVE = tuple(name for name, _ in FIGURES[:5])
+DEFAULTS = "vllm-defaults"
+
+# The knobs a search may set (vLLM engine arguments in the profiles' snake_case). Anything else in a candidate is
+# a mistake of the caller.
+KNOBS = frozenset(
+    {
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "gpu_memory_utilization",
+        "kv_cache_dtype",
+        "enable_prefix_caching",
+        "enable_chunked_prefill",
+        "speculative_config",
+        "compilation_config",
+    }
+)
+
+PROMPT_HISTOGRAM = "vllm:request_prompt_tokens"
+OUTPUT_HISTOGRAM = "vllm:request_generation_tokens"
+
+
+class TuneError(ValueError):
+    """A search that cannot go on; the message names what, the value and the fix."""
+
+
+# ----------------------------------------------------------------------------------------------------- the load
+
+
+def _window(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A histogram's increase between two scrapes (a restart in between, a count that fell, is no window)."""
+    if not after:
+        return None
+    old = {str(le): float(c) for le, c in (before or {}).get("buckets", [])}
+    buckets: list[tuple[str, float]] = [
+        (str(le), float(c) - old.get(str(le), 0.0)) for le, c in after.get("buckets", [])
+    ]
+    count = float(after.get("count") or 0) - float((before or {}).get("count") or 0)
+    total = float(after.get("sum") or 0) - float((before or {}).get("sum") or 0)
+    if count <= 0 or any(c < 0 for _, c in buckets):
+        return None
+    return {"count": count, "mean": total / count, "buckets": buckets}
+
+
+def _lengths(window: Mapping[str, Any]) -> dict[str, Any]:
+    """The mean (exact: the histogram's sum over its count) and the deciles (estimated within the buckets)."""
+    buckets = window["buckets"]
+    low, high = metrics.histogram_quantile(0.1, buckets), metrics.histogram_quantile(0.9, buckets)
+    bounds = sorted(float(le) for le, _ in buckets)  # float() reads "+Inf"
+    one_bucket = low is not None and high is not None and _bucket(bounds, low) == _bucket(bounds, high)
+    return {"mean": round(window["mean"], 1), "p10": low, "p90": high, "one_bucket": one_bucket}
+
+
+def _bucket(bounds: list[float], value: float) -> int:
+    return next((i for i, le in enumerate(bounds) if value <= le), len(bounds))
+
+
+def _range_ratio(lengths: Mapping[str, Any]) -> float:
+    """vllm bench serve's --random-range-ratio (lengths drawn uniformly within mean x (1 -/+ ratio)) that covers the
+    middle 80 % of the window's requests, at most 0.9; 0 when the deciles fall in one bucket (vLLM's buckets go
+    1-2-5 per decade: within one, the histogram cannot tell a spread, and the mean is what it knows)."""
+    mean, low, high = float(lengths["mean"] or 0), lengths["p10"], lengths["p90"]
+    if not mean or low is None or high is None or lengths["one_bucket"]:
+        return 0.0
+    return round(min(0.9, max(float(high) - mean, mean - float(low)) / mean), 2)
+
+
+def site_load(before: str, after: str, minimum_requests: int = 50) -> dict[str, Any] | None:
+    """The site's traffic between two scrapes of one instance's /metrics: the requests it finished, their prompt and
+    output lengths (the mean, and the deciles estimated as PromQL's histogram_quantile does), and the arguments of
+    vllm bench serve's random dataset that draw such lengths. None when the window holds fewer than
+    `minimum_requests` finished requests (too few to stand for the site; the reference's load is then used)."""
+    first, last = metrics.parse(before), metrics.parse(after)
+    prompt = _window(first.histograms.get(PROMPT_HISTOGRAM, {}), last.histograms.get(PROMPT_HISTOGRAM, {}))
+    output = _window(first.histograms.get(OUTPUT_HISTOGRAM, {}), last.histograms.get(OUTPUT_HISTOGRAM, {}))
+    if not prompt or not output or prompt["count"] < minimum_requests:
+        return None
+    prompt_lengths, output_lengths = _lengths(prompt), _lengths(output)
+    input_len = max(1, round(prompt["mean"]))
+    output_len = max(1, round(output["mean"]))
+    return {
+        "source": "site",
+        "requests": int(prompt["count"]),
+        "prompt_tokens": prompt_lengths,
+        "output_tokens": output_lengths,
+        "bench": {
+            "dataset_name": "random",
+            "random_input_len": input_len,
+            "random_output_len": output_len,
+            "random_range_ratio": max(_range_ratio(prompt_lengths), _range_ratio(output_lengths)),
+        },
+    }
+
+
+def reference_load(gpu: Mapping[str, Any], prompt_tokens: int = 1024, output_tokens: int = 512) -> dict[str, Any]:
+    """The tuning reference's load for the card (its users; GUIDE_TARGETS), for a site without history: the GPU
+    runs' ~1K-token prompts and 512-token answers (docs/gpu-results.md), which the reference does not fix."""
+    target = match_card(GUIDE_TARGETS, gpu)
+    if not target:
+        raise TuneError(
+            "the card %r has no load in the tuning reference (RTX 4090 and L40 only); fix: let the search read the "
+            "site's own load (the instance's histograms over vllm_tune_window) or give vllm_tune_load" % gpu.get("name")
+        )
+    return {
+        "source": "reference",
+        "users": target["users"],
+        "bench": {
+            "dataset_name": "random",
+            "random_input_len": prompt_tokens,
+            "random_output_len": output_tokens,
+            "random_range_ratio": 0.0,
+            "max_concurrency": target["users"],
+        },
+    }
+
+
+# ----------------------------------------------------------------------------------------------- the candidates
+
+
+def candidates(
+    host: str,
+    hostvars: Mapping[str, Any],
+    plan: Callable[[str, Mapping[str, Any]], Mapping[str, Any]],
+    load: Mapping[str, Any],
+    extra: Iterable[Mapping[str, Any]] = (),
+    limit: int = 4,
+) -> dict[str, Any]:
+    """The settings a search measures on `host`, vLLM's defaults first.
+
+    - the host's profile as the inventory resolves it ("profile");
+    - the planner's derived batching for the load's lengths on the profile's KV cache ("derived"): as many
+      sequences as the cache holds at those lengths, one prompt's worth of batched tokens;
+    - `extra`: the operator's own (vllm_tune_candidates), each a dict of KNOBS.
+
+    Each is planned for the host with `plan` (the planner's plan_host) as a profile override of the inventory's; one
+    the planner refuses is listed under "refused" with the planner's messages and not run. A candidate equal to
+    another is measured once. At most `limit` besides the defaults (the budget: each is measured at least twice)."""
+    bench = load["bench"]
+    prompt, output = int(bench["random_input_len"]), int(bench["random_output_len"])
+    base = plan(host, hostvars)
+    if base.get("errors"):
+        raise TuneError(
+            "%s: its own plan fails, so nothing can be tuned from it: %s" % (host, " | ".join(base["errors"]))
+        )
+    kv_tokens = int((base.get("capacity") or {}).get("kv_cache_tokens") or 0)
+    wanted: list[tuple[str, dict[str, Any]]] = [("profile", {})]
+    if kv_tokens:
+        wanted.append(("derived", derived_batching(kv_tokens, prompt, output)))
+    for index, settings in enumerate(extra, start=1):
+        unknown = sorted(set(settings) - KNOBS)
+        if unknown:
+            raise TuneError(
+                "%s: vllm_tune_candidates[%d] sets %s, which a search does not tune; fix: use only %s"
+                % (host, index - 1, ", ".join(unknown), ", ".join(sorted(KNOBS)))
+            )
+        wanted.append(("operator-%d" % index, dict(settings)))
+
+    chosen: dict[str, dict[str, Any]] = {}
+    refused: dict[str, list[str]] = {}
+    seen: list[dict[str, Any]] = []
+    profile = dict(hostvars.get("vllm_profile") or {})
+    for name, settings in wanted:
+        if len(chosen) >= limit:
+            break
+        entry = plan(host, dict(hostvars, vllm_profile=dict(profile, **settings))) if settings else base
+        if entry.get("errors"):
+            refused[name] = list(entry["errors"])
+            continue
+        effective = {k: v for k, v in (entry.get("profile_effective") or {}).items() if k in KNOBS}
+        if effective in seen:
+            continue
+        seen.append(effective)
+        chosen[name] = {
+            "settings": settings,
+            "effective": effective,
+            "kv_cache_tokens": (entry.get("capacity") or {}).get("kv_cache_tokens"),
+        }
+    return {"defaults": DEFAULTS, "candidates": chosen, "refused": refused}
+
+
+# ------------------------------------------------------------------------------------------------- the decision
+
+
+def aggregate(runs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """A candidate's figures over its repeats: for each, the median and the spread (lowest, highest). A repeat
+    with a failed request makes the candidate unfit: a setting that loses requests is not a trade-off."""
+    runs = list(runs)
+    if not runs:
+        raise TuneError("a candidate with no measured run")
+    result: dict[str, Any] = {"repeats": len(runs), "failed": sum(int(r.get("failed") or 0) for r in runs)}
+    for name, _ in FIGURES:
+        values = [float(r[name]) for r in runs if r.get(name) is not None]
+        if not values:
+            result[name] = None
+            continue
+        result[name] = {"median": statistics.median(values), "low": min(values), "high": max(values)}
+    return result
+
+
+def _value(figures: Mapping[str, Any], name: str) -> float | None:
+    cell = figures.get(name)
+    return None if cell is None else float(cell["median"])
+
+
+def _better(name: str, a: float, b: float) -> bool:
+    return a > b if dict(FIGURES)[name] == "higher" else a < b
+
+
+def dominates(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """`a` is no worse than `b` on every figure both have and better on one (the medians of the repeats)."""
+    strictly = False
+    for name, _ in FIGURES:
+        x, y = _value(a, name), _value(b, name)
+        if x is None or y is None:
+            continue
+        if _better(name, y, x):
+            return False
+        strictly |= _better(name, x, y)
+    return strictly
+
+
+def front(measured: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The candidates no other one dominates (unfit ones, which lost requests, left out), in the given order."""
+    fit = {n: f for n, f in measured.items() if not f.get("failed")}
+    return [n for n, f in fit.items() if not any(dominates(g, f) for m, g in fit.items() if m != n)]
+
+
+def against_defaults(candidate: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, str]:
+    """Figure by figure: "better" or "worse" where the two spreads do not overlap, "within spread" where they do
+    (the repeats cannot tell them apart), "not measured" where either lacks the figure."""
+    verdicts = {}
+    for name, _ in FIGURES:
+        a, b = candidate.get(name), defaults.get(name)
+        if a is None or b is None:
+            verdicts[name] = "not measured"
+        elif a["high"] < b["low"] or a["low"] > b["high"]:
+            verdicts[name] = "better" if _better(name, a["median"], b["median"]) else "worse"
+        else:
+            verdicts[name] = "within spread"
+    return verdicts
+
+
+def targets(slo: Mapping[str, Any] | None, gpu: Mapping[str, Any]) -> dict[str, float]:
+    """The operator's targets (vllm_slo: median_ttft_ms, p99_ttft_ms, tokens_per_s_per_user), or the tuning
+    reference's for the card (its TTFT as the median's, its lowest decode rate per user)."""
+    if slo:
+        known = {"median_ttft_ms", "p99_ttft_ms", "tokens_per_s_per_user"}
+        unknown = sorted(set(slo) - known)
+        bad = [k for k in known & set(slo) if not _positive(slo[k])]
+        if unknown or bad:
+            raise TuneError(
+                "vllm_slo has %s; fix: give positive numbers for any of %s"
+                % (
+                    ", ".join(
+                        ["%s (not a target)" % k for k in unknown] + ["%s=%r" % (k, slo[k]) for k in sorted(bad)]
+                    ),
+                    ", ".join(sorted(known)),
+                )
+            )
+        return {k: float(v) for k, v in slo.items()}
+    target = match_card(GUIDE_TARGETS, gpu)
+    if not target:
+        return {}
+    return {"median_ttft_ms": float(target["ttft_ms"]), "tokens_per_s_per_user": float(target["min_tokens_per_s"])}
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def misses(figures: Mapping[str, Any], wanted: Mapping[str, float]) -> list[str]:
+    """The targets a candidate's medians miss, each with the measured value."""
+    out = []
+    for name, limit in sorted(wanted.items()):
+        if name == "tokens_per_s_per_user":
+            itl = _value(figures, "mean_itl_ms")
+            rate = 1000.0 / itl if itl else None
+            if rate is None or rate < limit:
+                out.append("%s %s < %g" % (name, "?" if rate is None else "%.1f" % rate, limit))
+        else:
+            value = _value(figures, name)
+            if value is None or value > limit:
+                out.append("%s %s > %g" % (name, "?" if value is None else "%.1f" % value, limit))
+    return out
+
+
+def pick(measured: Mapping[str, Mapping[str, Any]], wanted: Mapping[str, float]) -> dict[str, Any]:
+    """The decision: among the candidates on the front that meet every target, the one with the best output
+    throughput (vLLM's defaults included: when they are the one, the decision says so). When none meets them, none
+    is picked, and each candidate's misses are given."""
+    if DEFAULTS not in measured:
+        raise TuneError("a search without vLLM's defaults measured beside it cannot say what a setting wins")
+    on_front = front(measured)
+    meeting = [n for n in on_front if not misses(measured[n], wanted)]
+    result: dict[str, Any] = {
+        "front": on_front,
+        "targets": dict(wanted),
+        "misses": {n: misses(f, wanted) for n, f in measured.items()},
+        "unfit": sorted(n for n, f in measured.items() if f.get("failed")),
+    }
+    if not meeting:
+        result.update(choice=None, verdict="no setting measured meets the targets")
+        return result
+    best = max(meeting, key=lambda n: (_value(measured[n], "output_throughput") or 0.0, n == DEFAULTS))
+    versus = against_defaults(measured[best], measured[DEFAULTS]) if best != DEFAULTS else {}
+    result.update(choice=best, against_defaults=versus)
+    if best == DEFAULTS:
+        result["verdict"] = "vLLM's defaults win: no candidate meets the targets with more throughput"
+    elif all(versus[n] == "better" for n in FIVE):
+        result["verdict"] = "%s beats vLLM's defaults on all five figures" % best
+    else:
+        lost = [n for n in FIVE if versus[n] == "worse"]
+        result["verdict"] = "%s meets the targets with the best throughput; against vLLM's defaults it %s" % (
+            best,
+            "gives up " + ", ".join(lost) if lost else "loses no figure beyond the repeats' spread",
+        )
+    return result
+
+
+def measured_profile(
+    name: str,
+    base_profile: str,
+    settings: Mapping[str, Any],
+    decision: Mapping[str, Any],
+    measured: Mapping[str, Mapping[str, Any]],
+    provenance: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The profile a search wrote: the base profile's name, the picked settings and the provenance (card, driver,
+    vLLM version, model, load, date) with every candidate's figures and the decision, so that the inventory takes it
+    with one line and the plan can say it was measured."""
+    missing = sorted({"card", "driver", "vllm_version", "model", "load", "date"} - set(provenance))
+    if missing:
+        raise TuneError("the measured profile %s lacks its provenance: %s" % (name, ", ".join(missing)))
+    return {
+        "name": name,
+        "base": base_profile,
+        "settings": dict(settings),
+        "measured": {
+            **dict(provenance),
+            "decision": {k: decision[k] for k in ("choice", "verdict", "front", "targets") if k in decision},
+            "figures": {n: dict(f) for n, f in measured.items()},
+        },
+    }

