@@ -718,7 +718,7 @@ class Runner:
                 "inf",
                 "--ignore-eos",
                 "--seed",
-                "0",
+                str(action.get("seed", 0)),  # a repeat draws other prompts: no prefix cached by the one before
                 "--disable-tqdm",
                 "--percentile-metrics",
                 "ttft,tpot,itl,e2el",

@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE.parent.parent / "src"))
 
 sys.path.insert(0, str(HERE))
 from parts import INSTALL_S, PER_ROUND_S, STAGING_S, schedule  # noqa: E402,F401  (gpu/bench/parts.py)
-from vllm_fleet import catalogue, planner, profiles, render, service_levels  # noqa: E402
+from vllm_fleet import catalogue, planner, profiles, render, service_levels, tune  # noqa: E402
 
 VLLM_VERSION = "0.26.0"
 DATE = "2026-11-29"
@@ -589,6 +589,12 @@ def build(host: dict = H200) -> dict:
     ):
         cand["optional"] = True
         experiments.append(cand)
+    return _wrap(experiments, host)
+
+
+def _wrap(experiments: list[dict], host: dict, date: str = DATE) -> dict:
+    """The plan file: the experiments (those left out for a card larger than the host listed apart), the models
+    they start and what every start shares."""
     left_out = [e for e in experiments if "left_out" in e]
     experiments = [e for e in experiments if "left_out" not in e]
     used = sorted({e["model"] for e in experiments} | {e["draft"] for e in experiments if e["draft"]})
@@ -603,7 +609,7 @@ def build(host: dict = H200) -> dict:
         models[model_id] = entry
     vocab = max(m["config"]["vocab_size"] for m in models.values())
     return {
-        "date": DATE,
+        "date": date,
         "vllm_version": VLLM_VERSION,
         "host_gpu": host,
         "cards": {c: v for c, v in CARDS.items() if v["memory_mib"] <= host["memory_mib"]},
@@ -617,6 +623,76 @@ def build(host: dict = H200) -> dict:
         "jit_cache": JIT_CACHE,
         **({"left_out": {e["name"]: e["left_out"] for e in left_out}} if left_out else {}),
     }
+
+
+# The tune playbook's search (vllm_fleet.tune) on this host, for one shipped profile and its card: vLLM's defaults
+# for the card, then the candidates vllm_fleet.tune.candidates plans for it (the profile, the planner's derived
+# batching, and the settings given here), each loaded `repeats` times with the reference's load by vllm bench serve
+# (each repeat with its own prompts: another seed). summarize.py --tune makes the front and the pick of the results.
+TUNE_DATE = "2026-12-04"
+
+
+def build_tune(profile_name: str, card: str, repeats: int = 2, extra: tuple[dict, ...] = (), host: dict = H200) -> dict:
+    gpu = CARDS[card]
+    load = tune.reference_load(gpu)
+    users = int(load["bench"]["max_concurrency"])
+    hostvars = {
+        "vllm_profile_name": profile_name,
+        "vllm_profile": {},
+        "vllm_gpu": gpu,
+        "vllm_version": VLLM_VERSION,
+        "vllm_typical_prompt_tokens": load["bench"]["random_input_len"],
+        "vllm_typical_output_tokens": load["bench"]["random_output_len"],
+    }
+    found = tune.candidates(f"tune-{card}", hostvars, planner.plan_host, load, extra=extra)
+
+    def loads() -> list[dict]:
+        return [
+            dict(bench_load(users, 3 * users, est_s=70), name=f"guide-{users}u-bench-r{i}", seed=i)
+            for i in range(1, repeats + 1)
+        ]
+
+    est_s = 120 + 70 * repeats
+    model = profiles.resolve("tune", profile_name)["model"]
+    defaults = {"model": model, **VLLM_DEFAULTS}
+    if "quantization" in profiles.resolve("tune", profile_name):
+        defaults["quantization"] = profiles.resolve("tune", profile_name)["quantization"]
+    experiments = [
+        experiment(
+            f"tune-default-{profile_name}",
+            card,
+            None,
+            defaults,
+            actions=loads(),
+            est_s=est_s,
+            note="vLLM 0.26 defaults for a GPU under 70 GiB",
+            host=host,
+        )
+    ]
+    for name, candidate in found["candidates"].items():
+        experiments.append(
+            experiment(
+                f"tune-{name}-{profile_name}",
+                card,
+                profile_name,
+                dict(candidate["settings"]),
+                actions=loads(),
+                est_s=est_s,
+                note=f"tune candidate {name}: {candidate['settings'] or 'the profile as shipped'}",
+                host=host,
+            )
+        )
+    plan = _wrap(experiments, host, TUNE_DATE)
+    plan["tune"] = {
+        "profile": profile_name,
+        "card": card,
+        "repeats": repeats,
+        "load": load,
+        "candidates": {f"tune-{n}-{profile_name}": c for n, c in found["candidates"].items()},
+        "defaults": f"tune-default-{profile_name}",
+        "refused": found["refused"],
+    }
+    return plan
 
 
 def _host_gpu(text: str) -> dict:
@@ -637,8 +713,26 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME,MIB,GB_S",
         help="the GPU that will run the plan (default: H200,143771,4800)",
     )
+    parser.add_argument("--tune", metavar="PROFILE", help="the tune search for one shipped profile (see build_tune)")
+    parser.add_argument("--card", choices=sorted(CARDS), help="--tune: the card the profile is for")
+    parser.add_argument("--repeats", type=int, default=2, help="--tune: loads per candidate (default 2)")
+    parser.add_argument(
+        "--candidate",
+        action="append",
+        type=json.loads,
+        default=[],
+        metavar="JSON",
+        help="--tune: one more candidate, e.g. '{\"max_num_batched_tokens\": 4096}' (repeatable)",
+    )
     args = parser.parse_args(argv)
-    plan = build(args.host_gpu)
+    if args.tune:
+        if not args.card:
+            parser.error("--tune needs --card")
+        plan = build_tune(args.tune, args.card, args.repeats, tuple(args.candidate), args.host_gpu)
+        for name, why in plan["tune"]["refused"].items():
+            print(f"{name:30s} refused by the planner: {' | '.join(why)}")
+    else:
+        plan = build(args.host_gpu)
     for name, why in plan.get("left_out", {}).items():
         print(f"{name:30s} left out: {why}")
     args.out.write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")

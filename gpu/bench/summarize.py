@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(HERE))
 
 import harness  # noqa: E402
-from vllm_fleet import planner  # noqa: E402
+from vllm_fleet import planner, tune  # noqa: E402
 
 MIB = 1 << 20
 # What a matrix-vector pass over 15 GB of bf16 weights reached on the H200 host: 3.9 TB/s effective; the
@@ -285,7 +285,59 @@ def summarise(plan: dict, results: list[dict]) -> dict:
     beside = side_by_side(plan, loads, latest)
     if beside:  # runs from 7 on, whose defaults ran as rN-default-*: summaries of earlier runs stay as they were
         out["side_by_side"] = beside
+    searched = tune_search(plan, latest)
+    if searched:
+        out["tune"] = searched
     return out
+
+
+def tune_search(plan: dict, records: dict[str, dict]) -> dict | None:
+    """A tune search's plan (plan.py --tune): each candidate's repeated loads aggregated (vllm_fleet.tune: medians
+    and spreads), the Pareto front, the pick at the tuning reference's targets for the card, and every candidate
+    figure by figure against vLLM's defaults. A failed request in any repeat makes a candidate unfit."""
+    spec = plan.get("tune")
+    if not spec:
+        return None
+    measured: dict[str, dict] = {}
+    runs_of: dict[str, list[dict]] = {}
+    for name in (spec["defaults"], *spec["candidates"]):
+        rec = records.get(name) or {}
+        runs = []
+        for action in rec.get("actions") or []:
+            result = action.get("result") or {}
+            if action.get("kind") != "bench" or not result.get("completed"):
+                continue
+            sent = int(result.get("completed") or 0) + int(result.get("failed") or 0)
+            runs.append(
+                {
+                    **{k: result.get(k) for k in tune.FIVE},
+                    "preemptions": action.get("preemptions"),
+                    "failed": int(result.get("failed") or 0),
+                    "sent": sent,
+                }
+            )
+        key = tune.DEFAULTS if name == spec["defaults"] else name
+        runs_of[key] = runs
+        if runs:
+            measured[key] = tune.aggregate(runs)
+    card = plan["cards"][spec["card"]]
+    decision = tune.pick(measured, tune.targets(None, card)) if tune.DEFAULTS in measured else None
+    versus = {
+        n: tune.against_defaults(f, measured[tune.DEFAULTS])
+        for n, f in measured.items()
+        if n != tune.DEFAULTS and tune.DEFAULTS in measured
+    }
+    return {
+        "profile": spec["profile"],
+        "card": spec["card"],
+        "load": spec["load"],
+        "measured": measured,
+        "runs": runs_of,
+        "not_measured": sorted(n for n, r in runs_of.items() if not r),
+        "against_defaults": versus,
+        "decision": decision,
+        "refused": spec.get("refused") or {},
+    }
 
 
 # The five figures of issue #23 (lower is better except throughput) and whether a row may be higher.
@@ -684,6 +736,52 @@ def tables(summary: dict) -> str:
                     else (", ".join(r["gives_up"]) or "nothing: no worse on all five"),
                 ]
                 for r in summary["side_by_side"]
+            ],
+        )
+    if summary.get("tune"):
+        t = summary["tune"]
+
+        def cell(f: dict, key: str, digits: int) -> str:
+            v = f.get(key)
+            return "-" if v is None else f"{_n(v['median'], digits)} ({_n(v['low'], digits)}-{_n(v['high'], digits)})"
+
+        decision = t["decision"] or {}
+        out += _section(
+            f"Tune search: {t['profile']} on the {t['card']} against vLLM's defaults (median of the repeats, "
+            f"lowest-highest); {decision.get('verdict', 'no decision: the defaults were not measured')}",
+            [
+                "candidate",
+                "repeats",
+                "output tok/s",
+                "TTFT median ms",
+                "TTFT p99 ms",
+                "ITL mean ms",
+                "ITL p99 ms",
+                "preemptions",
+                "failed",
+                "front",
+                "misses",
+                "against the defaults",
+            ],
+            [
+                [
+                    n,
+                    f["repeats"],
+                    cell(f, "output_throughput", 1),
+                    cell(f, "median_ttft_ms", 1),
+                    cell(f, "p99_ttft_ms", 1),
+                    cell(f, "mean_itl_ms", 2),
+                    cell(f, "p99_itl_ms", 2),
+                    cell(f, "preemptions", 0),
+                    f["failed"],
+                    "yes" if n in decision.get("front", []) else "no",
+                    ", ".join((decision.get("misses") or {}).get(n) or []) or "-",
+                    "-"
+                    if n == tune.DEFAULTS
+                    else ", ".join(f"{k} {v}" for k, v in t["against_defaults"][n].items() if v != "within spread")
+                    or "within the spread on all",
+                ]
+                for n, f in t["measured"].items()
             ],
         )
     if summary["not_run"]:

@@ -1,0 +1,139 @@
+"""The tune search on the GPU host (gpu/bench/plan.py --tune, summarize.py's tune section): the plan vllm_fleet.tune
+makes for a shipped profile, and the decision summarize.py makes of results in the harness's own record format
+(here made of the five figures runs 7 to 9 measured on an H200 host: vLLM's defaults for the 4090's 7B three times,
+the shipped prefill settings and the derived batching once each)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from gpu_modules import GPU, ROOT, load, plan_mod
+from test_gpu_harness import fake_site  # noqa: F401  (the harness's stand-in vLLM, a fixture)
+
+summarize = load("summarize")
+RUNS = ROOT / "results" / "gpu"
+
+
+def rows(run: str) -> dict[str, dict]:
+    return {r["experiment"]: r for r in json.loads((RUNS / run / "summary.json").read_text())["side_by_side"]}
+
+
+def test_the_tune_plan_measures_the_defaults_and_each_planned_candidate_with_repeats_of_their_own_prompts():
+    plan = plan_mod.build_tune("rtx4090-7b-prefill", "RTX 4090", extra=({"max_num_batched_tokens": 4096},))
+    names = [e["name"] for e in plan["experiments"]]
+    assert names == [
+        "tune-default-rtx4090-7b-prefill",
+        "tune-profile-rtx4090-7b-prefill",
+        "tune-derived-rtx4090-7b-prefill",
+        "tune-operator-1-rtx4090-7b-prefill",
+    ]
+    # The derived batching from the planner's KV cache for the card (119,744 tokens for vLLM 0.26): 77 sequences of
+    # 1,024 + 512 tokens, 1,152 batched tokens: run 7's derived candidate.
+    assert plan["experiments"][2]["overrides"] == {"max_num_seqs": 77, "max_num_batched_tokens": 1152}
+    for exp in plan["experiments"]:
+        loads = exp["actions"]
+        assert [(a["kind"], a["seed"], a["max_concurrency"], a["input_len"]) for a in loads] == [
+            ("bench", 1, 64, 1024),
+            ("bench", 2, 64, 1024),
+        ]
+        assert exp["planner"]["errors"] == []
+    assert plan["tune"]["defaults"] == names[0] and list(plan["tune"]["candidates"]) == names[1:]
+    # A candidate the planner refuses is named, not planned.
+    refused = plan_mod.build_tune("rtx4090-7b-prefill", "RTX 4090", extra=({"gpu_memory_utilization": 0.99},))
+    assert list(refused["tune"]["refused"]) == ["operator-1"]
+    assert len(refused["experiments"]) == 3
+
+
+def test_the_harness_runs_each_repeat_with_its_own_seed_and_summarize_reads_them(fake_site, tmp_path):  # noqa: F811
+    """The tune plan's defaults through the harness against its stand-in vLLM (test_gpu_harness.py): two loads by
+    `vllm bench serve`, the first with seed 1, the second with seed 2 (the same prompts again would be answered
+    from the prefix cache), and summarize.py takes both as the repeats of one candidate."""
+    plan = plan_mod.build_tune("rtx4090-7b-prefill", "RTX 4090")
+    plan["experiments"] = plan["experiments"][:1]
+    for action in plan["experiments"][0]["actions"]:
+        action.update(num_prompts=4, max_concurrency=2, input_len=8, output_len=4, save_detailed=False)
+    plan["tokenizer_vocab_size"] = 64
+    plan["port"] = 17000 + os.getpid() % 1000
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(GPU / "harness.py"), "run", "--plan", str(tmp_path / "plan.json"), "--budget-s", "900"],
+        env=dict(os.environ, GPU_HARNESS_TMP=str(fake_site), OUT=str(out)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (served,) = json.loads((out / "results-round1.json").read_text())["experiments"]
+    seeds = [a["argv"][a["argv"].index("--seed") + 1] for a in served["actions"]]
+    assert seeds == ["1", "2"]
+    found = summarize.tune_search(plan, {served["name"]: served})
+    assert found["measured"]["vllm-defaults"]["repeats"] == 2
+    assert found["measured"]["vllm-defaults"]["output_throughput"]["median"] == 1000.0  # the stand-in's figure
+    assert found["not_measured"] == ["tune-derived-rtx4090-7b-prefill", "tune-profile-rtx4090-7b-prefill"]
+
+
+def record(name: str, figures: list[dict], failed: int = 0) -> dict:
+    """A harness record (results-roundN.json) of one experiment whose bench actions measured `figures`."""
+    return {
+        "name": name,
+        "status": "ran",
+        "actions": [
+            {
+                "name": f"guide-64u-bench-r{i}",
+                "kind": "bench",
+                "preemptions": f["preemptions"],
+                "result": {
+                    "completed": 192 - failed,
+                    "failed": failed,
+                    **{k: f[k] for k in ("median_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms")},
+                    "output_throughput": f["output_throughput"],
+                },
+            }
+            for i, f in enumerate(figures, start=1)
+        ],
+    }
+
+
+def test_summarize_aggregates_the_repeats_and_at_the_reference_targets_vllms_defaults_win():
+    plan = plan_mod.build_tune("rtx4090-7b-prefill", "RTX 4090")
+    r7, r8, r9 = (
+        rows("2026-12-01-run7-rtx4090-side-by-side"),
+        rows("2026-12-02-run8-side-by-side"),
+        rows("2026-12-02-run9-rtx4090-prefix-heavy"),
+    )
+    records = {
+        "tune-default-rtx4090-7b-prefill": record(
+            "tune-default-rtx4090-7b-prefill",
+            [r7["r7-default-rtx4090-7b"], r8["r8-default-rtx4090-7b"], r9["r9-default-rtx4090-7b"]],
+        ),
+        "tune-profile-rtx4090-7b-prefill": record("tune-profile-rtx4090-7b-prefill", [r7["r7-rtx4090-7b-prefill"]]),
+        "tune-derived-rtx4090-7b-prefill": record(
+            "tune-derived-rtx4090-7b-prefill", [r7["cand-rtx4090-7b-prefill-derived"]], failed=1
+        ),
+    }
+    found = summarize.tune_search(plan, records)
+    assert found["measured"]["vllm-defaults"]["repeats"] == 3
+    assert found["measured"]["tune-derived-rtx4090-7b-prefill"]["failed"] == 1
+    decision = found["decision"]
+    assert decision["unfit"] == ["tune-derived-rtx4090-7b-prefill"]
+    assert decision["choice"] == "vllm-defaults" and decision["verdict"].startswith("vLLM's defaults win")
+    assert found["against_defaults"]["tune-profile-rtx4090-7b-prefill"]["median_ttft_ms"] == "worse"
+    table = summarize.tables(
+        {
+            "fidelity": [],
+            "refusals": [],
+            "verification": [],
+            "loads": [],
+            "single_stream": [],
+            "comparisons": [],
+            "repeats": [],
+            "not_run": [],
+            "jit_cache": [],
+            "tune": found,
+        }
+    )
+    assert "Tune search: rtx4090-7b-prefill on the RTX 4090" in table and "vLLM's defaults win" in table
