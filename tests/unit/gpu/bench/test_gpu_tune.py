@@ -137,3 +137,10 @@ def test_summarize_aggregates_the_repeats_and_at_the_reference_targets_vllms_def
         }
     )
     assert "Tune search: rtx4090-7b-prefill on the RTX 4090" in table and "vLLM's defaults win" in table
+
+
+def test_the_committed_4090_search_is_what_plan_py_writes_today():
+    """gpu/bench/tune-rtx4090-7b-prefill.json (the command in gpu/bench/README.md) is build_tune's output today."""
+    committed = json.loads((GPU / "tune-rtx4090-7b-prefill.json").read_text())
+    today = plan_mod.build_tune("rtx4090-7b-prefill", "RTX 4090", extra=({"max_num_batched_tokens": 4096},))
+    assert committed == json.loads(json.dumps(today))
