@@ -291,3 +291,37 @@ def test_summary_of_run9():
         "r9-default-rtx4090-7b": 120_160,
         "r9-rtx4090-7b-prefix-heavy": 238_128,
     }
+
+
+def test_run10_the_4090s_tune_search_finds_vllms_defaults_win_at_the_reference_targets():
+    """results/gpu/2026-12-04-run10-tune-rtx4090 (docs/gpu-results.md, "Runs 10 and 11"): vLLM's defaults and three
+    candidates, two repeats each; all four on the front, the defaults picked, none no worse on all five."""
+    _summarize, _folder, _plan, summary = committed_run("2026-12-04-run10-tune-rtx4090")
+    t = summary["tune"]
+    assert {n: f["repeats"] for n, f in t["measured"].items()} == {
+        "vllm-defaults": 2,
+        "tune-profile-rtx4090-7b-prefill": 2,
+        "tune-derived-rtx4090-7b-prefill": 2,
+        "tune-operator-1-rtx4090-7b-prefill": 2,
+    }
+    assert len(t["decision"]["front"]) == 4 and t["decision"]["choice"] == "vllm-defaults"
+    assert not [n for n, v in t["against_defaults"].items() if "worse" not in v.values()]
+    assert t["against_defaults"]["tune-profile-rtx4090-7b-prefill"]["median_ttft_ms"] == "worse"
+    assert round(t["measured"]["vllm-defaults"]["output_throughput"]["median"], 1) == 6851.4
+
+
+def test_run11_the_l40s_tune_search_repeats_run_8s_trade_off():
+    """results/gpu/2026-12-04-run11-tune-l40: the shipped L40 profile beside vLLM's defaults, two repeats each: worse
+    only on the p99 TTFT, better on the rest; neither meets the reference's 800 ms median TTFT."""
+    _summarize, _folder, _plan, summary = committed_run("2026-12-04-run11-tune-l40")
+    t = summary["tune"]
+    versus = t["against_defaults"]["tune-profile-l40-14b-awq-prefill"]
+    assert [k for k, v in versus.items() if v == "worse"] == ["p99_ttft_ms"]
+    assert [k for k, v in versus.items() if v == "better"] == [
+        "median_ttft_ms",
+        "mean_itl_ms",
+        "p99_itl_ms",
+        "output_throughput",
+        "preemptions",
+    ]
+    assert t["decision"]["choice"] is None and t["measured"]["vllm-defaults"]["preemptions"]["median"] == 62
