@@ -139,8 +139,13 @@ def test_summarize_aggregates_the_repeats_and_at_the_reference_targets_vllms_def
     assert "Tune search: rtx4090-7b-prefill on the RTX 4090" in table and "vLLM's defaults win" in table
 
 
-def test_the_committed_4090_search_is_what_plan_py_writes_today():
-    """gpu/bench/tune-rtx4090-7b-prefill.json (the command in gpu/bench/README.md) is build_tune's output today."""
-    committed = json.loads((GPU / "tune-rtx4090-7b-prefill.json").read_text())
-    today = plan_mod.build_tune("rtx4090-7b-prefill", "RTX 4090", extra=({"max_num_batched_tokens": 4096},))
-    assert committed == json.loads(json.dumps(today))
+def test_the_committed_searches_are_what_plan_py_writes_today():
+    """gpu/bench/tune-*.json (the commands in gpu/bench/README.md and docs/gpu-results.md) are build_tune's output
+    today; the L40's defaults get the AWQ checkpoint's quantization, as in runs 2 to 8."""
+    rtx4090 = plan_mod.build_tune("rtx4090-7b-prefill", "RTX 4090", extra=({"max_num_batched_tokens": 4096},))
+    l40 = plan_mod.build_tune("l40-14b-awq-prefill", "L40", limit=1)
+    for name, today in (("tune-rtx4090-7b-prefill.json", rtx4090), ("tune-l40-14b-awq-prefill.json", l40)):
+        assert json.loads((GPU / name).read_text()) == json.loads(json.dumps(today)), name
+    assert (
+        "--quantization" in l40["experiments"][0]["args"] and "--quantization" not in rtx4090["experiments"][0]["args"]
+    )
