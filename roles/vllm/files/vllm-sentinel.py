@@ -416,9 +416,10 @@ def metrics(config):
     while sys.stdin.buffer.readline(8192) not in (b"\r\n", b"\n", b""):
         pass
     if len(request) >= 2 and request[0] == "GET" and request[1].split("?")[0] == "/metrics":
-        body = (read_bytes(os.path.join(config["run_dir"], "metrics.prom")) or b"") + render_paused(
-            config, time.time()
-        ).encode()
+        last = (read_bytes(os.path.join(config["run_dir"], "metrics.prom")) or b"").decode("utf-8", "replace")
+        # A file an earlier release of this program wrote held the pause too: one family once.
+        kept = [line for line in last.splitlines(True) if PAUSED_FAMILY not in line.split("{")[0].split()[:3]]
+        body = ("".join(kept) + render_paused(config, time.time())).encode()
         head = "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
     else:
         body = b"not found\n"
@@ -521,12 +522,15 @@ def families(lines):
     return family
 
 
+PAUSED_FAMILY = "vllm_sentinel_paused"
+
+
 def render_paused(config, now):
     """The pause as it is now (read at each scrape, not at the last round: a pause the rollout lifted is over at once,
     though the next round may be an interval away)."""
     lines = []
     families(lines)(
-        "vllm_sentinel_paused",
+        PAUSED_FAMILY,
         "gauge",
         "1 while a rollout works on the host.",
         [({}, int(bool(paused_until(config, now))))],

@@ -343,6 +343,14 @@ def test_the_metrics_answer_is_http_with_the_last_rounds_file_and_the_pause_as_i
     assert scrape() == {("vllm_sentinel_gave_up", ()): 0, ("vllm_sentinel_paused", ()): 1}
     (tmp_path / "paused-until").unlink()  # what sentinel_resume does
     assert scrape() == {("vllm_sentinel_gave_up", ()): 0, ("vllm_sentinel_paused", ()): 0}
+    # A file the program's earlier release wrote (the pause in it, from the last round): the pause once, as it is now.
+    earlier = "# HELP vllm_sentinel_paused 1 while a rollout works on the host.\n# TYPE vllm_sentinel_paused gauge\n"
+    (tmp_path / "run" / "metrics.prom").write_text(
+        earlier + "vllm_sentinel_paused 1\n# TYPE vllm_sentinel_gave_up gauge\nvllm_sentinel_gave_up 0\n"
+    )
+    assert scrape() == {("vllm_sentinel_gave_up", ()): 0, ("vllm_sentinel_paused", ()): 0}
+    answer = run_program(tmp_path, "metrics", b"GET /metrics HTTP/1.1\r\n\r\n").decode()
+    assert answer.count("# TYPE vllm_sentinel_paused gauge") == 1
     assert run_program(tmp_path, "metrics", b"GET /other HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.0 404")
 
 
