@@ -648,9 +648,13 @@ def build_tune(
     }
     found = tune.candidates(f"tune-{card}", hostvars, planner.plan_host, load, extra=extra, limit=limit)
 
+    # Each load: vllm bench serve's import (~25 s), then 3 x users requests at the output rate run 8 measured.
+    lengths = {"input_len": load["bench"]["random_input_len"], "output_len": load["bench"]["random_output_len"]}
+    per_load_s = 30 + (3 * users * lengths["output_len"]) // (2300 if card == "L40" else 6500)
+
     def loads() -> list[dict]:
         return [
-            dict(bench_load(users, 3 * users, est_s=70), name=f"guide-{users}u-bench-r{i}", seed=i)
+            dict(bench_load(users, 3 * users, est_s=per_load_s), **lengths, name=f"guide-{users}u-bench-r{i}", seed=i)
             for i in range(1, repeats + 1)
         ]
 
@@ -660,9 +664,8 @@ def build_tune(
     method = (catalogue.catalogue()[model]["config"].get("quantization_config") or {}).get("quant_method")
     if method:
         defaults["quantization"] = method
-    # est_s: the start (run 8: 108-124 s for the L40's 14B AWQ, 76-124 s for the 4090's 7B in run 10), each load's
-    # vllm bench serve import (~25 s) and its 3 x users requests of 512 tokens at the rate run 8 measured.
-    est_s = 130 + repeats * (30 + (3 * users * 512) // (2300 if card == "L40" else 6500))
+    # est_s: the start (run 8: 108-124 s for the L40's 14B AWQ, 76-124 s for the 4090's 7B in run 10) and the loads.
+    est_s = 130 + repeats * per_load_s
     experiments = [
         experiment(
             f"tune-default-{profile_name}",
