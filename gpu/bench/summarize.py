@@ -21,6 +21,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+import yaml
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT / "src"))
@@ -338,6 +340,52 @@ def tune_search(plan: dict, records: dict[str, dict]) -> dict | None:
         "decision": decision,
         "refused": spec.get("refused") or {},
     }
+
+
+class NothingToTake(ValueError):
+    """A search whose decision gives no setting to take: the message says why."""
+
+
+def measured_profile(plan: dict, summary: dict, environments: list[dict], name: str) -> dict:
+    """The measured profile (vllm_fleet.tune.measured_profile: what the inventory takes as vllm_profile_measured) of a
+    tune search's results: the chosen candidate's settings over the profile searched (vLLM's defaults as the knobs
+    their experiment set), with the provenance of the run (the card emulated, the host's driver, the release, the
+    model, the load, the date) and every candidate's figures."""
+    search, spec = summary.get("tune"), plan.get("tune")
+    if not search or not spec:
+        raise NothingToTake("these results hold no tune search (plan.py --tune writes one)")
+    decision = search.get("decision") or {}
+    choice = decision.get("choice")
+    if choice is None:
+        raise NothingToTake(
+            "the search chose no setting (%s): there is nothing measured to take, and the shipped profile %s stays"
+            % (decision.get("verdict") or "no decision", spec["profile"])
+        )
+    experiments = {e["name"]: e for e in plan["experiments"]}
+    if choice == tune.DEFAULTS:
+        ran = experiments[spec["defaults"]]
+        settings = {k: v for k, v in (ran.get("overrides") or {}).items() if k in tune.KNOBS}
+    else:
+        ran = experiments[choice]
+        settings = dict(spec["candidates"][choice]["settings"])
+    drivers = sorted(
+        {
+            (env.get("nvidia_smi") or "").split(", ")[3]
+            for env in environments
+            if len((env.get("nvidia_smi") or "").split(", ")) > 3
+        }
+    )
+    provenance = {
+        "card": "%s (emulated on an %s)" % (spec["card"], (plan.get("host_gpu") or {}).get("name", "H200"))
+        if plan.get("host_gpu")
+        else spec["card"],
+        "driver": ", ".join(drivers),
+        "vllm_version": summary.get("vllm_version"),
+        "model": ran["settings"].get("model"),
+        "load": spec["load"],
+        "date": summary.get("date"),
+    }
+    return tune.measured_profile(name, spec["profile"], settings, decision, search["measured"], provenance)
 
 
 # The five figures of issue #23 (lower is better except throughput) and whether a row may be higher.
@@ -793,6 +841,21 @@ def tables(summary: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+class _Indented(yaml.SafeDumper):
+    """YAML with lists indented under their key, as the repository's yamllint wants them."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        return super().increase_indent(flow, False)
+
+
+def _shown(folder: Path) -> str:
+    """A results folder as the repository names it (its own path when it lies elsewhere)."""
+    try:
+        return folder.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return folder.as_posix()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, required=True, help="a folder of results, e.g. results/gpu/DATE-NAME")
@@ -804,6 +867,14 @@ def main(argv: list[str] | None = None) -> int:
         "kept with them, else gpu/bench/experiments.json)",
     )
     parser.add_argument("--out", type=Path, default=None, help="default: RESULTS/summary.json")
+    parser.add_argument(
+        "--measured-profile",
+        type=Path,
+        default=None,
+        help="also write the tune search's measured profile here (YAML: what the inventory takes whole as "
+        "vllm_profile_measured); refused, with the reason, when the search chose no setting",
+    )
+    parser.add_argument("--name", default=None, help="the measured profile's name (default: PROFILE-measured-DATE)")
     args = parser.parse_args(argv)
     plan_file = args.plan or next(
         p for p in (args.results / "experiments.json", HERE / "experiments.json") if p.exists()
@@ -812,6 +883,24 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(plan, load_results(args.results))
     (args.out or args.results / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     print(tables(summary))
+    if args.measured_profile:
+        environments = [
+            json.loads(p.read_text()).get("environment") or {} for p in sorted(args.results.glob("results-round*.json"))
+        ]
+        name = args.name or "%s-measured-%s" % ((plan.get("tune") or {}).get("profile", "profile"), summary.get("date"))
+        try:
+            doc = measured_profile(plan, summary, environments, name)
+        except NothingToTake as exc:
+            print("no measured profile written: %s" % exc, file=sys.stderr)
+            return 1
+        args.measured_profile.write_text(
+            "---\n# A measured profile (gpu/bench/summarize.py --measured-profile) of %s.\n# Take it whole with\n"
+            "#   vllm_profile_measured:\n"
+            "#     \"{{ lookup('ansible.builtin.file', inventory_dir ~ '/PATH') | from_yaml }}\"\n%s"
+            % (_shown(args.results), yaml.dump(doc, Dumper=_Indented, sort_keys=False, width=110)),
+            encoding="utf-8",
+        )
+        print("measured profile written: %s" % args.measured_profile)
     return 0
 
 

@@ -96,6 +96,7 @@ _PLAN_VARS = tuple(
         (
             "vllm_profile_name",
             "vllm_profile",
+            "vllm_profile_measured",
             "vllm_gpu",
             "vllm_version",
             "vllm_model_config",

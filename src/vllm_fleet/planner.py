@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import datafiles, inputs, placement, profiles, render
+from . import datafiles, inputs, placement, profiles, render, tune
 from .rules import ERROR_RULES, WARNING_RULES, known_failure
 from .service_levels import GUIDE_TARGETS, match_card, misses_target, service_levels
 from .sizing import fit_hint, gib, size_instance
@@ -116,8 +116,23 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
     }
     errors, warnings = entry["errors"], entry["warnings"]
 
+    # A profile a tune search measured on the site (vllm_profile_measured: the file gpu/bench/summarize.py
+    # --measured-profile writes): its settings over the shipped profile it was measured for, vllm_profile over both.
+    overrides = hostvars.get("vllm_profile")
+    measured = hostvars.get("vllm_profile_measured")
+    if measured in (None, "", {}):
+        entry["profile_source"] = {"kind": "shipped"}
+    else:
+        found, cautions, settings, source = tune.taken_profile(host, measured, name, hostvars.get("vllm_gpu"), version)
+        errors += found
+        warnings += cautions
+        entry["profile_source"] = source
+        if isinstance(overrides, Mapping):
+            overrides = {**settings, **overrides}
+        elif overrides in (None, ""):
+            overrides = settings
     try:
-        profile = profiles.resolve(host, name, hostvars.get("vllm_profile"))
+        profile = profiles.resolve(host, name, overrides)
     except profiles.ProfileError as exc:
         errors.append(str(exc))
         return entry
@@ -476,8 +491,9 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
     for host, e in hosts.items():
         c = e["capacity"]
         status = "ERROR" if e["errors"] else ("warn" if e["warnings"] else "ok")
+        source = e.get("profile_source") or {}
         row = (
-            e["profile"],
+            e["profile"] + (" (measured)" if source.get("kind") == "measured" else ""),
             str(e["vllm_version"]),
             _instances_cell(e),
             _num(c, "weights_bytes", gib),
@@ -500,6 +516,8 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
             dropped.setdefault((d["flag"], d["reason"]), []).append(host)
         for message in e.get("notes") or []:
             placed.setdefault(message.removeprefix(f"{host}: "), []).append(host)
+        if source.get("kind") == "measured":
+            placed.setdefault(measured_note(source), []).append(host)
     rows: list[tuple[str, ...]] = [header]
     for key, members in groups.items():
         if grouped:
@@ -533,6 +551,18 @@ def table(plan: Mapping[str, Any], max_rows: int = TABLE_MAX_ROWS) -> list[str]:
             f"{f' and {len(members) - 3} more' if len(members) > 3 else ''}) {text}"
         )
     return lines + (["", *notes] if notes else [])
+
+
+def measured_note(source: Mapping[str, Any]) -> str:
+    """Where a host's measured profile comes from, as the plan's table says it."""
+    load = source.get("load")
+    if isinstance(load, Mapping):
+        load = " ".join(str(v) for v in (load.get("source"), load.get("users") and f"{load['users']} users") if v)
+    return (
+        f"profile {source.get('name')} measured on {source.get('card')} on {source.get('date')} (vLLM "
+        f"{source.get('vllm_version')}, driver {source.get('driver')}, {source.get('model')}, load: "
+        f"{load}): {source.get('verdict') or 'no verdict recorded'}"
+    )
 
 
 def _instances_cell(entry: Mapping[str, Any]) -> str:

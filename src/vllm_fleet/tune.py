@@ -381,3 +381,91 @@ def measured_profile(
             "figures": {n: dict(f) for n, f in measured.items()},
         },
     }
+
+
+PROVENANCE = ("card", "driver", "vllm_version", "model", "load", "date")
+
+
+def _card(name: Any) -> str | None:
+    """The tuning reference's name of a card (RTX 4090, L40...) for a GPU name, None for a card it does not list."""
+    targets = match_card(GUIDE_TARGETS, {"name": name})
+    return targets["card"] if targets else None
+
+
+def taken_profile(
+    host: str, doc: Any, profile_name: str | None, gpu: Any, version: Any
+) -> tuple[list[str], list[str], dict[str, Any], dict[str, Any]]:
+    """A measured profile the inventory gives a host (``vllm_profile_measured``: what `measured_profile` made), checked
+    against the host: (errors, warnings, the settings it sets over the host's shipped profile, where the profile comes
+    from for the plan). An error names the host, the setting and the fix; the settings are only a search's knobs."""
+    where = "%s: vllm_profile_measured" % host
+    if not isinstance(doc, Mapping):
+        return (
+            [
+                "%s is a %s, not a measured profile; fix: the file a tune search wrote (summarize.py "
+                "--measured-profile), taken whole" % (where, type(doc).__name__)
+            ],
+            [],
+            {},
+            {},
+        )
+    errors: list[str] = []
+    missing = [k for k in ("name", "base", "settings", "measured") if k not in doc]
+    if missing:
+        return (
+            [
+                "%s lacks %s; fix: the file a tune search wrote (summarize.py --measured-profile), taken whole"
+                % (where, ", ".join(missing))
+            ],
+            [],
+            {},
+            {},
+        )
+    settings, measured = doc["settings"], doc["measured"]
+    if not isinstance(settings, Mapping) or not isinstance(measured, Mapping):
+        return (
+            ["%s: its settings and measured must be mappings; fix: the file a tune search wrote" % where],
+            [],
+            {},
+            {},
+        )
+    lacking = [k for k in PROVENANCE if measured.get(k) in (None, "")]
+    if lacking:
+        errors.append(
+            "%s (%s) lacks its provenance: %s; fix: take the file a tune search wrote, which records them"
+            % (where, doc["name"], ", ".join(lacking))
+        )
+    unknown = sorted(str(k) for k in settings if k not in KNOBS)
+    if unknown:
+        errors.append(
+            "%s (%s) sets %s, which a search does not set (it sets %s); fix: put other settings in vllm_profile"
+            % (where, doc["name"], ", ".join(unknown), ", ".join(sorted(KNOBS)))
+        )
+    if profile_name and doc["base"] != profile_name:
+        errors.append(
+            "%s (%s) was measured for the profile %s, and this host's vllm_profile_name is %s; fix: set "
+            "vllm_profile_name: %s, or take the measured profile of %s"
+            % (where, doc["name"], doc["base"], profile_name, doc["base"], profile_name)
+        )
+    warnings: list[str] = []
+    if isinstance(version, str) and measured.get("vllm_version") and str(measured["vllm_version"]) != version:
+        warnings.append(
+            "%s (%s) was measured on vLLM %s and this host runs %s: its figures are that release's; search "
+            "again on this release to measure it" % (where, doc["name"], measured["vllm_version"], version)
+        )
+    theirs, ours = _card(measured.get("card")), _card(gpu.get("name") if isinstance(gpu, Mapping) else None)
+    if theirs and ours and theirs != ours:
+        errors.append(
+            "%s (%s) was measured on an %s and this host's cards are %s; fix: take a profile measured on this "
+            "card, or search on one of these hosts" % (where, doc["name"], theirs, ours)
+        )
+    found = measured.get("decision")
+    decision: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    source = {
+        "kind": "measured",
+        "name": doc["name"],
+        **{k: measured.get(k) for k in PROVENANCE},
+        "choice": decision.get("choice"),
+        "verdict": decision.get("verdict"),
+    }
+    return errors, warnings, dict(settings) if not errors else {}, source

@@ -101,3 +101,43 @@ def test_plan_playbook_fails_on_a_host_error_after_writing_the_report(tmp_path):
     with open(tmp_path / "out" / "plan.json", encoding="utf-8") as f:
         written = json.load(f)
     assert written["hosts"]["gpu-l40-01.invalid"]["errors"]
+
+
+@pytest.mark.integration
+def test_plan_playbook_takes_a_measured_profile_with_the_readmes_one_line(tmp_path):
+    """The 4090 group takes run 10's measured profile (results/gpu/2026-12-04-run10-tune-rtx4090) with the README's
+    line, a file lookup beside the inventory: the table marks both 4090 hosts' profile measured and says where and
+    when; plan.json's entries say so too and run with its settings. Given to the L40 group, the plan refuses it, names
+    the profile it was measured for and stops."""
+    pytest.importorskip("ansible")
+    inventory = tmp_path / "inv"
+    write_inventory(inventory, rtx_profile="rtx4090-7b-prefill")
+    (inventory / "measured").mkdir()
+    measured = _ROOT / "results" / "gpu" / "2026-12-04-run10-tune-rtx4090" / "measured-profile.yml"
+    (inventory / "measured" / "rtx4090.yml").write_text(measured.read_text())
+    line = (
+        "vllm_profile_measured: \"{{ lookup('ansible.builtin.file', inventory_dir ~ '/measured/rtx4090.yml')"
+        ' | from_yaml }}"\n'
+    )
+    with open(inventory / "group_vars" / "rtx4090_nodes.yml", "a", encoding="utf-8") as f:
+        f.write(line)
+    result = run_plan(inventory, tmp_path / "out")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "gpu-4090-01.invalid  rtx4090-7b-prefill (measured)" in result.stdout
+    assert (
+        "profile rtx4090-7b-prefill-measured-2026-12-04 measured on RTX 4090 (emulated on an H200) on 2026-12-04 "
+        "(vLLM 0.26.0, driver 580.159.04, Qwen/Qwen2.5-7B-Instruct, load: reference 64 users): vLLM's defaults win"
+    ) in result.stdout
+    written = json.loads((tmp_path / "out" / "plan.json").read_text())
+    entry = written["hosts"]["gpu-4090-01.invalid"]
+    assert entry["profile_source"]["kind"] == "measured" and entry["profile_effective"]["max_num_seqs"] == 256
+    assert written["hosts"]["gpu-l40-01.invalid"]["profile_source"] == {"kind": "shipped"}
+    # The same line in the L40 group: measured for another profile and another card.
+    with open(inventory / "group_vars" / "l40_nodes.yml", "a", encoding="utf-8") as f:
+        f.write(line)
+    refused = run_plan(inventory, tmp_path / "out2")
+    assert refused.returncode != 0
+    assert (
+        "gpu-l40-01.invalid: vllm_profile_measured (rtx4090-7b-prefill-measured-2026-12-04) was measured for the "
+        "profile rtx4090-7b-prefill, and this host's vllm_profile_name is l40-14b-awq-prefill"
+    ) in refused.stdout

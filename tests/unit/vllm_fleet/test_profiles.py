@@ -275,6 +275,35 @@ def test_side_by_side_numbers_in_the_profiles_are_the_committed_gpu_results():
     ]
 
 
+def test_a_profiles_search_block_is_its_committed_tune_search():
+    """A profile's `measured.search` (issue #34: what the tune search found for it) says what the run's summary.json
+    says: the experiment ran exactly the shipped settings, wins and losses are the figures `against_defaults` calls
+    better and worse (the repeats' ranges parted), on_front and choice are the decision's. Both searched profiles
+    carry one."""
+    import json
+
+    from vllm_fleet import tune
+
+    carrying = []
+    for name, entry in profiles._shipped().items():
+        block = (entry.get("measured") or {}).get("search")
+        if block is None:
+            continue
+        carrying.append(name)
+        folder = ROOT / block["results"]
+        ran = {e["name"]: e for e in json.loads((folder / "experiments.json").read_text())["experiments"]}
+        assert ran[block["experiment"]]["settings"] == profiles.resolve("h", name), name
+        search = json.loads((folder / "summary.json").read_text())["tune"]
+        assert search["profile"] == name
+        verdicts = search["against_defaults"][block["experiment"]]
+        assert block["wins"] == [k for k, _ in tune.FIGURES if verdicts[k] == "better"], name
+        assert block["loses"] == [k for k, _ in tune.FIGURES if verdicts[k] == "worse"], name
+        assert block["repeats"] == search["measured"][block["experiment"]]["repeats"], name
+        assert block["on_front"] == (block["experiment"] in search["decision"]["front"]), name
+        assert block["choice"] == search["decision"]["choice"], name
+    assert sorted(carrying) == ["l40-14b-awq-prefill", "rtx4090-7b-prefill"]
+
+
 @pytest.mark.parametrize(
     "key,value",
     [

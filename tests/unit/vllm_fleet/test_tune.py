@@ -232,3 +232,98 @@ def test_the_measured_profile_carries_its_provenance():
         tune.measured_profile(
             "x", "y", {}, decision, measured, {k: v for k, v in provenance.items() if k not in ("date", "driver")}
         )
+
+
+def derived_profile_doc(**provenance):
+    """The file a search on a 4090 host would write had it picked the planner's derived batching (run 7's figures)."""
+    measured = rtx4090_measured()
+    decision = tune.pick(measured, tune.targets({}, RTX4090))
+    return tune.measured_profile(
+        "rtx4090-7b-site",
+        "rtx4090-7b-prefill",
+        {"max_num_seqs": 77, "max_num_batched_tokens": 1152},
+        decision,
+        measured,
+        {
+            "card": "NVIDIA GeForce RTX 4090",
+            "driver": "580.95.05",
+            "vllm_version": "0.33.0",
+            "model": "Qwen/Qwen2.5-7B-Instruct",
+            "load": {"source": "site", "users": 64},
+            "date": "2026-12-04",
+            **provenance,
+        },
+    )
+
+
+def test_the_plan_takes_a_measured_profile_over_the_shipped_one_and_says_so():
+    """vllm_profile_measured (the file taken whole): its settings over the shipped profile it was measured for, the
+    host's own vllm_profile over both; the plan entry says where the profile comes from, and the table marks the
+    host's profile as measured with its card, date, release and the search's verdict."""
+    shipped = planner.plan_host("gpu-1", RTX4090_HOST)
+    assert shipped["profile_source"] == {"kind": "shipped"} and not shipped["errors"]
+    host = dict(RTX4090_HOST, vllm_profile_measured=derived_profile_doc(), vllm_profile={"max_num_seqs": 70})
+    entry = planner.plan_host("gpu-1", host)
+    assert entry["errors"] == [] and entry["warnings"] == shipped["warnings"], entry
+    effective = entry["profile_effective"]
+    assert (effective["max_num_batched_tokens"], effective["max_num_seqs"]) == (1152, 70)
+    assert effective["kv_cache_dtype"] == shipped["profile_effective"]["kv_cache_dtype"]
+    source = entry["profile_source"]
+    assert (source["kind"], source["name"], source["date"], source["vllm_version"]) == (
+        "measured",
+        "rtx4090-7b-site",
+        "2026-12-04",
+        "0.33.0",
+    )
+    lines = planner.table({"hosts": {"gpu-1": entry}})
+    assert "rtx4090-7b-prefill (measured)" in lines[2]
+    assert any(
+        "profile rtx4090-7b-site measured on NVIDIA GeForce RTX 4090 on 2026-12-04 (vLLM 0.33.0, driver 580.95.05, "
+        "Qwen/Qwen2.5-7B-Instruct, load: site 64 users): " in line
+        for line in lines
+    ), lines
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (
+            {"vllm_profile_name": "rtx4090-7b-decode"},
+            "gpu-1: vllm_profile_measured (rtx4090-7b-site) was measured for the profile rtx4090-7b-prefill, and this "
+            "host's vllm_profile_name is rtx4090-7b-decode; fix: set vllm_profile_name: rtx4090-7b-prefill",
+        ),
+        (
+            {"vllm_gpu": dict(L40, bandwidth_gb_s=864, count=1)},
+            "gpu-1: vllm_profile_measured (rtx4090-7b-site) was measured on an RTX 4090 and this host's cards are "
+            "L40; fix: take a profile measured on this card",
+        ),
+        (
+            {"vllm_profile_measured": ["max_num_seqs: 77"]},
+            "gpu-1: vllm_profile_measured is a list, not a measured profile; fix: the file a tune search wrote",
+        ),
+    ],
+)
+def test_a_measured_profile_for_another_profile_or_card_is_refused_at_plan_time(change, message):
+    host = {**RTX4090_HOST, "vllm_profile_measured": derived_profile_doc(), **change}
+    entry = planner.plan_host("gpu-1", host)
+    assert any(error.startswith(message) for error in entry["errors"]), entry["errors"]
+    assert "profile_effective" not in entry or entry["errors"]
+
+
+def test_a_measured_profile_without_provenance_or_with_other_settings_is_refused_and_another_release_warned():
+    doc = derived_profile_doc()
+    doc["settings"]["model"] = "Qwen/Qwen2.5-7B-Instruct-AWQ"
+    del doc["measured"]["driver"]
+    entry = planner.plan_host("gpu-1", dict(RTX4090_HOST, vllm_profile_measured=doc))
+    assert entry["errors"][:2] == [
+        "gpu-1: vllm_profile_measured (rtx4090-7b-site) lacks its provenance: driver; fix: take the file a tune "
+        "search wrote, which records them",
+        "gpu-1: vllm_profile_measured (rtx4090-7b-site) sets model, which a search does not set (it sets "
+        + ", ".join(sorted(tune.KNOBS))
+        + "); fix: put other settings in vllm_profile",
+    ], entry["errors"]
+    older = planner.plan_host(
+        "gpu-1", dict(RTX4090_HOST, vllm_profile_measured=derived_profile_doc(vllm_version="0.32.0"))
+    )
+    assert older["errors"] == []
+    assert any("was measured on vLLM 0.32.0 and this host runs 0.33.0" in w for w in older["warnings"]), older

@@ -325,3 +325,66 @@ def test_run11_the_l40s_tune_search_repeats_run_8s_trade_off():
         "preemptions",
     ]
     assert t["decision"]["choice"] is None and t["measured"]["vllm-defaults"]["preemptions"]["median"] == 62
+
+
+def test_run10s_measured_profile_is_what_summarize_writes_and_the_plan_takes_it(tmp_path, capsys):
+    """--measured-profile over run 10 writes the committed file: vLLM's defaults won, so its settings are the knobs
+    their experiment set (256 sequences, 2,048 batched tokens, at the profile's memory share), with the run's
+    provenance (the card emulated, the host's driver, vLLM 0.26.0, the model, the load, the date). The plan takes it
+    whole for a 4090 host on that release and marks the profile measured; its one warning more than the shipped
+    profile's is the planner's of 256 sequences at typical lengths; run 11 chose nothing, so nothing is written
+    and the reason is printed."""
+    import yaml
+
+    from vllm_fleet import planner
+
+    summarize, folder, _plan, _summary = committed_run("2026-12-04-run10-tune-rtx4090")
+    out = tmp_path / "measured.yml"
+    assert (
+        summarize.main(["--results", str(folder), "--out", str(tmp_path / "s.json"), "--measured-profile", str(out)])
+        == 0
+    )
+    committed = folder / "measured-profile.yml"
+    assert out.read_text() == committed.read_text()
+    doc = yaml.safe_load(committed.read_text())
+    assert (doc["base"], doc["settings"]) == (
+        "rtx4090-7b-prefill",
+        {"gpu_memory_utilization": 0.92, "max_num_batched_tokens": 2048, "max_num_seqs": 256},
+    )
+    assert {k: doc["measured"][k] for k in ("card", "driver", "vllm_version", "date")} == {
+        "card": "RTX 4090 (emulated on an H200)",
+        "driver": "580.159.04",
+        "vllm_version": "0.26.0",
+        "date": "2026-12-04",
+    }
+    assert doc["measured"]["decision"]["choice"] == "vllm-defaults"
+    host = {
+        "vllm_profile_name": "rtx4090-7b-prefill",
+        "vllm_gpu": {"name": "NVIDIA GeForce RTX 4090", "memory_mib": 24564, "bandwidth_gb_s": 1008, "count": 1},
+        "vllm_version": "0.26.0",
+    }
+    shipped = planner.plan_host("gpu-1", host)
+    taken = planner.plan_host("gpu-1", dict(host, vllm_profile_measured=doc))
+    # vLLM's 256 sequences did not bind at the 64 users measured; the planner says what they would cost at more.
+    assert taken["errors"] == [] and taken["warnings"] == [
+        *shipped["warnings"],
+        "gpu-1: the KV cache holds 121,472 tokens, less than max_num_seqs=256 requests of typical length 768 (512 "
+        "prompt + 256 output) = 196,608: expect preemptions; fix: max_num_seqs <= 158, kv_cache_dtype: fp8, or a "
+        "quantized model",
+    ], taken
+    assert (taken["profile_effective"]["max_num_seqs"], taken["profile_effective"]["max_num_batched_tokens"]) == (
+        256,
+        2048,
+    )
+    assert taken["profile_source"]["kind"] == "measured"
+    capsys.readouterr()
+    summarize, folder, _plan, _summary = committed_run("2026-12-04-run11-tune-l40")
+    nothing = tmp_path / "l40.yml"
+    assert (
+        summarize.main(
+            ["--results", str(folder), "--out", str(tmp_path / "s11.json"), "--measured-profile", str(nothing)]
+        )
+        == 1
+    )
+    assert not nothing.exists()
+    assert "the search chose no setting (no setting measured meets the targets)" in capsys.readouterr().err
