@@ -875,6 +875,12 @@ def main(argv: list[str] | None = None) -> int:
         "vllm_profile_measured); refused, with the reason, when the search chose no setting",
     )
     parser.add_argument("--name", default=None, help="the measured profile's name (default: PROFILE-measured-DATE)")
+    parser.add_argument(
+        "--tune-html",
+        type=Path,
+        default=None,
+        help="also write the tune search as one HTML page here: the decision, the front plotted, every candidate",
+    )
     args = parser.parse_args(argv)
     plan_file = args.plan or next(
         p for p in (args.results / "experiments.json", HERE / "experiments.json") if p.exists()
@@ -883,6 +889,17 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(plan, load_results(args.results))
     (args.out or args.results / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     print(tables(summary))
+    if args.tune_html:
+        if not summary.get("tune"):
+            print(
+                "no tune page written: these results hold no tune search (plan.py --tune writes one)", file=sys.stderr
+            )
+            return 1
+        from vllm_fleet.report_html import render_tune_html
+
+        title = "Tune search: %s, %s" % (summary["tune"]["profile"], summary.get("date"))
+        args.tune_html.write_text(render_tune_html(summary["tune"], title), encoding="utf-8")
+        print("tune page written: %s" % args.tune_html)
     if args.measured_profile:
         environments = [
             json.loads(p.read_text()).get("environment") or {} for p in sorted(args.results.glob("results-round*.json"))

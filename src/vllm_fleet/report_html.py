@@ -20,7 +20,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display: render to memory
 import matplotlib.pyplot as plt
 
-__all__ = ["render_html"]
+__all__ = ["render_html", "render_tune_html"]
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem; color: #1b1f24; max-width: 70rem; }
@@ -232,5 +232,105 @@ def render_html(report: Mapping[str, Any]) -> str:
     if plots:
         parts.append("<h2>Plots</h2>" + plots)
     parts.append("<h2>Instances</h2>" + "".join(_instance_table(n, e) for n, e in hosts.items()))
+    parts.append("</body></html>\n")
+    return "".join(parts)
+
+
+# The tune page: each plot puts one figure against the output throughput, the axes a search trades.
+_TUNE_PLOTS = (
+    ("median_ttft_ms", "median TTFT (ms)"),
+    ("p99_ttft_ms", "p99 TTFT (ms)"),
+    ("mean_itl_ms", "mean inter-token latency (ms)"),
+    ("p99_itl_ms", "p99 inter-token latency (ms)"),
+)
+_TUNE_COLUMNS = (
+    ("output_throughput", "output tok/s", "{:,.1f}"),
+    ("median_ttft_ms", "TTFT median ms", "{:,.1f}"),
+    ("p99_ttft_ms", "TTFT p99 ms", "{:,.1f}"),
+    ("mean_itl_ms", "ITL mean ms", "{:,.2f}"),
+    ("p99_itl_ms", "ITL p99 ms", "{:,.2f}"),
+    ("preemptions", "preemptions", "{:,.0f}"),
+)
+
+
+def _spread(figure: Any, fmt: str) -> str:
+    """A figure's median with its lowest and highest over the repeats, as the GPU results write it."""
+    if not isinstance(figure, Mapping):
+        return "-"
+    low, high = figure.get("low"), figure.get("high")
+    text = fmt.format(figure["median"])
+    return text if low == high else f"{text} ({fmt.format(low)}-{fmt.format(high)})"
+
+
+def _front_plot(measured: Mapping[str, Mapping[str, Any]], front: list[str], key: str, label: str) -> str:
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for name, figures in measured.items():
+        x, y = figures.get("output_throughput"), figures.get(key)
+        if not isinstance(x, Mapping) or not isinstance(y, Mapping):
+            continue
+        on_front = name in front
+        ax.errorbar(
+            x["median"],
+            y["median"],
+            xerr=[[x["median"] - x["low"]], [x["high"] - x["median"]]],
+            yerr=[[y["median"] - y["low"]], [y["high"] - y["median"]]],
+            fmt="o" if on_front else "x",
+            color="#1f5fbf" if name != "vllm-defaults" else "#b3261e",
+            capsize=3,
+        )
+        ax.annotate(name, (x["median"], y["median"]), fontsize=7, xytext=(4, 4), textcoords="offset points")
+    ax.set_xlabel("output throughput (tok/s), higher is better")
+    ax.set_ylabel(f"{label}, lower is better")
+    ax.set_title(f"{label} against throughput")
+    ax.grid(alpha=0.3)
+    return _figure(
+        fig,
+        f"{label} against output throughput: the median of the repeats, bars from the lowest to the highest; "
+        "circles on the Pareto front, crosses off it; vLLM's defaults in red.",
+    )
+
+
+def render_tune_html(search: Mapping[str, Any], title: str) -> str:
+    """A tune search (vllm_fleet.tune's decision over what was measured: gpu/bench/summarize.py's ``tune`` entry) as
+    one page: the decision, the front plotted figure by figure against the throughput, and every candidate's figures
+    with their spread and their verdict against vLLM's defaults."""
+    measured: Mapping[str, Mapping[str, Any]] = search.get("measured") or {}
+    decision: Mapping[str, Any] = search.get("decision") or {}
+    front = list(decision.get("front") or [])
+    versus: Mapping[str, Mapping[str, str]] = search.get("against_defaults") or {}
+    targets = decision.get("targets") or {}
+    parts = [
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
+        f"<p>Profile {html.escape(str(search.get('profile')))} on the {html.escape(str(search.get('card')))}; load: "
+        f"{html.escape(str((search.get('load') or {}).get('source')))}, "
+        f"{html.escape(str((search.get('load') or {}).get('users')))} users. Targets: "
+        f"{html.escape(', '.join(f'{k} {v}' for k, v in targets.items()) or 'none')}.</p>",
+        f"<p><strong>Decision:</strong> {html.escape(str(decision.get('verdict') or 'none'))}"
+        f" (choice: {html.escape(str(decision.get('choice')))}). On the front: {html.escape(', '.join(front))}.</p>",
+        "<h2>The front</h2>",
+        *(_front_plot(measured, front, key, label) for key, label in _TUNE_PLOTS),
+        "<h2>Every candidate</h2><table><tr><th>candidate</th><th>repeats</th>",
+        *(f"<th>{html.escape(label)}</th>" for _, label, _ in _TUNE_COLUMNS),
+        "<th>on the front</th><th>misses</th><th>against vLLM's defaults</th></tr>",
+    ]
+    misses: Mapping[str, list[str]] = decision.get("misses") or {}
+    for name, figures in measured.items():
+        verdicts = versus.get(name) or {}
+        against = ", ".join(f"{k} {v}" for k, v in verdicts.items() if v != "within spread") or "-"
+        parts.append(
+            f"<tr><td>{html.escape(name)}</td><td>{figures.get('repeats', '-')}</td>"
+            + "".join(f"<td>{html.escape(_spread(figures.get(key), fmt))}</td>" for key, _, fmt in _TUNE_COLUMNS)
+            + f"<td>{'yes' if name in front else 'no'}</td>"
+            + f"<td>{html.escape('; '.join(misses.get(name) or []) or '-')}</td><td>{html.escape(against)}</td></tr>"
+        )
+    parts.append("</table>")
+    refused = search.get("refused") or {}
+    if refused:
+        parts.append(
+            "<h2>Refused by the planner (not run)</h2><ul>"
+            + "".join(f"<li>{html.escape(n)}: {html.escape('; '.join(m))}</li>" for n, m in refused.items())
+            + "</ul>"
+        )
     parts.append("</body></html>\n")
     return "".join(parts)

@@ -98,3 +98,44 @@ def test_a_real_browser_renders_the_page_without_errors(tmp_path):
     assert opened["console_errors"] == [], opened["console_errors"]
     assert opened["screenshot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert opened["screenshot"].stat().st_size > 20000
+
+
+def _search(run):
+    import json
+
+    from conftest import ROOT
+
+    return json.loads((ROOT / "results" / "gpu" / run / "summary.json").read_text())["tune"]
+
+
+def test_the_tune_page_plots_the_front_and_lists_every_candidate_with_its_spread():
+    """Run 10's search (four settings, two repeats each): one plot per latency figure against the throughput, the
+    decision in words, and a row per candidate with the median and the range of each figure, whether it is on the
+    front and where it stands against vLLM's defaults; run 11's page says that no setting met the targets."""
+    page = report_html.render_tune_html(_search("2026-12-04-run10-tune-rtx4090"), "Tune search: run 10")
+    parsed = _Page()
+    parsed.feed(page)
+    assert [img["alt"].split(" against")[0] for img in parsed.images] == [
+        "median TTFT (ms)",
+        "p99 TTFT (ms)",
+        "mean inter-token latency (ms)",
+        "p99 inter-token latency (ms)",
+    ]
+    assert "vLLM&#x27;s defaults win: no candidate meets the targets with more throughput" in page
+    assert "<td>vllm-defaults</td><td>2</td><td>6,851.4 (6,849.3-6,853.5)</td><td>420.4 (303.7-537.1)</td>" in page
+    assert (
+        "<td>tune-profile-rtx4090-7b-prefill</td><td>2</td><td>7,036.6 (7,028.0-7,045.1)</td><td>859.6 (836.6-882.5)"
+        in page
+    )
+    assert page.count("<td>yes</td>") == 4 and "median_ttft_ms worse, p99_ttft_ms better" in page
+    assert "median_ttft_ms 859.6 &gt; 500" in page
+    l40 = report_html.render_tune_html(_search("2026-12-04-run11-tune-l40"), "Tune search: run 11")
+    assert "no setting measured meets the targets (choice: None)" in l40 and "<td>62</td>" in l40
+
+
+@pytest.mark.integration
+def test_a_real_browser_renders_the_tune_page_without_errors(tmp_path):
+    page = tmp_path / "tune.html"
+    page.write_text(report_html.render_tune_html(_search("2026-12-04-run10-tune-rtx4090"), "Tune search: run 10"))
+    opened = browser.open_page(page, tmp_path, "tune.png")
+    assert opened["images"] == (4, 4) and opened["console_errors"] == [], opened

@@ -388,3 +388,17 @@ def test_run10s_measured_profile_is_what_summarize_writes_and_the_plan_takes_it(
     )
     assert not nothing.exists()
     assert "the search chose no setting (no setting measured meets the targets)" in capsys.readouterr().err
+
+
+def test_summarize_writes_a_searchs_page_and_refuses_results_without_one(tmp_path, capsys):
+    summarize, folder, _plan, _summary = committed_run("2026-12-04-run11-tune-l40")
+    page = tmp_path / "tune.html"
+    assert summarize.main(["--results", str(folder), "--out", str(tmp_path / "s.json"), "--tune-html", str(page)]) == 0
+    assert page.read_text().count("<img ") == 4 and "Tune search: l40-14b-awq-prefill, 2026-12-04" in page.read_text()
+    capsys.readouterr()
+    summarize, folder, _plan, _summary = committed_run("2026-12-02-run9-rtx4090-prefix-heavy")
+    other = tmp_path / "none.html"
+    assert (
+        summarize.main(["--results", str(folder), "--out", str(tmp_path / "s9.json"), "--tune-html", str(other)]) == 1
+    )
+    assert not other.exists() and "these results hold no tune search" in capsys.readouterr().err
