@@ -195,6 +195,43 @@ def counter(metrics_text: str, name: str) -> float | None:
     return bench.counters(metrics_text).get(name)
 
 
+def dataset_args(action: dict) -> list[str]:
+    """vllm bench serve's dataset arguments of a bench action: the random prompts of input_len and output_len, or the
+    dataset the action names with its own options (a tune search's shared-prefix load: prefix_repetition)."""
+    dataset = action.get("dataset")
+    if not dataset:
+        return [
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(action["input_len"]),
+            "--random-output-len",
+            str(action["output_len"]),
+        ]
+    args = ["--dataset-name", str(dataset["dataset_name"])]
+    for key, value in dataset.items():
+        if key != "dataset_name":
+            args += ["--" + key.replace("_", "-"), str(value)]
+    return args
+
+
+def prefix_cache_delta(before: str, after: str) -> dict | None:
+    """The prefix cache's hits and queries (in tokens) between two scrapes of /metrics, and their ratio; None when
+    the release exposes no such counters."""
+    totals = []
+    for text in (before or "", after or ""):
+        sums = {"hits": 0.0, "queries": 0.0}
+        for line in text.splitlines():
+            match = bench._SAMPLE.match(line)
+            if match and match.group(1) in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"):
+                sums["hits" if "hits" in match.group(1) else "queries"] += float(match.group(3))
+        totals.append(sums)
+    hits, queries = (totals[1][k] - totals[0][k] for k in ("hits", "queries"))
+    if not queries:
+        return None
+    return {"hits": hits, "queries": queries, "hit_rate": round(hits / queries, 4)}
+
+
 def interesting_lines(text: str, limit: int = 60) -> list[str]:
     pattern = re.compile("|".join(LOG_PATTERNS))
     lines = [line.strip()[:400] for line in text.splitlines() if pattern.search(line)]
@@ -704,12 +741,7 @@ class Runner:
                 exp["served_model_name"],
                 "--tokenizer",
                 self.paths["tokenizer"],
-                "--dataset-name",
-                "random",
-                "--random-input-len",
-                str(action["input_len"]),
-                "--random-output-len",
-                str(action["output_len"]),
+                *dataset_args(action),
                 "--num-prompts",
                 str(action["num_prompts"]),
                 "--max-concurrency",
@@ -757,6 +789,7 @@ class Runner:
                     result_file.write_text(json.dumps(result), encoding="utf-8")
             b, a = counter(before, "vllm:num_preemptions"), counter(after, "vllm:num_preemptions")
             out["preemptions"] = None if a is None else a - (b or 0)
+            out["prefix_cache"] = prefix_cache_delta(before, after)
         elif kind == "fleet":
             out.update(self.fleet(action, exp, folder, base))
         elif kind == "ansible":

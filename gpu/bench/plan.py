@@ -632,29 +632,50 @@ def _wrap(experiments: list[dict], host: dict, date: str = DATE) -> dict:
 TUNE_DATE = "2026-12-04"
 
 
+# The loads a search may send: the reference's random prompts, or prompts that share prefixes (a prefix-caching
+# profile's traffic: vllm bench serve's prefix_repetition dataset).
+TUNE_LOADS = {"reference": tune.reference_load, "shared-prefix": tune.shared_prefix_load}
+
+
 def build_tune(
-    profile_name: str, card: str, repeats: int = 2, extra: tuple[dict, ...] = (), host: dict = H200, limit: int = 4
+    profile_name: str,
+    card: str,
+    repeats: int = 2,
+    extra: tuple[dict, ...] = (),
+    host: dict = H200,
+    limit: int = 4,
+    load_kind: str = "reference",
 ) -> dict:
     gpu = CARDS[card]
-    load = tune.reference_load(gpu)
+    load = TUNE_LOADS[load_kind](gpu)
     users = int(load["bench"]["max_concurrency"])
+    prompt_tokens, output_tokens = tune.load_lengths(load)
     hostvars = {
         "vllm_profile_name": profile_name,
         "vllm_profile": {},
         "vllm_gpu": gpu,
         "vllm_version": VLLM_VERSION,
-        "vllm_typical_prompt_tokens": load["bench"]["random_input_len"],
-        "vllm_typical_output_tokens": load["bench"]["random_output_len"],
+        "vllm_typical_prompt_tokens": prompt_tokens,
+        "vllm_typical_output_tokens": output_tokens,
     }
     found = tune.candidates(f"tune-{card}", hostvars, planner.plan_host, load, extra=extra, limit=limit)
 
     # Each load: vllm bench serve's import (~25 s), then 3 x users requests at the output rate run 8 measured.
-    lengths = {"input_len": load["bench"]["random_input_len"], "output_len": load["bench"]["random_output_len"]}
-    per_load_s = 30 + (3 * users * lengths["output_len"]) // (2300 if card == "L40" else 6500)
+    lengths = {"input_len": prompt_tokens, "output_len": output_tokens}
+    per_load_s = 30 + (3 * users * output_tokens) // (2300 if card == "L40" else 6500)
+    # The dataset's own arguments where the load is not the random one (the harness passes them to bench serve).
+    dataset = {k: v for k, v in load["bench"].items() if k != "max_concurrency"} if load_kind != "reference" else None
+    tag = "" if load_kind == "reference" else f"-{load_kind}"
 
     def loads() -> list[dict]:
         return [
-            dict(bench_load(users, 3 * users, est_s=per_load_s), **lengths, name=f"guide-{users}u-bench-r{i}", seed=i)
+            dict(
+                bench_load(users, 3 * users, est_s=per_load_s),
+                **lengths,
+                name=f"guide-{users}u{tag}-bench-r{i}",
+                seed=i,
+                **({"dataset": dataset} if dataset else {}),
+            )
             for i in range(1, repeats + 1)
         ]
 
@@ -727,6 +748,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2, help="--tune: loads per candidate (default 2)")
     parser.add_argument("--limit", type=int, default=4, help="--tune: candidates besides the defaults (default 4)")
     parser.add_argument(
+        "--load",
+        choices=sorted(TUNE_LOADS),
+        default="reference",
+        help="--tune: the reference's random prompts, or prompts sharing prefixes (default: reference)",
+    )
+    parser.add_argument(
         "--candidate",
         action="append",
         type=json.loads,
@@ -738,7 +765,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.tune:
         if not args.card:
             parser.error("--tune needs --card")
-        plan = build_tune(args.tune, args.card, args.repeats, tuple(args.candidate), args.host_gpu, args.limit)
+        plan = build_tune(
+            args.tune, args.card, args.repeats, tuple(args.candidate), args.host_gpu, args.limit, args.load
+        )
         for name, why in plan["tune"]["refused"].items():
             print(f"{name:30s} refused by the planner: {' | '.join(why)}")
     else:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 import tarfile
 from pathlib import Path
@@ -310,18 +311,26 @@ def tune_search(plan: dict, records: dict[str, dict]) -> dict | None:
             if action.get("kind") != "bench" or not result.get("completed"):
                 continue
             sent = int(result.get("completed") or 0) + int(result.get("failed") or 0)
-            runs.append(
-                {
-                    **{k: result.get(k) for k in tune.FIVE},
-                    "preemptions": action.get("preemptions"),
-                    "failed": int(result.get("failed") or 0),
-                    "sent": sent,
-                }
-            )
+            run = {
+                **{k: result.get(k) for k in tune.FIVE},
+                "preemptions": action.get("preemptions"),
+                "failed": int(result.get("failed") or 0),
+                "sent": sent,
+            }
+            if (action.get("prefix_cache") or {}).get("hit_rate") is not None:  # a shared-prefix load's cache
+                run["prefix_hit_rate"] = action["prefix_cache"]["hit_rate"]
+            runs.append(run)
         key = tune.DEFAULTS if name == spec["defaults"] else name
         runs_of[key] = runs
         if runs:
             measured[key] = tune.aggregate(runs)
+            rates = [r["prefix_hit_rate"] for r in runs if "prefix_hit_rate" in r]
+            if rates:  # what the prefix cache saved, beside the figures the front compares
+                measured[key]["prefix_hit_rate"] = {
+                    "median": statistics.median(rates),
+                    "low": min(rates),
+                    "high": max(rates),
+                }
     card = plan["cards"][spec["card"]]
     decision = tune.pick(measured, tune.targets(None, card)) if tune.DEFAULTS in measured else None
     versus = {
@@ -794,6 +803,7 @@ def tables(summary: dict) -> str:
             return "-" if v is None else f"{_n(v['median'], digits)} ({_n(v['low'], digits)}-{_n(v['high'], digits)})"
 
         decision = t["decision"] or {}
+        hit_rates = any("prefix_hit_rate" in f for f in t["measured"].values())
         out += _section(
             f"Tune search: {t['profile']} on the {t['card']} against vLLM's defaults (median of the repeats, "
             f"lowest-highest); {decision.get('verdict', 'no decision: the defaults were not measured')}",
@@ -806,6 +816,7 @@ def tables(summary: dict) -> str:
                 "ITL mean ms",
                 "ITL p99 ms",
                 "preemptions",
+                *(["prefix cache hits"] if hit_rates else []),
                 "failed",
                 "front",
                 "misses",
@@ -821,6 +832,7 @@ def tables(summary: dict) -> str:
                     cell(f, "mean_itl_ms", 2),
                     cell(f, "p99_itl_ms", 2),
                     cell(f, "preemptions", 0),
+                    *([cell(f, "prefix_hit_rate", 3)] if hit_rates else []),
                     f["failed"],
                     "yes" if n in decision.get("front", []) else "no",
                     ", ".join((decision.get("misses") or {}).get(n) or []) or "-",

@@ -49,6 +49,7 @@ KNOBS = frozenset(
         "max_num_batched_tokens",
         "gpu_memory_utilization",
         "kv_cache_dtype",
+        "calculate_kv_scales",  # with kv_cache_dtype: null where a candidate leaves the profile's fp8 cache
         "enable_prefix_caching",
         "enable_chunked_prefill",
         "speculative_config",
@@ -154,6 +155,57 @@ def reference_load(gpu: Mapping[str, Any], prompt_tokens: int = 1024, output_tok
     }
 
 
+def shared_prefix_load(
+    gpu: Mapping[str, Any],
+    prefix_tokens: int = 768,
+    suffix_tokens: int = 256,
+    output_tokens: int = 512,
+    prefixes: int | None = None,
+) -> dict[str, Any]:
+    """A shared-prefix load for a prefix-caching profile: the reference's users and lengths for the card (a ~1K-token
+    prompt, a 512-token answer), each prompt a prefix that other requests share (a system prompt, a conversation so
+    far) and a suffix of its own; `prefixes` distinct prefixes (default: one per 8 users). `vllm bench serve`'s
+    prefix_repetition dataset sends it."""
+    target = match_card(GUIDE_TARGETS, gpu)
+    if not target:
+        raise TuneError(
+            "the card %r has no load in the tuning reference (RTX 4090 and L40 only); fix: give the search its own "
+            "load" % gpu.get("name")
+        )
+    for name, value in (
+        ("prefix_tokens", prefix_tokens),
+        ("suffix_tokens", suffix_tokens),
+        ("output_tokens", output_tokens),
+        ("prefixes", 1 if prefixes is None else prefixes),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise TuneError("the shared-prefix load's %s=%r is not a positive integer; fix: give one" % (name, value))
+    users = int(target["users"])
+    return {
+        "source": "shared-prefix",
+        "users": users,
+        "bench": {
+            "dataset_name": "prefix_repetition",
+            "prefix_repetition_prefix_len": prefix_tokens,
+            "prefix_repetition_suffix_len": suffix_tokens,
+            "prefix_repetition_num_prefixes": prefixes or max(1, users // 8),
+            "prefix_repetition_output_len": output_tokens,
+            "max_concurrency": users,
+        },
+    }
+
+
+def load_lengths(load: Mapping[str, Any]) -> tuple[int, int]:
+    """(prompt tokens, output tokens) of a load's request, whichever dataset sends it."""
+    bench = load["bench"]
+    if bench.get("dataset_name") == "prefix_repetition":
+        return (
+            int(bench["prefix_repetition_prefix_len"]) + int(bench["prefix_repetition_suffix_len"]),
+            int(bench["prefix_repetition_output_len"]),
+        )
+    return int(bench["random_input_len"]), int(bench["random_output_len"])
+
+
 # ----------------------------------------------------------------------------------------------- the candidates
 
 
@@ -175,8 +227,7 @@ def candidates(
     Each is planned for the host with `plan` (the planner's plan_host) as a profile override of the inventory's; one
     the planner refuses is listed under "refused" with the planner's messages and not run. A candidate equal to
     another is measured once. At most `limit` besides the defaults (the budget: each is measured at least twice)."""
-    bench = load["bench"]
-    prompt, output = int(bench["random_input_len"]), int(bench["random_output_len"])
+    prompt, output = load_lengths(load)
     base = plan(host, hostvars)
     if base.get("errors"):
         raise TuneError(

@@ -278,8 +278,8 @@ def test_side_by_side_numbers_in_the_profiles_are_the_committed_gpu_results():
 def test_a_profiles_search_block_is_its_committed_tune_search():
     """A profile's `measured.search` (issue #34: what the tune search found for it) says what the run's summary.json
     says: the experiment ran exactly the shipped settings, wins and losses are the figures `against_defaults` calls
-    better and worse (the repeats' ranges parted), on_front and choice are the decision's. Both searched profiles
-    carry one."""
+    better and worse (the repeats' ranges parted), on_front and choice are the decision's. The three searched
+    profiles carry one (the prefix-heavy one searched under shared-prefix traffic, run 12)."""
     import json
 
     from vllm_fleet import tune
@@ -301,7 +301,7 @@ def test_a_profiles_search_block_is_its_committed_tune_search():
         assert block["repeats"] == search["measured"][block["experiment"]]["repeats"], name
         assert block["on_front"] == (block["experiment"] in search["decision"]["front"]), name
         assert block["choice"] == search["decision"]["choice"], name
-    assert sorted(carrying) == ["l40-14b-awq-prefill", "rtx4090-7b-prefill"]
+    assert sorted(carrying) == ["l40-14b-awq-prefill", "rtx4090-7b-prefill", "rtx4090-7b-prefix-heavy"]
 
 
 @pytest.mark.parametrize(

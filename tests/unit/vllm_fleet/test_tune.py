@@ -327,3 +327,28 @@ def test_a_measured_profile_without_provenance_or_with_other_settings_is_refused
     )
     assert older["errors"] == []
     assert any("was measured on vLLM 0.32.0 and this host runs 0.33.0" in w for w in older["warnings"]), older
+
+
+def test_the_shared_prefix_load_is_the_cards_users_with_prompts_that_share_prefixes():
+    """A prefix-caching profile's traffic: the reference's users and a ~1K-token prompt, 768 tokens of it shared by
+    the requests of one of users/8 prefixes (vllm bench serve's prefix_repetition); its lengths are the request's,
+    whichever dataset sends it; a bad length is named."""
+    load = tune.shared_prefix_load(RTX4090)
+    assert load == {
+        "source": "shared-prefix",
+        "users": 64,
+        "bench": {
+            "dataset_name": "prefix_repetition",
+            "prefix_repetition_prefix_len": 768,
+            "prefix_repetition_suffix_len": 256,
+            "prefix_repetition_num_prefixes": 8,
+            "prefix_repetition_output_len": 512,
+            "max_concurrency": 64,
+        },
+    }
+    assert tune.load_lengths(load) == tune.load_lengths(tune.reference_load(RTX4090)) == (1024, 512)
+    assert tune.shared_prefix_load(L40, prefixes=4)["bench"]["prefix_repetition_num_prefixes"] == 4
+    with pytest.raises(tune.TuneError, match="the shared-prefix load's prefix_tokens=0 is not a positive integer"):
+        tune.shared_prefix_load(RTX4090, prefix_tokens=0)
+    with pytest.raises(tune.TuneError, match="'NVIDIA H200' has no load in the tuning reference"):
+        tune.shared_prefix_load({"name": "NVIDIA H200"})

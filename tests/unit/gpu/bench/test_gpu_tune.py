@@ -144,8 +144,77 @@ def test_the_committed_searches_are_what_plan_py_writes_today():
     today; the L40's defaults get the AWQ checkpoint's quantization, as in runs 2 to 8."""
     rtx4090 = plan_mod.build_tune("rtx4090-7b-prefill", "RTX 4090", extra=({"max_num_batched_tokens": 4096},))
     l40 = plan_mod.build_tune("l40-14b-awq-prefill", "L40", limit=1)
-    for name, today in (("tune-rtx4090-7b-prefill.json", rtx4090), ("tune-l40-14b-awq-prefill.json", l40)):
+    # The prefix-heavy profile under the traffic it is named for, beside a bf16 cache (its fp8 scales dropped).
+    shared = plan_mod.build_tune(
+        "rtx4090-7b-prefix-heavy",
+        "RTX 4090",
+        extra=({"kv_cache_dtype": "auto", "calculate_kv_scales": None},),
+        limit=3,
+        load_kind="shared-prefix",
+    )
+    for name, today in (
+        ("tune-rtx4090-7b-prefill.json", rtx4090),
+        ("tune-l40-14b-awq-prefill.json", l40),
+        ("tune-rtx4090-7b-prefix-heavy-shared.json", shared),
+    ):
         assert json.loads((GPU / name).read_text()) == json.loads(json.dumps(today)), name
     assert (
         "--quantization" in l40["experiments"][0]["args"] and "--quantization" not in rtx4090["experiments"][0]["args"]
     )
+
+
+def test_a_shared_prefix_search_sends_prefix_repetition_and_summarize_shows_the_caches_hits(fake_site, tmp_path):  # noqa: F811
+    """plan.py --tune ... --load shared-prefix: each load carries vllm bench serve's prefix_repetition options (its
+    prompts share 8 prefixes of 768 tokens), the candidates are planned for the same request lengths as the
+    reference's; the harness passes the options on (against its stand-in vLLM), and summarize.py shows the prefix
+    cache's hit rate each candidate reached beside the five figures."""
+    plan = plan_mod.build_tune("rtx4090-7b-prefix-heavy", "RTX 4090", load_kind="shared-prefix")
+    assert plan["tune"]["load"]["source"] == "shared-prefix"
+    first = plan["experiments"][1]["actions"][0]
+    assert first["name"] == "guide-64u-shared-prefix-bench-r1" and first["dataset"] == {
+        "dataset_name": "prefix_repetition",
+        "prefix_repetition_prefix_len": 768,
+        "prefix_repetition_suffix_len": 256,
+        "prefix_repetition_num_prefixes": 8,
+        "prefix_repetition_output_len": 512,
+    }
+    assert (first["input_len"], first["output_len"], first["num_prompts"]) == (1024, 512, 192)
+    plan["experiments"] = plan["experiments"][:1]
+    for action in plan["experiments"][0]["actions"]:
+        action.update(num_prompts=4, max_concurrency=2, save_detailed=False)
+    plan["tokenizer_vocab_size"] = 64
+    plan["port"] = 17000 + (os.getpid() + 7) % 1000
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(GPU / "harness.py"), "run", "--plan", str(tmp_path / "plan.json"), "--budget-s", "900"],
+        env=dict(os.environ, GPU_HARNESS_TMP=str(fake_site), OUT=str(out)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (served,) = json.loads((out / "results-round1.json").read_text())["experiments"]
+    argv = served["actions"][0]["argv"]
+    assert argv[argv.index("--dataset-name") + 1] == "prefix_repetition" and "--random-input-len" not in argv
+    assert argv[argv.index("--prefix-repetition-num-prefixes") + 1] == "8"
+    assert argv[argv.index("--prefix-repetition-prefix-len") + 1] == "768"
+    # The stand-in's /metrics does not move: no queries between the scrapes, so no hit rate.
+    assert served["actions"][0]["prefix_cache"] is None
+    for i, action in enumerate(served["actions"]):
+        action["prefix_cache"] = {"hits": 700.0 + i, "queries": 1000.0, "hit_rate": 0.7 + i / 1000}
+    found = summarize.tune_search(plan, {served["name"]: served})
+    rate = found["measured"]["vllm-defaults"]["prefix_hit_rate"]
+    assert (round(rate["median"], 4), rate["low"], rate["high"]) == (0.7005, 0.7, 0.701)
+    assert "prefix cache hits" in summarize.tables(
+        {k: [] for k in ("fidelity", "refusals", "verification", "loads", "single_stream", "comparisons", "repeats")}
+        | {"not_run": [], "jit_cache": [], "tune": found}
+    )
+
+
+def test_the_harness_reads_the_prefix_caches_hits_between_two_scrapes():
+    harness = load("harness")
+    before = 'vllm:prefix_cache_queries_total{engine="0"} 1000.0\nvllm:prefix_cache_hits_total{engine="0"} 100.0\n'
+    after = 'vllm:prefix_cache_queries_total{engine="0"} 5000.0\nvllm:prefix_cache_hits_total{engine="0"} 3100.0\n'
+    assert harness.prefix_cache_delta(before, after) == {"hits": 3000.0, "queries": 4000.0, "hit_rate": 0.75}
+    assert harness.prefix_cache_delta(before, before) is None
