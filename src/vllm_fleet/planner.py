@@ -116,8 +116,8 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
     }
     errors, warnings = entry["errors"], entry["warnings"]
 
-    # A profile a tune search measured on the site (vllm_profile_measured: the file gpu/bench/summarize.py
-    # --measured-profile writes): its settings over the shipped profile it was measured for, vllm_profile over both.
+    # A profile a tune search measured on the site (vllm_profile_measured: the file tune.measured_profile makes): its
+    # settings over the shipped profile it was measured for, vllm_profile over both.
     overrides = hostvars.get("vllm_profile")
     measured = hostvars.get("vllm_profile_measured")
     if measured in (None, "", {}):
