@@ -47,27 +47,34 @@ def test_the_tune_plan_measures_the_defaults_and_each_planned_candidate_with_rep
     assert len(refused["experiments"]) == 3
 
 
-def test_the_harness_runs_each_repeat_with_its_own_seed_and_summarize_reads_them(fake_site, tmp_path):  # noqa: F811
-    """The tune plan's defaults through the harness against its stand-in vLLM (test_gpu_harness.py): two loads by
-    `vllm bench serve`, the first with seed 1, the second with seed 2 (the same prompts again would be answered
-    from the prefix cache), and summarize.py takes both as the repeats of one candidate."""
-    plan = plan_mod.build_tune("rtx4090-7b-prefill", "RTX 4090")
+def served_by_the_stand_in(plan, site, tmp_path, port_offset=0, **small):
+    """The plan's first experiment run by the harness against its stand-in vLLM (test_gpu_harness.py), each load made
+    small (`small`); the experiment's record."""
     plan["experiments"] = plan["experiments"][:1]
     for action in plan["experiments"][0]["actions"]:
-        action.update(num_prompts=4, max_concurrency=2, input_len=8, output_len=4, save_detailed=False)
+        action.update(num_prompts=4, max_concurrency=2, save_detailed=False, **small)
     plan["tokenizer_vocab_size"] = 64
-    plan["port"] = 17000 + os.getpid() % 1000
+    plan["port"] = 17000 + (os.getpid() + port_offset) % 1000
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, str(GPU / "harness.py"), "run", "--plan", str(tmp_path / "plan.json"), "--budget-s", "900"],
-        env=dict(os.environ, GPU_HARNESS_TMP=str(fake_site), OUT=str(out)),
+        env=dict(os.environ, GPU_HARNESS_TMP=str(site), OUT=str(out)),
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (served,) = json.loads((out / "results-round1.json").read_text())["experiments"]
+    return served
+
+
+def test_the_harness_runs_each_repeat_with_its_own_seed_and_summarize_reads_them(fake_site, tmp_path):  # noqa: F811
+    """The tune plan's defaults through the harness against its stand-in vLLM (test_gpu_harness.py): two loads by
+    `vllm bench serve`, the first with seed 1, the second with seed 2 (the same prompts again would be answered
+    from the prefix cache), and summarize.py takes both as the repeats of one candidate."""
+    plan = plan_mod.build_tune("rtx4090-7b-prefill", "RTX 4090")
+    served = served_by_the_stand_in(plan, fake_site, tmp_path, input_len=8, output_len=4)
     seeds = [a["argv"][a["argv"].index("--seed") + 1] for a in served["actions"]]
     assert seeds == ["1", "2"]
     found = summarize.tune_search(plan, {served["name"]: served})
@@ -179,22 +186,7 @@ def test_a_shared_prefix_search_sends_prefix_repetition_and_summarize_shows_the_
         "prefix_repetition_output_len": 512,
     }
     assert (first["input_len"], first["output_len"], first["num_prompts"]) == (1024, 512, 192)
-    plan["experiments"] = plan["experiments"][:1]
-    for action in plan["experiments"][0]["actions"]:
-        action.update(num_prompts=4, max_concurrency=2, save_detailed=False)
-    plan["tokenizer_vocab_size"] = 64
-    plan["port"] = 17000 + (os.getpid() + 7) % 1000
-    (tmp_path / "plan.json").write_text(json.dumps(plan))
-    out = tmp_path / "out"
-    proc = subprocess.run(
-        [sys.executable, str(GPU / "harness.py"), "run", "--plan", str(tmp_path / "plan.json"), "--budget-s", "900"],
-        env=dict(os.environ, GPU_HARNESS_TMP=str(fake_site), OUT=str(out)),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (served,) = json.loads((out / "results-round1.json").read_text())["experiments"]
+    served = served_by_the_stand_in(plan, fake_site, tmp_path, port_offset=7)
     argv = served["actions"][0]["argv"]
     assert argv[argv.index("--dataset-name") + 1] == "prefix_repetition" and "--random-input-len" not in argv
     assert argv[argv.index("--prefix-repetition-num-prefixes") + 1] == "8"
