@@ -218,15 +218,9 @@ def dataset_args(action: dict) -> list[str]:
 def prefix_cache_delta(before: str, after: str) -> dict | None:
     """The prefix cache's hits and queries (in tokens) between two scrapes of /metrics, and their ratio; None when
     the release exposes no such counters."""
-    totals = []
-    for text in (before or "", after or ""):
-        sums = {"hits": 0.0, "queries": 0.0}
-        for line in text.splitlines():
-            match = bench._SAMPLE.match(line)
-            if match and match.group(1) in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"):
-                sums["hits" if "hits" in match.group(1) else "queries"] += float(match.group(3))
-        totals.append(sums)
-    hits, queries = (totals[1][k] - totals[0][k] for k in ("hits", "queries"))
+    names = ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries")
+    first, last = (bench.counters(text or "", names) for text in (before, after))
+    hits, queries = (last.get(n, 0.0) - first.get(n, 0.0) for n in names)
     if not queries:
         return None
     return {"hits": hits, "queries": queries, "hit_rate": round(hits / queries, 4)}

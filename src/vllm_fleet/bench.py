@@ -100,15 +100,15 @@ def _gap_stats(gaps: list[float]) -> dict[str, float | None]:
 
 # Not vllm_fleet.metrics.parse: this file runs on the hosts with the standard library only, and that parser
 # is prometheus_client's; the few counters here need no more than one line at a time.
-def counters(text: str) -> dict[str, float]:
-    """The few counters the benchmark reads, summed over their series (names without _total)."""
+def counters(text: str, names: tuple[str, ...] = _COUNTERS) -> dict[str, float]:
+    """The few counters the benchmark reads (or `names`), summed over their series (names without _total)."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         match = _SAMPLE.match(line)
         if not match or not match.group(1).endswith("_total"):
             continue
         name = match.group(1)[: -len("_total")]
-        if name in _COUNTERS:
+        if name in names:
             try:
                 out[name] = out.get(name, 0.0) + float(match.group(3))
             except ValueError:

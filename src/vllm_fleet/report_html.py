@@ -20,6 +20,8 @@ import matplotlib
 matplotlib.use("Agg")  # no display: render to memory
 import matplotlib.pyplot as plt
 
+from .tune import DEFAULTS
+
 __all__ = ["render_html", "render_tune_html"]
 
 STYLE = """
@@ -275,7 +277,7 @@ def _front_plot(measured: Mapping[str, Mapping[str, Any]], front: list[str], key
             xerr=[[x["median"] - x["low"]], [x["high"] - x["median"]]],
             yerr=[[y["median"] - y["low"]], [y["high"] - y["median"]]],
             fmt="o" if on_front else "x",
-            color="#1f5fbf" if name != "vllm-defaults" else "#b3261e",
+            color="#b3261e" if name == DEFAULTS else "#1f5fbf",
             capsize=3,
         )
         ax.annotate(name, (x["median"], y["median"]), fontsize=7, xytext=(4, 4), textcoords="offset points")

@@ -408,6 +408,10 @@ def pick(measured: Mapping[str, Mapping[str, Any]], wanted: Mapping[str, float])
     return result
 
 
+# What a measured profile records of where it was measured.
+PROVENANCE = ("card", "driver", "vllm_version", "model", "load", "date")
+
+
 def measured_profile(
     name: str,
     base_profile: str,
@@ -419,7 +423,7 @@ def measured_profile(
     """The profile a search wrote: the base profile's name, the picked settings and the provenance (card, driver,
     vLLM version, model, load, date) with every candidate's figures and the decision, so that the inventory takes it
     with one line and the plan can say it was measured."""
-    missing = sorted({"card", "driver", "vllm_version", "model", "load", "date"} - set(provenance))
+    missing = sorted(set(PROVENANCE) - set(provenance))
     if missing:
         raise TuneError("the measured profile %s lacks its provenance: %s" % (name, ", ".join(missing)))
     return {
@@ -432,9 +436,6 @@ def measured_profile(
             "figures": {n: dict(f) for n, f in measured.items()},
         },
     }
-
-
-PROVENANCE = ("card", "driver", "vllm_version", "model", "load", "date")
 
 
 def _card(name: Any) -> str | None:
@@ -450,36 +451,16 @@ def taken_profile(
     against the host: (errors, warnings, the settings it sets over the host's shipped profile, where the profile comes
     from for the plan). An error names the host, the setting and the fix; the settings are only a search's knobs."""
     where = "%s: vllm_profile_measured" % host
+    whole = "fix: the file a tune search wrote (summarize.py --measured-profile), taken whole"
     if not isinstance(doc, Mapping):
-        return (
-            [
-                "%s is a %s, not a measured profile; fix: the file a tune search wrote (summarize.py "
-                "--measured-profile), taken whole" % (where, type(doc).__name__)
-            ],
-            [],
-            {},
-            {},
-        )
-    errors: list[str] = []
+        return ["%s is a %s, not a measured profile; %s" % (where, type(doc).__name__, whole)], [], {}, {}
     missing = [k for k in ("name", "base", "settings", "measured") if k not in doc]
     if missing:
-        return (
-            [
-                "%s lacks %s; fix: the file a tune search wrote (summarize.py --measured-profile), taken whole"
-                % (where, ", ".join(missing))
-            ],
-            [],
-            {},
-            {},
-        )
+        return ["%s lacks %s; %s" % (where, ", ".join(missing), whole)], [], {}, {}
     settings, measured = doc["settings"], doc["measured"]
     if not isinstance(settings, Mapping) or not isinstance(measured, Mapping):
-        return (
-            ["%s: its settings and measured must be mappings; fix: the file a tune search wrote" % where],
-            [],
-            {},
-            {},
-        )
+        return ["%s: its settings and measured must be mappings; %s" % (where, whole)], [], {}, {}
+    errors: list[str] = []
     lacking = [k for k in PROVENANCE if measured.get(k) in (None, "")]
     if lacking:
         errors.append(
