@@ -116,6 +116,17 @@ def recap(output):
     return found
 
 
+def changed_tasks(output, host):
+    """The names of the tasks (and handlers) that reported a change on the host, in the run's order."""
+    found, task = [], None
+    for line in output.splitlines():
+        if line.startswith(("TASK [", "RUNNING HANDLER [")):
+            task = line.split("[", 1)[1].rsplit("]", 1)[0]
+        elif line.startswith(f"changed: [{host}]"):
+            found.append(task)
+    return found
+
+
 def on(host, *cmd, check=True):
     """A command inside a lab host; its stdout."""
     return subprocess.run(["podman", "exec", host, *cmd], capture_output=True, text=True, check=check).stdout

@@ -57,6 +57,7 @@ from lab import (
     ROOT,
     AlertReceiver,
     args_of,
+    changed_tasks,
     gateway_state,
     history,
     on,
@@ -276,17 +277,6 @@ def rolled_out(output):
         else ""
     )
     return {host for host in HOSTS if f"[{host}]" in play or f" for {host}" in play}
-
-
-def changed_tasks(output, host):
-    """The names of the tasks (and handlers) that reported a change on the host, in the run's order."""
-    found, task = [], None
-    for line in output.splitlines():
-        if line.startswith(("TASK [", "RUNNING HANDLER [")):
-            task = line.split("[", 1)[1].rsplit("]", 1)[0]
-        elif line.startswith(f"changed: [{host}]"):
-            found.append(task)
-    return found
 
 
 def test_a_rerun_leaves_unchanged_hosts_alone_and_repairs_a_stopped_instance():
