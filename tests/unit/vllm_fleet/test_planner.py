@@ -174,7 +174,14 @@ H200_026_RUNS = [
         236_080,
     ),
     ("7B, 8192 tokens, bf16 (the shipped profile since run 4)", "rtx4090-7b-prefill", {}, 0.15718664, 118_624),
-    ("7B, 4096 tokens, fp8", "rtx4090-7b-prefix-heavy", {}, 0.15718664, 238_128),
+    (
+        "7B, 4096 tokens, fp8 (runs 2, 6, 9 and 12; shipped until run 12)",
+        "rtx4090-7b-prefix-heavy",
+        {"kv_cache_dtype": "fp8", "calculate_kv_scales": True},
+        0.15718664,
+        238_128,
+    ),
+    ("7B, 4096 tokens, bf16 (runs 6 and 12; shipped since run 12)", "rtx4090-7b-prefix-heavy", {}, 0.15718664, 119_648),
     (
         "14B AWQ, 16384 tokens, fp8",
         "l40-14b-awq-prefill",

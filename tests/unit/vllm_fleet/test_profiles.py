@@ -189,7 +189,8 @@ def test_measured_numbers_in_the_profiles_are_the_committed_gpu_results():
     (results/gpu/2026-11-29-run2-ada-emulation/summary.json, or the folder its `results` names), the tuned and
     default loads from the same run; the experiment it names
     (fid-<profile>, or the candidate that ran these settings) ran exactly the shipped settings where the run's
-    plan recorded them."""
+    plan recorded them. A profile's `measured.earlier` (the settings it shipped before: its settings with
+    `overrides`) names the experiment of its search that ran those, and the KV cache vLLM sized there."""
     import json
 
     repo = ROOT
@@ -226,6 +227,18 @@ def test_measured_numbers_in_the_profiles_are_the_committed_gpu_results():
             assert defaults["p99_itl_ms"] == round(run["p99_itl_ms"], 2), name
             assert defaults["preemptions"] == run["preemptions"], name
             compared.append((name, comparison["verdict"]))
+        if "earlier" in measured:
+            earlier = measured["earlier"]
+            folder = repo / earlier["search"]["results"]
+            experiment = earlier["search"]["experiment"]
+            ran = {e["name"]: e for e in json.loads((folder / "experiments.json").read_text())["experiments"]}
+            assert ran[experiment]["settings"] == profiles.resolve("h", name, earlier["overrides"]), name
+            assert ran[experiment]["settings"] != profiles.resolve("h", name), name
+            engine = {
+                r["experiment"]: r["engine_kv_tokens"]
+                for r in json.loads((folder / "summary.json").read_text())["fidelity"]
+            }
+            assert earlier["kv_cache_tokens"] == engine[experiment], name
     assert compared == [("rtx4090-7b-prefill", "goal met")]
 
 
@@ -238,40 +251,50 @@ FIVE = {
 }
 
 
+def measured_blocks(key: str):
+    """(label, profile, holder, overrides) for each shipped profile whose `measured` has a `key` block: the profile's
+    own (holder: `measured`, no overrides), and that of the settings it shipped before, where `measured.earlier` keeps
+    them (holder: `measured.earlier`, its `overrides` over the profile's settings make those settings)."""
+    for name, entry in profiles._shipped().items():
+        measured = entry.get("measured") or {}
+        if key in measured:
+            yield name, name, measured, {}
+        earlier = measured.get("earlier") or {}
+        if key in earlier:
+            yield f"{name}, earlier", name, earlier, earlier["overrides"]
+
+
 def test_side_by_side_numbers_in_the_profiles_are_the_committed_gpu_results():
     """A profile's `measured.side_by_side` (issue #23: the five figures against vLLM's defaults of the same run)
     says what the summary's side_by_side rows of its run say, for an experiment that ran exactly the shipped
-    settings; every GPU profile without speculation carries one (rtx4090-7b-prefix-heavy since run 9)."""
+    settings; every GPU profile without speculation carries one, rtx4090-7b-prefix-heavy for its earlier fp8
+    settings only (run 9; measured.earlier, shipped until run 12), which ran with the overrides it names."""
     import json
 
-    shipped = profiles._shipped()
     carrying = []
-    for name, entry in shipped.items():
-        measured = entry.get("measured") or {}
-        if "side_by_side" not in measured:
-            continue
-        carrying.append(name)
-        block = measured["side_by_side"]
-        results = block.get("results", measured.get("results"))
-        experiment = block.get("experiment", measured.get("experiment"))
+    for label, name, holder, overrides in measured_blocks("side_by_side"):
+        carrying.append(label)
+        block = holder["side_by_side"]
+        results = block.get("results", holder.get("results"))
+        experiment = block.get("experiment", holder.get("experiment"))
         folder = ROOT / results
         ran = {e["name"]: e for e in json.loads((folder / "experiments.json").read_text())["experiments"]}[experiment]
-        assert ran["settings"] == profiles.resolve("h", name), name
+        assert ran["settings"] == profiles.resolve("h", name, overrides), label
         rows = {r["experiment"]: r for r in json.loads((folder / "summary.json").read_text())["side_by_side"]}
         row, base = rows[experiment], rows[block["vllm_defaults"]["experiment"]]
-        assert row["defaults"] == base["experiment"] and base["is_defaults"], name
+        assert row["defaults"] == base["experiment"] and base["is_defaults"], label
         for mine, theirs in ((block["this"], row), (block["vllm_defaults"], base)):
             for key, (column, digits) in FIVE.items():
-                assert mine[key] == round(theirs[column], digits), (name, key)
-            assert mine["preemptions"] == theirs["preemptions"], name
-        assert block["gives_up"] == row["gives_up"], name
+                assert mine[key] == round(theirs[column], digits), (label, key)
+            assert mine["preemptions"] == theirs["preemptions"], label
+        assert block["gives_up"] == row["gives_up"], label
         load = block["load"]
-        assert row["load"] == f"guide-{load['users']}u-bench" and load["tool"] == row["tool"], name
+        assert row["load"] == f"guide-{load['users']}u-bench" and load["tool"] == row["tool"], label
     assert sorted(carrying) == [
         "l40-14b-awq-prefill",
         "rtx4090-7b-awq",
         "rtx4090-7b-prefill",
-        "rtx4090-7b-prefix-heavy",
+        "rtx4090-7b-prefix-heavy, earlier",
     ]
 
 
@@ -279,29 +302,36 @@ def test_a_profiles_search_block_is_its_committed_tune_search():
     """A profile's `measured.search` (issue #34: what the tune search found for it) says what the run's summary.json
     says: the experiment ran exactly the shipped settings, wins and losses are the figures `against_defaults` calls
     better and worse (the repeats' ranges parted), on_front and choice are the decision's. The three searched
-    profiles carry one (the prefix-heavy one searched under shared-prefix traffic, run 12)."""
+    profiles carry one; the prefix-heavy one (searched under shared-prefix traffic, run 12) ships the search's choice
+    and keeps, in measured.earlier, the same search's verdict on the fp8 settings it shipped until then."""
     import json
 
     from vllm_fleet import tune
 
     carrying = []
-    for name, entry in profiles._shipped().items():
-        block = (entry.get("measured") or {}).get("search")
-        if block is None:
-            continue
-        carrying.append(name)
+    for label, name, holder, overrides in measured_blocks("search"):
+        carrying.append(label)
+        block = holder["search"]
         folder = ROOT / block["results"]
         ran = {e["name"]: e for e in json.loads((folder / "experiments.json").read_text())["experiments"]}
-        assert ran[block["experiment"]]["settings"] == profiles.resolve("h", name), name
+        assert ran[block["experiment"]]["settings"] == profiles.resolve("h", name, overrides), label
         search = json.loads((folder / "summary.json").read_text())["tune"]
         assert search["profile"] == name
         verdicts = search["against_defaults"][block["experiment"]]
-        assert block["wins"] == [k for k, _ in tune.FIGURES if verdicts[k] == "better"], name
-        assert block["loses"] == [k for k, _ in tune.FIGURES if verdicts[k] == "worse"], name
-        assert block["repeats"] == search["measured"][block["experiment"]]["repeats"], name
-        assert block["on_front"] == (block["experiment"] in search["decision"]["front"]), name
-        assert block["choice"] == search["decision"]["choice"], name
-    assert sorted(carrying) == ["l40-14b-awq-prefill", "rtx4090-7b-prefill", "rtx4090-7b-prefix-heavy"]
+        assert block["wins"] == [k for k, _ in tune.FIGURES if verdicts[k] == "better"], label
+        assert block["loses"] == [k for k, _ in tune.FIGURES if verdicts[k] == "worse"], label
+        assert block["repeats"] == search["measured"][block["experiment"]]["repeats"], label
+        assert block["on_front"] == (block["experiment"] in search["decision"]["front"]), label
+        assert block["choice"] == search["decision"]["choice"], label
+    assert sorted(carrying) == [
+        "l40-14b-awq-prefill",
+        "rtx4090-7b-prefill",
+        "rtx4090-7b-prefix-heavy",
+        "rtx4090-7b-prefix-heavy, earlier",
+    ]
+    # The prefix-heavy profile ships what its search chose.
+    heavy = profiles._shipped()["rtx4090-7b-prefix-heavy"]["measured"]["search"]
+    assert heavy["choice"] == heavy["experiment"] and heavy["loses"] == []
 
 
 @pytest.mark.parametrize(

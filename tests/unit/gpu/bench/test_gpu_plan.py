@@ -1,5 +1,6 @@
 """gpu/bench/plan.py: the experiment plan (vLLM 0.26 arguments and the planner's predictions), kept in step with
-the committed experiments.json, and the candidates each run derives in the planner."""
+the committed experiments.json (written with the profiles as they were until run 12:
+gpu_modules.PREFIX_HEAVY_UNTIL_RUN12), and the candidates each run derives in the planner."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_modules import GPU, ROOT, plan_mod, profiles, service_levels
+from gpu_modules import GPU, PREFIX_HEAVY_UNTIL_RUN12, ROOT, as_shipped_until_run12, plan_mod, profiles, service_levels
 
 
 def test_emulated_utilization_gives_the_card_budget():
@@ -75,16 +76,22 @@ def test_plan_renders_0_26_arguments_and_predictions():
     ]
 
 
-def test_committed_plan_is_current():
-    """gpu/bench/experiments.json is what plan.py writes today (rerun plan.py after a change)."""
+def test_committed_plan_is_current(monkeypatch):
+    """gpu/bench/experiments.json is what plan.py writes today (rerun plan.py after a change to plan.py) from the
+    profiles as they were when runs 6 to 9 ran it: rtx4090-7b-prefix-heavy with its fp8 cache, shipped until run 12.
+    The plan records what ran; the profile's bf16 settings since then never ran under its experiments' names."""
     committed = json.loads((GPU / "experiments.json").read_text())
+    heavy = next(e for e in committed["experiments"] if e["name"] == "fid-rtx4090-7b-prefix-heavy")
+    assert heavy["settings"] == profiles.resolve("h", "rtx4090-7b-prefix-heavy", PREFIX_HEAVY_UNTIL_RUN12)
+    as_shipped_until_run12(monkeypatch)
     assert committed == json.loads(json.dumps(plan_mod.build()))
 
 
-def test_run8_plan_derives_its_candidates_in_the_planner():
+def test_run8_plan_derives_its_candidates_in_the_planner(monkeypatch):
     """Run 8's experiments: the L40 side by side (vLLM's defaults for the card, the shipped profile, the setting
     service_levels.derived_batching makes of the shipped profile's KV capacity), then the 4090's, each loaded by
-    `vllm bench serve` with the reference's load for the card."""
+    `vllm bench serve` with the reference's load for the card (rtx4090-7b-prefix-heavy as shipped then, fp8)."""
+    as_shipped_until_run12(monkeypatch)
     plan = plan_mod.build()
     exps = {e["name"]: e for e in plan["experiments"]}
     assert all(exps[n].get("optional") for n in plan_mod.RUN8)
@@ -121,15 +128,17 @@ def test_run8_plan_derives_its_candidates_in_the_planner():
     assert packed["rounds"][0] == ["r8-default-l40-14b-awq", "r8-l40-14b-awq-prefill"]
 
 
-def test_run9_plan_derives_its_candidate_in_the_planner():
-    """Run 9's experiments: vLLM's defaults for the 4090, the shipped rtx4090-7b-prefix-heavy and the setting
-    service_levels.derived_batching makes of its KV capacity, each loaded by `vllm bench serve` with the 4090's load;
-    the committed run ran the arguments the plan has today."""
+def test_run9_plan_derives_its_candidate_in_the_planner(monkeypatch):
+    """Run 9's experiments: vLLM's defaults for the 4090, rtx4090-7b-prefix-heavy as shipped then (its fp8 cache,
+    until run 12) and the setting service_levels.derived_batching makes of its KV capacity, each loaded by `vllm bench
+    serve` with the 4090's load; the committed run ran the arguments the plan has with the profile as it was then."""
+    as_shipped_until_run12(monkeypatch)
     plan = plan_mod.build()
     exps = {e["name"]: e for e in plan["experiments"]}
     assert all(exps[n].get("optional") for n in plan_mod.RUN9)
     heavy, derived = exps["r9-rtx4090-7b-prefix-heavy"], exps["cand-rtx4090-7b-prefix-heavy-derived"]
     assert heavy["settings"] == profiles.resolve("h", "rtx4090-7b-prefix-heavy")
+    assert (heavy["settings"]["kv_cache_dtype"], heavy["settings"]["calculate_kv_scales"]) == ("fp8", True)
     assert (
         derived["overrides"]
         == service_levels.derived_batching(heavy["planner"]["kv_cache_tokens"], 1024, 512)

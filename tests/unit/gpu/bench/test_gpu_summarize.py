@@ -275,9 +275,9 @@ def test_summary_of_run8():
 
 
 def test_summary_of_run9():
-    """results/gpu/2026-12-02-run9-rtx4090-prefix-heavy: rtx4090-7b-prefix-heavy beside vLLM's defaults in one round; on
-    the reference's random prompts it gives up four of the five figures (it keeps the mean ITL); the derived
-    candidate did not fit in the round."""
+    """results/gpu/2026-12-02-run9-rtx4090-prefix-heavy: rtx4090-7b-prefix-heavy (its fp8 settings, shipped until run
+    12) beside vLLM's defaults in one round; on the reference's random prompts it gives up four of the five figures (it
+    keeps the mean ITL); the derived candidate did not fit in the round."""
     _summarize, _folder, _plan, summary = committed_run("2026-12-02-run9-rtx4090-prefix-heavy")
     rows = {r["experiment"]: r for r in summary["side_by_side"]}
     assert set(rows) == {"r9-default-rtx4090-7b", "r9-rtx4090-7b-prefix-heavy"}
@@ -407,20 +407,20 @@ def test_summarize_writes_a_searchs_page_and_refuses_results_without_one(tmp_pat
 def test_run12_the_prefix_heavy_profile_under_the_shared_prefix_traffic_it_is_named_for():
     """Run 12 (an H200 host, 2026-12-04): the prefix-heavy search with vllm bench serve's prefix_repetition load.
     Every setting's prefix cache hit about 72 % of the prompt tokens (768 of 1,024 shared, the first request of each
-    prefix missing); the shipped settings (fp8 cache) give up three figures and win the p99 ITL; the same settings
-    with a bf16 cache are the choice, no figure worse than vLLM's defaults beyond the spread, and take vLLM's defaults
-    off the front."""
+    prefix missing); the settings shipped then (fp8 cache) give up three figures and win the p99 ITL; the same
+    settings with a bf16 cache are the choice (shipped since), no figure worse than vLLM's defaults beyond the spread,
+    and take vLLM's defaults off the front."""
     _summarize, _folder, plan, summary = committed_run("2026-12-04-run12-tune-rtx4090-prefix-shared")
     assert plan["tune"]["load"]["bench"]["dataset_name"] == "prefix_repetition"
     search = summary["tune"]
     for name, figures in search["measured"].items():
         assert figures["repeats"] == 2 and figures["failed"] == 0, name
         assert 0.71 < figures["prefix_hit_rate"]["low"] <= figures["prefix_hit_rate"]["high"] < 0.73, name
-    bf16, shipped = "tune-operator-1-rtx4090-7b-prefix-heavy", "tune-profile-rtx4090-7b-prefix-heavy"
+    bf16, fp8 = "tune-operator-1-rtx4090-7b-prefix-heavy", "tune-profile-rtx4090-7b-prefix-heavy"
     decision = search["decision"]
     assert decision["choice"] == bf16 and "vllm-defaults" not in decision["front"]
     assert "worse" not in search["against_defaults"][bf16].values()
-    assert [k for k, v in search["against_defaults"][shipped].items() if v == "worse"] == [
+    assert [k for k, v in search["against_defaults"][fp8].items() if v == "worse"] == [
         "p99_ttft_ms",
         "mean_itl_ms",
         "output_throughput",

@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from gpu_modules import GPU, ROOT, load, plan_mod
+from gpu_modules import GPU, ROOT, as_shipped_until_run12, load, plan_mod
 from test_gpu_harness import fake_site  # noqa: F401  (the harness's stand-in vLLM, a fixture)
 
 summarize = load("summarize")
@@ -146,12 +146,16 @@ def test_summarize_aggregates_the_repeats_and_at_the_reference_targets_vllms_def
     assert "Tune search: rtx4090-7b-prefill on the RTX 4090" in table and "vLLM's defaults win" in table
 
 
-def test_the_committed_searches_are_what_plan_py_writes_today():
+def test_the_committed_searches_are_what_plan_py_writes_today(monkeypatch):
     """gpu/bench/tune-*.json (the commands in gpu/bench/README.md and docs/gpu-results.md) are build_tune's output
-    today; the L40's defaults get the AWQ checkpoint's quantization, as in runs 2 to 8."""
+    today from the profiles as they were when the searches ran (runs 10 to 12, 2026-12-04): the prefix-heavy search
+    searched the profile shipped then, with its fp8 cache, and the plan records that; the bf16 settings it chose ship
+    since. The L40's defaults get the AWQ checkpoint's quantization, as in runs 2 to 8."""
+    as_shipped_until_run12(monkeypatch)
     rtx4090 = plan_mod.build_tune("rtx4090-7b-prefill", "RTX 4090", extra=({"max_num_batched_tokens": 4096},))
     l40 = plan_mod.build_tune("l40-14b-awq-prefill", "L40", limit=1)
-    # The prefix-heavy profile under the traffic it is named for, beside a bf16 cache (its fp8 scales dropped).
+    # The prefix-heavy profile (fp8, as shipped then) under the traffic it is named for, beside a bf16 cache (its fp8
+    # scales dropped): the candidate run 12 chose.
     shared = plan_mod.build_tune(
         "rtx4090-7b-prefix-heavy",
         "RTX 4090",
