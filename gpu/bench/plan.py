@@ -718,7 +718,11 @@ def build_tune(
         "card": card,
         "repeats": repeats,
         "load": load,
-        "candidates": {f"tune-{n}-{profile_name}": c for n, c in found["candidates"].items()},
+        # What each experiment sets (its own args are the experiment's, planned for the emulated card above).
+        "candidates": {
+            f"tune-{n}-{profile_name}": {k: v for k, v in c.items() if k != "args"}
+            for n, c in found["candidates"].items()
+        },
         "defaults": f"tune-default-{profile_name}",
         "refused": found["refused"],
     }

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import sys
 import tarfile
 from pathlib import Path
@@ -301,54 +300,19 @@ def tune_search(plan: dict, records: dict[str, dict]) -> dict | None:
     spec = plan.get("tune")
     if not spec:
         return None
-    measured: dict[str, dict] = {}
     runs_of: dict[str, list[dict]] = {}
     for name in (spec["defaults"], *spec["candidates"]):
         rec = records.get(name) or {}
-        runs = []
-        for action in rec.get("actions") or []:
-            result = action.get("result") or {}
-            if action.get("kind") != "bench" or not result.get("completed"):
-                continue
-            sent = int(result.get("completed") or 0) + int(result.get("failed") or 0)
-            run = {
-                **{k: result.get(k) for k in tune.FIVE},
-                "preemptions": action.get("preemptions"),
-                "failed": int(result.get("failed") or 0),
-                "sent": sent,
-            }
-            if (action.get("prefix_cache") or {}).get("hit_rate") is not None:  # a shared-prefix load's cache
-                run["prefix_hit_rate"] = action["prefix_cache"]["hit_rate"]
-            runs.append(run)
-        key = tune.DEFAULTS if name == spec["defaults"] else name
-        runs_of[key] = runs
-        if runs:
-            measured[key] = tune.aggregate(runs)
-            rates = [r["prefix_hit_rate"] for r in runs if "prefix_hit_rate" in r]
-            if rates:  # what the prefix cache saved, beside the figures the front compares
-                measured[key]["prefix_hit_rate"] = {
-                    "median": statistics.median(rates),
-                    "low": min(rates),
-                    "high": max(rates),
-                }
+        runs = [
+            tune.run_of(action["result"], action.get("preemptions"), action.get("prefix_cache"))
+            for action in rec.get("actions") or []
+            if action.get("kind") == "bench" and (action.get("result") or {}).get("completed")
+        ]
+        runs_of[tune.DEFAULTS if name == spec["defaults"] else name] = runs
     card = plan["cards"][spec["card"]]
-    decision = tune.pick(measured, tune.targets(None, card)) if tune.DEFAULTS in measured else None
-    versus = {
-        n: tune.against_defaults(f, measured[tune.DEFAULTS])
-        for n, f in measured.items()
-        if n != tune.DEFAULTS and tune.DEFAULTS in measured
-    }
-    return {
-        "profile": spec["profile"],
-        "card": spec["card"],
-        "load": spec["load"],
-        "measured": measured,
-        "runs": runs_of,
-        "not_measured": sorted(n for n, r in runs_of.items() if not r),
-        "against_defaults": versus,
-        "decision": decision,
-        "refused": spec.get("refused") or {},
-    }
+    return tune.search(
+        spec["profile"], spec["card"], spec["load"], runs_of, tune.targets(None, card), spec.get("refused")
+    )
 
 
 class NothingToTake(ValueError):

@@ -13,7 +13,7 @@ from jinja2 import Undefined
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
 if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
-from vllm_fleet import compat, datafiles, inputs, planner
+from vllm_fleet import compat, datafiles, inputs, planner, tune
 
 DOCUMENTATION = r"""
 name: vllm_plan_host
@@ -336,6 +336,24 @@ def vllm_plan_table(plan):
         ) from None
 
 
+def vllm_tune_candidates(variables, host, load, extra=None, limit=2):
+    """What a tune search measures on `host` (vllm_fleet.tune.candidates, each planned with this plan), vLLM's defaults
+    first as "vllm-defaults", each with its arguments per instance; {"errors": [...]} where the search cannot start
+    (the host's own plan fails, a candidate sets what a search does not tune), each naming the host and the fix."""
+    try:
+        values = plan_inputs(variables)
+        found = tune.candidates(host, values, _plan, load, extra=inputs.plain(extra or []), limit=int(limit))
+        found["candidates"] = {tune.DEFAULTS: tune.defaults_candidate(host, values, _plan), **found["candidates"]}
+    except tune.TuneError as exc:
+        return {"errors": [str(exc)]}
+    except AnsibleError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the operator gets a message naming the host, never a traceback
+        return {"errors": [planner.unplanned(host, variables, exc)["errors"][0]]}
+    found["errors"] = []
+    return found
+
+
 class FilterModule:
     """vLLM fleet planning filters."""
 
@@ -348,4 +366,5 @@ class FilterModule:
             "vllm_plan_instances": vllm_plan_instances,
             "vllm_plan_read": vllm_plan_read,
             "vllm_min_driver": vllm_min_driver,
+            "vllm_tune_candidates": vllm_tune_candidates,
         }

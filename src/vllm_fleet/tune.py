@@ -265,8 +265,36 @@ def candidates(
             "settings": settings,
             "effective": effective,
             "kv_cache_tokens": (entry.get("capacity") or {}).get("kv_cache_tokens"),
+            "args": _instance_args(entry),
         }
     return {"defaults": DEFAULTS, "candidates": chosen, "refused": refused}
+
+
+def _instance_args(entry: Mapping[str, Any]) -> dict[str, list[str]]:
+    """{instance: its vllm serve arguments} of a host's plan entry."""
+    return {str(i["name"]): list(i["args"]) for i in entry.get("instances") or [] if "args" in i}
+
+
+# vLLM's defaults on a host: its profile without any knob a search sets (``null`` removes a key), so that vLLM
+# chooses them; the model, its length and the serving settings stay the host's.
+DEFAULT_SETTINGS: dict[str, Any] = dict.fromkeys(sorted(KNOBS))
+
+
+def defaults_candidate(
+    host: str, hostvars: Mapping[str, Any], plan: Callable[[str, Mapping[str, Any]], Mapping[str, Any]]
+) -> dict[str, Any]:
+    """vLLM's defaults planned for `host`, in the shape of a candidate: its arguments per instance (the host's model
+    and serving settings, no tuning knob)."""
+    profile = dict(hostvars.get("vllm_profile") or {})
+    entry = plan(host, dict(hostvars, vllm_profile=dict(profile, **DEFAULT_SETTINGS)))
+    if entry.get("errors"):
+        raise TuneError("%s: vLLM's defaults cannot be planned for it: %s" % (host, " | ".join(entry["errors"])))
+    return {
+        "settings": dict(DEFAULT_SETTINGS),
+        "effective": {},
+        "kv_cache_tokens": (entry.get("capacity") or {}).get("kv_cache_tokens"),
+        "args": _instance_args(entry),
+    }
 
 
 # ------------------------------------------------------------------------------------------------- the decision
@@ -406,6 +434,64 @@ def pick(measured: Mapping[str, Mapping[str, Any]], wanted: Mapping[str, float])
             "gives up " + ", ".join(lost) if lost else "loses no figure beyond the repeats' spread",
         )
     return result
+
+
+def run_of(result: Mapping[str, Any], preemptions: float | None, prefix_cache: Mapping[str, Any] | None = None) -> dict:
+    """One repeat of a candidate: the five figures of a ``vllm bench serve --save-result`` JSON, the preemptions
+    (vllm:num_preemptions' increase over the load), the requests sent and failed, and the prefix cache's hit rate
+    where the load shares prefixes."""
+    sent = int(result.get("completed") or 0) + int(result.get("failed") or 0)
+    run: dict[str, Any] = {
+        **{k: result.get(k) for k in FIVE},
+        "preemptions": preemptions,
+        "failed": int(result.get("failed") or 0),
+        "sent": sent,
+    }
+    if prefix_cache and prefix_cache.get("hit_rate") is not None:
+        run["prefix_hit_rate"] = prefix_cache["hit_rate"]
+    return run
+
+
+def search(
+    profile: str,
+    card: Any,
+    load: Mapping[str, Any],
+    runs_of: Mapping[str, list[Mapping[str, Any]]],
+    wanted: Mapping[str, float],
+    refused: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A search's result: each candidate's repeats aggregated (a candidate with no completed repeat is listed as not
+    measured), the prefix cache's hit rate beside the figures, the decision at `wanted` (the targets) and every
+    candidate against vLLM's defaults figure by figure."""
+    measured: dict[str, dict[str, Any]] = {}
+    for name, runs in runs_of.items():
+        if not runs:
+            continue
+        measured[name] = aggregate(runs)
+        rates = [float(r["prefix_hit_rate"]) for r in runs if r.get("prefix_hit_rate") is not None]
+        if rates:  # what the prefix cache saved, beside the figures the front compares
+            measured[name]["prefix_hit_rate"] = {
+                "median": statistics.median(rates),
+                "low": min(rates),
+                "high": max(rates),
+            }
+    decision = pick(measured, wanted) if DEFAULTS in measured else None
+    versus = {
+        n: against_defaults(f, measured[DEFAULTS])
+        for n, f in measured.items()
+        if n != DEFAULTS and DEFAULTS in measured
+    }
+    return {
+        "profile": profile,
+        "card": card,
+        "load": dict(load),
+        "measured": measured,
+        "runs": {n: list(r) for n, r in runs_of.items()},
+        "not_measured": sorted(n for n, r in runs_of.items() if not r),
+        "against_defaults": versus,
+        "decision": decision,
+        "refused": dict(refused or {}),
+    }
 
 
 # What a measured profile records of where it was measured.

@@ -68,6 +68,7 @@ from lab import (
     serves,
     site,
     state,
+    stream_loop,
     unit_mtime,
     version_of,
     wait_instance_not_down,
@@ -81,51 +82,6 @@ from lab import (
 # a completion); the pacing stays, the loops' purpose being to watch the change, not to load it.
 CHANGE_THINK_S = 6
 CHANGE_PROBE_INTERVAL_S = 15
-
-
-def stream_loop(run_id, seconds=1200, think=2):
-    """Start a bounded loop of streamed chat completions through the gateway (2 users at a time, each pausing
-    `think` s between answers, so that the loop leaves the 2 cores to what it watches: with 4 users and 1 s, each
-    instance's start took 80 to 106 s on the lab instead of 26 s, and the good change 1,178 s); stop() ends it and
-    returns its result (vllm_fleet.streamload)."""
-    stop = REPORTS / f"{run_id}.gateway.stop"
-    stop.unlink(missing_ok=True)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "vllm_fleet.streamload",
-            "--url",
-            GATEWAY,
-            "--key-file",
-            str(KEYS / "lab-team-a"),
-            "--cafile",
-            str(CA),
-            "--model",
-            "tiny-qwen2",
-            "--concurrency",
-            "2",
-            "--max-tokens",
-            "32",
-            "--max-seconds",
-            str(seconds),
-            "--max-requests",
-            "6000",
-            "--stop-file",
-            str(stop),
-            "--think-seconds",
-            str(think),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=ENV,
-    )
-
-    def stop_loop():
-        stop.touch()
-        return json.loads(proc.communicate(timeout=180)[0])
-
-    return stop_loop
 
 
 def front_door(path, key=None, method="GET"):

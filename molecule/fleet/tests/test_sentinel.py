@@ -1,5 +1,5 @@
 """The sentinel of each vLLM host (vllm_sentinel, on by default; roles/vllm/files/vllm-sentinel.py), as converge and
-the rollouts of test_fleet.py and test_instances.py left it (this file runs last).
+the rollouts of test_fleet.py and test_instances.py left it (test_tune.py runs after it).
 
 Under a bounded loop of streamed completions through the gateway, the engine process of fleet-1's cpu0 is stopped
 (SIGSTOP) while its API server still answers /health 200: the sentinel's probes get no token, its agent tells the
@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lab import HOSTS, INSTANCES, MONITORING_HOST, gateway_state, on, prometheus
-from test_fleet import stream_loop
+from lab import HOSTS, INSTANCES, MONITORING_HOST, gateway_state, on, prometheus, stream_loop
 
 PAUSE = "/run/vllm-sentinel/paused-until"
 TIMER_DROPIN = "/run/systemd/system/vllm-sentinel.timer.d/lab-test.conf"

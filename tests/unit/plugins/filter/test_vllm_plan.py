@@ -35,6 +35,7 @@ def test_filter_plugin_filters():
         "vllm_plan_instances",
         "vllm_plan_read",
         "vllm_plan_for_version",
+        "vllm_tune_candidates",
     }
     assert filters["vllm_min_driver"]("0.33.0")["driver"] == "580.65.06"
     with pytest.raises(AnsibleFilterError, match="vllm_min_driver: vllm_version='latest'"):
