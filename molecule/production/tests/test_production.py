@@ -351,7 +351,7 @@ def test_no_key_in_the_plan_reports_or_journals():
 
 def test_egress_denied_refused_nothing_the_example_needed_and_verification_read_it_back():
     """The example's egress as shipped (vllm_egress on; its mirror entry with the lab mirror's address): through
-    converge, idempotence, the rollout's restarts and the tenants' requests, no host's rules refused a packet, and
+    converge, the rollout's restarts and the tenants' requests, no host's rules refused a packet, and
     the converge run's verification read back each instance's offline environment and its host's refusals."""
     for host in ("prod-4090", "prod-l40", "prod-gw", "prod-mon"):
         found = egress.denied(on(host, "nft", "-j", "list", "table", "inet", "vllm_egress"))
