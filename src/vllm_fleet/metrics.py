@@ -25,8 +25,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from .inputs import short
 
 __all__ = [
@@ -258,6 +256,10 @@ def parse(text: str) -> MetricsFacts:
     facts = MetricsFacts()
     model_names: set[str] = set()
     engines: set[str] = set()
+    # Imported here, not at the top: Ansible's filter plugins load this module in every worker process of every
+    # task (tests/unit/plugins/test_plugin_imports.py), and prometheus_client's package costs about 0.13 s.
+    from prometheus_client.parser import text_string_to_metric_families
+
     try:
         families = list(text_string_to_metric_families(text))
     except Exception as exc:  # the parser raises ValueError, IndexError, KeyError on bad input

@@ -436,7 +436,9 @@ def pick(measured: Mapping[str, Mapping[str, Any]], wanted: Mapping[str, float])
     return result
 
 
-def run_of(result: Mapping[str, Any], preemptions: float | None, prefix_cache: Mapping[str, Any] | None = None) -> dict:
+def run_of(
+    result: Mapping[str, Any], preemptions: float | None, prefix_cache: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """One repeat of a candidate: the five figures of a ``vllm bench serve --save-result`` JSON, the preemptions
     (vllm:num_preemptions' increase over the load), the requests sent and failed, and the prefix cache's hit rate
     where the load shares prefixes."""

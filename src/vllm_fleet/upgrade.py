@@ -26,8 +26,6 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from . import metrics as _metrics
 from .inputs import is_secret_argument, short
 
@@ -170,6 +168,10 @@ def exposed_names(metrics_text: str) -> set[str]:
     """
     if not isinstance(metrics_text, str):
         raise _metrics.MetricsParseError(f"metrics text must be a string, got {type(metrics_text).__name__}")
+    # Imported here, not at the top: Ansible's filter plugins load this module in every worker process of every
+    # task (tests/unit/plugins/test_plugin_imports.py), and prometheus_client's package costs about 0.13 s.
+    from prometheus_client.parser import text_string_to_metric_families
+
     try:
         families = list(text_string_to_metric_families(metrics_text))
     except Exception as exc:  # the parser raises ValueError, IndexError, KeyError on bad input

@@ -181,6 +181,51 @@ def serves(host, instance="cpu0"):
     return bool(out) and bool(json.loads(out).get("choices"))
 
 
+def why_not_served(host, instance="cpu0"):
+    """What a failed serves() leaves to go on, as the assertion's message: the same request again with curl's own
+    error and timings, the host's sockets on the instance's port, its nftables ruleset, the connection tracking
+    entries for the port, the instance's last journal lines, and how long until the instance served from inside its
+    host again (polled for up to 120 s: the test has already failed, this only measures the window)."""
+    port = INSTANCES[instance]
+    url = f"http://{HOSTS[host]}:{port}/v1/completions"
+    body = json.dumps({"model": "tiny-qwen2", "prompt": "Hello", "max_tokens": 4})
+
+    def run(*cmd):
+        done = subprocess.run(["podman", "exec", host, *cmd], capture_output=True, text=True, check=False)
+        return f"$ {' '.join(cmd)}  (rc {done.returncode})\n{done.stdout[-3000:]}{done.stderr[-1500:]}"
+
+    parts = [
+        run(
+            "curl",
+            "-sS",
+            "-m",
+            "10",
+            "-o",
+            "/dev/null",
+            "-w",
+            "connect %{time_connect} total %{time_total} http %{http_code}\n",
+            url,
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            body,
+        ),
+        run("ss", "-tanpoi", f"( sport = :{port} or dport = :{port} )"),
+        run("nft", "list", "ruleset"),
+        run("sh", "-c", f"grep -w 'dport={port}' /proc/net/nf_conntrack | head -n 40"),
+        run("journalctl", "-u", f"vllm@{instance}.service", "-n", "30", "--no-pager"),
+    ]
+    failed_at = time.monotonic()
+    while time.monotonic() - failed_at < 120:
+        if serves(host, instance):
+            parts.append(f"served again {time.monotonic() - failed_at:.0f} s after the evidence was taken")
+            break
+        time.sleep(5)
+    else:
+        parts.append("still not served 120 s after the evidence was taken")
+    return f"{host}/{instance} did not serve a completion from inside its host:\n" + "\n".join(parts)
+
+
 def gateway_state(server):
     """A backend server's status at the gateway (UP, DRAIN, MAINT, DOWN), from HAProxy's runtime API."""
     out = on(GATEWAY_HOST, "sh", "-c", "echo 'show stat' | socat stdio /run/vllm-gateway/admin.sock")

@@ -72,6 +72,7 @@ from lab import (
     unit_mtime,
     version_of,
     wait_instance_not_down,
+    why_not_served,
 )
 
 # The loops that watch a change are paced for what a request costs the lab. With vLLM's worker in its own process
@@ -445,10 +446,12 @@ def assert_the_canary_was_restored_and_the_rest_spared(rc, output, before, resto
     assert "fleet-1 (cpu0): the rollout failed" in output, output[-6000:]
     assert f"Restored the last working release {restored}" in output, output[-6000:]
     assert args_of("fleet-1", "cpu0") == before["fleet-1"]["cpu0"][0]
-    assert serves("fleet-1", "cpu0")
-    assert state("fleet-1")["cpu1"] == before["fleet-1"]["cpu1"] and serves("fleet-1", "cpu1")
+    assert serves("fleet-1", "cpu0"), why_not_served("fleet-1", "cpu0")
+    assert state("fleet-1")["cpu1"] == before["fleet-1"]["cpu1"]
+    assert serves("fleet-1", "cpu1"), why_not_served("fleet-1", "cpu1")
     assert state("fleet-2") == before["fleet-2"]
-    assert serves("fleet-2", "cpu0") and serves("fleet-2", "cpu1")
+    assert serves("fleet-2", "cpu0"), why_not_served("fleet-2", "cpu0")
+    assert serves("fleet-2", "cpu1"), why_not_served("fleet-2", "cpu1")
 
 
 def test_bad_change_fails_on_the_canary_restores_it_and_spares_the_rest(good_rollout):
