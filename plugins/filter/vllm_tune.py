@@ -78,21 +78,31 @@ def _mapping(name, value, what):
     return inputs.plain(value)
 
 
-def vllm_tune_load(after, before="", given=None, gpu=None, minimum_requests=50, users=None):
-    """The load of a search: the site's (the histograms' increase from `before` to `after`), else `given` (the
-    operator's vllm_tune_load: vllm bench serve's dataset arguments), else the tuning reference's for the card."""
+def vllm_tune_load(after, before="", given=None, gpu=None, minimum_requests=50, users=None, profile=None):
+    """The load of a search: the site's (the histograms' increase from `before` to `after`, where it holds
+    `minimum_requests`), else `given` (the operator's vllm_tune_load: vllm bench serve's dataset arguments), else the
+    tuning reference's for the card. For a
+    profile named for shared prefixes (profiles.yml `traffic`), the site's lengths or the reference's are sent as
+    prompts that share prefixes (vllm_fleet.tune.site_load, shared_prefix_load)."""
     try:
-        if given:
-            bench_args = _mapping("vllm_tune_load", given, "a dict of vllm bench serve's dataset arguments")
-            return {"source": "given", "users": bench_args.get("max_concurrency"), "bench": bench_args, "errors": []}
-        found = tune.site_load(str(before or ""), str(after or ""), minimum_requests=int(minimum_requests))
+        shared = tune.profile_traffic(profile) == "shared-prefix"
+        found = tune.site_load(
+            str(before or ""), str(after or ""), minimum_requests=int(minimum_requests), shared_prefix=shared
+        )
         if found is not None:
             found["users"] = int(users) if users else None
             if users:
                 found["bench"]["max_concurrency"] = int(users)
+            if found["bench"]["dataset_name"] == "prefix_repetition":
+                # One prefix per 8 users, as the reference's shared-prefix load (the search's 8 users without one).
+                found["bench"]["prefix_repetition_num_prefixes"] = max(1, (int(users) if users else 8) // 8)
             found["errors"] = []
             return found
-        return dict(tune.reference_load(inputs.plain(gpu or {})), errors=[])
+        if given:
+            bench_args = _mapping("vllm_tune_load", given, "a dict of vllm bench serve's dataset arguments")
+            return {"source": "given", "users": bench_args.get("max_concurrency"), "bench": bench_args, "errors": []}
+        card = inputs.plain(gpu or {})
+        return dict(tune.shared_prefix_load(card) if shared else tune.reference_load(card), errors=[])
     except tune.TuneError as exc:
         return {"errors": [str(exc)]}
 

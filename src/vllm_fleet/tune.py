@@ -25,7 +25,7 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from . import metrics
+from . import metrics, profiles
 from .service_levels import GUIDE_TARGETS, derived_batching, match_card
 
 # The five figures of a load (vllm bench serve's names, as gpu/bench/summarize.py keeps them) and the preemptions,
@@ -106,11 +106,38 @@ def _range_ratio(lengths: Mapping[str, Any]) -> float:
     return round(min(0.9, max(float(high) - mean, mean - float(low)) / mean), 2)
 
 
-def site_load(before: str, after: str, minimum_requests: int = 50) -> dict[str, Any] | None:
+# The traffic a profile is named for (profiles.yml `traffic`): the search loads a profile that says shared-prefix
+# with prompts that share prefixes, since prefix caching is what such a profile is tuned for and random prompts
+# never hit its cache (run 12, docs/gpu-results.md).
+TRAFFICS = ("random", "shared-prefix")
+# The share of a prompt that is a shared prefix when the site's own cache cannot tell: the reference load's 768 of
+# 1,024 tokens (shared_prefix_load).
+REFERENCE_PREFIX_SHARE = 0.75
+# Below this prefix cache hit rate the site's prompts share too little to draw as shared prefixes.
+MIN_PREFIX_SHARE = 0.05
+
+
+def profile_traffic(name: str | None) -> str:
+    """The traffic the shipped profile `name` is named for (its `traffic`, else random)."""
+    entry = profiles.shipped().get(str(name or ""), {})
+    traffic = entry.get("traffic", "random")
+    if traffic not in TRAFFICS:
+        raise TuneError("the profile %s names the traffic %r, not one of %s" % (name, traffic, ", ".join(TRAFFICS)))
+    return str(traffic)
+
+
+def site_load(
+    before: str, after: str, minimum_requests: int = 50, shared_prefix: bool = False
+) -> dict[str, Any] | None:
     """The site's traffic between two scrapes of one instance's /metrics: the requests it finished, their prompt and
     output lengths (the mean, and the deciles estimated as PromQL's histogram_quantile does), and the arguments of
     vllm bench serve's random dataset that draw such lengths. None when the window holds fewer than
-    `minimum_requests` finished requests (too few to stand for the site; the reference's load is then used)."""
+    `minimum_requests` finished requests (too few to stand for the site; the reference's load is then used).
+
+    With `shared_prefix` (a profile named for such traffic), the prompts are drawn by the prefix_repetition dataset:
+    the share of each prompt that is a shared prefix is the window's prefix cache hit rate (vllm:prefix_cache_hits
+    over vllm:prefix_cache_queries, in tokens), else the reference's 3/4 where the instance counted no query; a site
+    whose hit rate is under 5 % shares no prefix to speak of and keeps random prompts (`prefix_share` says which)."""
     first, last = metrics.parse(before), metrics.parse(after)
     prompt = _window(first.histograms.get(PROMPT_HISTOGRAM, {}), last.histograms.get(PROMPT_HISTOGRAM, {}))
     output = _window(first.histograms.get(OUTPUT_HISTOGRAM, {}), last.histograms.get(OUTPUT_HISTOGRAM, {}))
@@ -119,7 +146,7 @@ def site_load(before: str, after: str, minimum_requests: int = 50) -> dict[str, 
     prompt_lengths, output_lengths = _lengths(prompt), _lengths(output)
     input_len = max(1, round(prompt["mean"]))
     output_len = max(1, round(output["mean"]))
-    return {
+    load: dict[str, Any] = {
         "source": "site",
         "requests": int(prompt["count"]),
         "prompt_tokens": prompt_lengths,
@@ -131,6 +158,28 @@ def site_load(before: str, after: str, minimum_requests: int = 50) -> dict[str, 
             "random_range_ratio": max(_range_ratio(prompt_lengths), _range_ratio(output_lengths)),
         },
     }
+    if not shared_prefix:
+        return load
+    queries = last.counters.get("vllm:prefix_cache_queries", 0.0) - first.counters.get("vllm:prefix_cache_queries", 0.0)
+    hits = last.counters.get("vllm:prefix_cache_hits", 0.0) - first.counters.get("vllm:prefix_cache_hits", 0.0)
+    if queries > 0 and 0 <= hits <= queries:
+        share, source = hits / queries, "the window's prefix cache hit rate"
+    else:
+        share, source = REFERENCE_PREFIX_SHARE, "the reference's (the instance counted no prefix cache query)"
+    load["prefix_share"] = {"share": round(share, 3), "from": source}
+    if share < MIN_PREFIX_SHARE or input_len < 2:
+        load["prefix_share"]["from"] += "; too little shared: random prompts"
+        return load
+    prefix_len = min(input_len - 1, max(1, round(input_len * share)))
+    load["source"] = "site, shared-prefix"
+    load["bench"] = {
+        "dataset_name": "prefix_repetition",
+        "prefix_repetition_prefix_len": prefix_len,
+        "prefix_repetition_suffix_len": input_len - prefix_len,
+        "prefix_repetition_num_prefixes": 1,
+        "prefix_repetition_output_len": output_len,
+    }
+    return load
 
 
 def reference_load(gpu: Mapping[str, Any], prompt_tokens: int = 1024, output_tokens: int = 512) -> dict[str, Any]:

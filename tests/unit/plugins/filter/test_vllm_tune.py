@@ -112,6 +112,29 @@ def test_the_load_is_the_sites_then_the_operators_then_the_references():
     assert "vllm_tune_load" in message and "'cpu'" in message
 
 
+def test_a_profile_named_for_shared_prefixes_is_loaded_with_shared_prefixes():
+    """rtx4090-7b-prefix-heavy (profiles.yml traffic: shared-prefix): the site's window is sent as prompts that share
+    a prefix in the share its cache hit (one prefix per 8 users), and without history the reference's shared-prefix
+    load for the card; a given load stays the operator's."""
+    site = F["vllm_tune_load"](AFTER, "", minimum_requests=10, users=16, profile="rtx4090-7b-prefix-heavy")
+    assert site["source"] == "site, shared-prefix" and site["errors"] == []
+    assert site["bench"]["dataset_name"] == "prefix_repetition"
+    assert site["bench"]["prefix_repetition_num_prefixes"] == 2 and site["bench"]["max_concurrency"] == 16
+    reference = F["vllm_tune_load"](AFTER, "", gpu=RTX4090, profile="rtx4090-7b-prefix-heavy")
+    assert reference["source"] == "shared-prefix" and reference["users"] == 64
+    assert reference["bench"]["prefix_repetition_prefix_len"] == 768
+    assert F["vllm_tune_load"](AFTER, "", gpu=RTX4090, profile="rtx4090-7b-awq")["source"] == "reference"
+    given = F["vllm_tune_load"](AFTER, given={"dataset_name": "random"}, profile="rtx4090-7b-prefix-heavy")
+    assert given["source"] == "given"
+
+
+def test_the_sites_history_comes_before_a_given_load():
+    """vllm_tune_load is the load where the site has no history (playbooks/tune.yml, docs/tuning.md): a window that
+    holds enough requests is the load even when one is given."""
+    site = F["vllm_tune_load"](AFTER, "", minimum_requests=10, given={"dataset_name": "random", "random_input_len": 8})
+    assert site["source"] == "site" and site["requests"] == 20
+
+
 def test_dataset_arguments_leave_the_concurrency_to_the_search():
     bench = {"dataset_name": "random", "random_input_len": 24, "random_range_ratio": 0.5, "max_concurrency": 4}
     assert F["vllm_tune_dataset_args"](bench) == [
