@@ -56,7 +56,9 @@ def test_the_search_ran_each_candidate_and_decided(tuned):
         assert len(runs) == 1 and runs[0]["failed"] == 0 and runs[0]["sent"] == 8, (name, runs)
     assert search["decision"]["choice"] in search["measured"], search["decision"]
     page = (tuned["folder"] / "tune.html").read_text()
-    assert page.startswith("<!DOCTYPE html>") and "<svg" in page
+    # The front plotted (the report's own plotting: PNG figures embedded in the one page) and the decision.
+    assert page.startswith("<!DOCTYPE html>") and page.count('src="data:image/png;base64,') >= 1, page[:2000]
+    assert f"(choice: {search['decision']['choice']})" in page, page[:2000]
 
 
 def test_nothing_through_the_gateway_fails_or_is_cut_during_the_search(tuned):
