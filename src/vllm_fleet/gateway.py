@@ -23,13 +23,16 @@ import io
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
-
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes, PublicKeyTypes
+from typing import TYPE_CHECKING, Any
 
 from . import inputs, metrics
+
+# cryptography is imported where a certificate or key is read: Ansible's filter plugins load this module in every
+# worker process of every task (tests/unit/plugins/test_plugin_imports.py), and cryptography.x509 was 9 % of those
+# workers' time in a py-spy of the vllm_verify role's test (2026-12-05).
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes, PublicKeyTypes
 
 TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 # HAProxy server names: letters, digits and - _ . : only.
@@ -162,6 +165,8 @@ def _certificates(host: str, value: Any) -> tuple[list[x509.Certificate], list[s
     blocks = list(PEM.finditer(text))
     if not blocks:
         return [], [f"{host}: {name} is not a PEM CERTIFICATE (no -----BEGIN CERTIFICATE----- block); {fix}"]
+    from cryptography import x509
+
     found, errors = [], []
     for number, block in enumerate(blocks, 1):
         if block.group(1) != "CERTIFICATE":
@@ -208,6 +213,8 @@ def _private_key(host: str, value: Any) -> tuple[PrivateKeyTypes | None, list[st
         return None, [encrypted]
     if block.group(1) not in KEY_LABELS:
         return None, [f"{host}: {name} (value not shown) is a PEM {block.group(1)}, not a PEM PRIVATE KEY; {fix}"]
+    from cryptography.hazmat.primitives import serialization
+
     try:
         return serialization.load_pem_private_key(block.group(0).encode(), password=None), []
     except TypeError:  # "Password was not given but private key is encrypted"
@@ -219,6 +226,8 @@ def _private_key(host: str, value: Any) -> tuple[PrivateKeyTypes | None, list[st
 
 
 def _public(key: PublicKeyTypes) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
     return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
