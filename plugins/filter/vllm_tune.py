@@ -81,21 +81,23 @@ def _mapping(name, value, what):
 def vllm_tune_load(after, before="", given=None, gpu=None, minimum_requests=50, users=None, profile=None):
     """The load of a search: the site's (the histograms' increase from `before` to `after`, where it holds
     `minimum_requests`), else `given` (the operator's vllm_tune_load: vllm bench serve's dataset arguments), else the
-    tuning reference's for the card. For a
-    profile named for shared prefixes (profiles.yml `traffic`), the site's lengths or the reference's are sent as
-    prompts that share prefixes (vllm_fleet.tune.site_load, shared_prefix_load)."""
+    tuning reference's for the card. For a profile named for shared prefixes (profiles.yml `traffic`), the site's
+    lengths or the reference's are sent as prompts that share prefixes (vllm_fleet.tune.site_load,
+    shared_prefix_load)."""
     try:
         shared = tune.profile_traffic(profile) == "shared-prefix"
+        # Without vllm_tune_users the search runs 8 users (roles/vllm_rollout/tasks/tune.yml).
         found = tune.site_load(
-            str(before or ""), str(after or ""), minimum_requests=int(minimum_requests), shared_prefix=shared
+            str(before or ""),
+            str(after or ""),
+            minimum_requests=int(minimum_requests),
+            shared_prefix=shared,
+            users=int(users) if users else 8,
         )
         if found is not None:
             found["users"] = int(users) if users else None
             if users:
                 found["bench"]["max_concurrency"] = int(users)
-            if found["bench"]["dataset_name"] == "prefix_repetition":
-                # One prefix per 8 users, as the reference's shared-prefix load (the search's 8 users without one).
-                found["bench"]["prefix_repetition_num_prefixes"] = max(1, (int(users) if users else 8) // 8)
             found["errors"] = []
             return found
         if given:

@@ -117,6 +117,11 @@ REFERENCE_PREFIX_SHARE = 0.75
 MIN_PREFIX_SHARE = 0.05
 
 
+def prefixes_for(users: int) -> int:
+    """How many distinct prefixes a shared-prefix load sends for `users` concurrent users: one per 8."""
+    return max(1, int(users) // 8)
+
+
 def profile_traffic(name: str | None) -> str:
     """The traffic the shipped profile `name` is named for (its `traffic`, else random)."""
     entry = profiles.shipped().get(str(name or ""), {})
@@ -127,7 +132,7 @@ def profile_traffic(name: str | None) -> str:
 
 
 def site_load(
-    before: str, after: str, minimum_requests: int = 50, shared_prefix: bool = False
+    before: str, after: str, minimum_requests: int = 50, shared_prefix: bool = False, users: int = 8
 ) -> dict[str, Any] | None:
     """The site's traffic between two scrapes of one instance's /metrics: the requests it finished, their prompt and
     output lengths (the mean, and the deciles estimated as PromQL's histogram_quantile does), and the arguments of
@@ -137,7 +142,8 @@ def site_load(
     With `shared_prefix` (a profile named for such traffic), the prompts are drawn by the prefix_repetition dataset:
     the share of each prompt that is a shared prefix is the window's prefix cache hit rate (vllm:prefix_cache_hits
     over vllm:prefix_cache_queries, in tokens), else the reference's 3/4 where the instance counted no query; a site
-    whose hit rate is under 5 % shares no prefix to speak of and keeps random prompts (`prefix_share` says which)."""
+    whose hit rate is under 5 % shares no prefix to speak of and keeps random prompts (`prefix_share` says which).
+    The prompts of the `users` the search runs share `prefixes_for(users)` prefixes."""
     first, last = metrics.parse(before), metrics.parse(after)
     prompt = _window(first.histograms.get(PROMPT_HISTOGRAM, {}), last.histograms.get(PROMPT_HISTOGRAM, {}))
     output = _window(first.histograms.get(OUTPUT_HISTOGRAM, {}), last.histograms.get(OUTPUT_HISTOGRAM, {}))
@@ -176,7 +182,7 @@ def site_load(
         "dataset_name": "prefix_repetition",
         "prefix_repetition_prefix_len": prefix_len,
         "prefix_repetition_suffix_len": input_len - prefix_len,
-        "prefix_repetition_num_prefixes": 1,
+        "prefix_repetition_num_prefixes": prefixes_for(users),
         "prefix_repetition_output_len": output_len,
     }
     return load
@@ -237,7 +243,7 @@ def shared_prefix_load(
             "dataset_name": "prefix_repetition",
             "prefix_repetition_prefix_len": prefix_tokens,
             "prefix_repetition_suffix_len": suffix_tokens,
-            "prefix_repetition_num_prefixes": prefixes or max(1, users // 8),
+            "prefix_repetition_num_prefixes": prefixes or prefixes_for(users),
             "prefix_repetition_output_len": output_tokens,
             "max_concurrency": users,
         },

@@ -162,22 +162,16 @@ def history(host, instance="cpu0"):
     return data["current"], data["entries"]
 
 
+def completion_request(host, instance):
+    """curl's arguments for a 4-token completion of the instance: its URL, the JSON header and the body."""
+    body = json.dumps({"model": "tiny-qwen2", "prompt": "Hello", "max_tokens": 4})
+    url = f"http://{HOSTS[host]}:{INSTANCES[instance]}/v1/completions"
+    return [url, "-H", "Content-Type: application/json", "-d", body]
+
+
 def serves(host, instance="cpu0"):
     """A real completion from the instance, from inside its host."""
-    body = json.dumps({"model": "tiny-qwen2", "prompt": "Hello", "max_tokens": 4})
-    out = on(
-        host,
-        "curl",
-        "-s",
-        "-m",
-        "30",
-        f"http://{HOSTS[host]}:{INSTANCES[instance]}/v1/completions",
-        "-H",
-        "Content-Type: application/json",
-        "-d",
-        body,
-        check=False,
-    )
+    out = on(host, "curl", "-s", "-m", "30", *completion_request(host, instance), check=False)
     return bool(out) and bool(json.loads(out).get("choices"))
 
 
@@ -187,29 +181,14 @@ def why_not_served(host, instance="cpu0"):
     entries for the port, the instance's last journal lines, and how long until the instance served from inside its
     host again (polled for up to 120 s: the test has already failed, this only measures the window)."""
     port = INSTANCES[instance]
-    url = f"http://{HOSTS[host]}:{port}/v1/completions"
-    body = json.dumps({"model": "tiny-qwen2", "prompt": "Hello", "max_tokens": 4})
 
     def run(*cmd):
         done = subprocess.run(["podman", "exec", host, *cmd], capture_output=True, text=True, check=False)
         return f"$ {' '.join(cmd)}  (rc {done.returncode})\n{done.stdout[-3000:]}{done.stderr[-1500:]}"
 
+    timings = "connect %{time_connect} total %{time_total} http %{http_code}\n"
     parts = [
-        run(
-            "curl",
-            "-sS",
-            "-m",
-            "10",
-            "-o",
-            "/dev/null",
-            "-w",
-            "connect %{time_connect} total %{time_total} http %{http_code}\n",
-            url,
-            "-H",
-            "Content-Type: application/json",
-            "-d",
-            body,
-        ),
+        run("curl", "-sS", "-m", "10", "-o", "/dev/null", "-w", timings, *completion_request(host, instance)),
         run("ss", "-tanpoi", f"( sport = :{port} or dport = :{port} )"),
         run("nft", "list", "ruleset"),
         run("sh", "-c", f"grep -w 'dport={port}' /proc/net/nf_conntrack | head -n 40"),
