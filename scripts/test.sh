@@ -93,20 +93,49 @@ phase_parser() {
     tests/unit/vllm_fleet/test_vllm_parser.py -m vllm_parser
 }
 
+# One scenario's `molecule test`, its time appended to the file $2 (the lanes below write theirs there).
+molecule_scenario() {
+  local s=$1 start=$SECONDS
+  echo "--- molecule test -s $s"
+  if molecule test -s "$s"; then
+    printf '  molecule %-12s %5ss  ok\n' "$s" $((SECONDS - start)) >>"$2"
+  else
+    printf '  molecule %-12s %5ss  FAILED\n' "$s" $((SECONDS - start)) >>"$2"; return 1
+  fi
+}
+
+# Two lanes: the lead scenario (the fleet, the longest) in the foreground, the others one after the other beside
+# it, their output kept in $LOGS/molecule-beside.log and printed when the lead ends. The scenarios share no host and
+# no address (each its own containers on the lab's network), and the lead's tests are bounded by waits, not by the
+# pace of the 2 cores. MOLECULE_LANES=1 runs every scenario one after the other.
 phase_molecule() {
-  local rc=0 s
+  local rc=0 s beside="" times=$LOGS/molecule-times scenarios=() rest=()
   # Also when the bootstrap phase is not run: a machine set up by hand must not hide a missing install step.
   lab/scripts/check-podman.sh || return 1
-  for s in $MOLECULE_SCENARIOS; do
-    [[ -f molecule/$s/molecule.yml ]] || continue
-    local start=$SECONDS
-    echo "--- molecule test -s $s"
-    if molecule test -s "$s"; then
-      timings+=("$(printf '  molecule %-12s %5ss  ok' "$s" $((SECONDS - start)))")
-    else
-      timings+=("$(printf '  molecule %-12s %5ss  FAILED' "$s" $((SECONDS - start)))"); rc=1
-    fi
-  done
+  for s in $MOLECULE_SCENARIOS; do [[ -f molecule/$s/molecule.yml ]] && scenarios+=("$s"); done
+  : >"$times"
+  local lead=${MOLECULE_LEAD:-fleet}
+  if [[ ${MOLECULE_LANES:-2} == 2 && " ${scenarios[*]} " == *" $lead "* && ${#scenarios[@]} -gt 1 ]]; then
+    # The heaviest first, beside the lead's own set-up (production deploys three vLLM instances), so that the lead's
+    # timed tests overlap the lighter ones.
+    for s in production "${scenarios[@]}"; do
+      [[ $s == "$lead" || " ${rest[*]} " == *" $s "* || " ${scenarios[*]} " != *" $s "* ]] || rest+=("$s")
+    done
+    (
+      lane=0
+      for s in "${rest[@]}"; do molecule_scenario "$s" "$times" || lane=1; done
+      exit $lane
+    ) >"$LOGS/molecule-beside.log" 2>&1 &
+    beside=$!
+    echo "--- beside $lead: ${rest[*]} (their output: $LOGS/molecule-beside.log, printed when $lead ends)"
+    molecule_scenario "$lead" "$times" || rc=1
+    wait "$beside" || rc=1
+    echo "--- the scenarios beside $lead: ${rest[*]}"
+    cat "$LOGS/molecule-beside.log"
+  else
+    for s in "${scenarios[@]}"; do molecule_scenario "$s" "$times" || rc=1; done
+  fi
+  while IFS= read -r line; do timings+=("$line"); done <"$times"
   return $rc
 }
 

@@ -42,8 +42,17 @@ MIN_KEY_LENGTH = 24
 PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.DOTALL)
 KEY_LABELS = ("PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY")
 # What the gateway may balance with (vllm_gateway_balance; meta/argument_specs.yml lists the same): the algorithms
-# of HAProxy that need no argument. leastconn suits long streamed answers (the open connections are the load).
-BALANCE = ("leastconn", "roundrobin", "static-rr", "first", "source", "random")
+# of HAProxy that need no argument, and prefix. leastconn suits long streamed answers (the open connections are the
+# load). prefix sends the requests whose bodies start alike (one system prompt, the first turns of one conversation)
+# to one instance, where vLLM's prefix cache holds them: HAProxy's consistent hash of the body's first
+# vllm_gateway_prefix_bytes bytes, bounded by its load (hash-balance-factor: no instance takes more than
+# vllm_gateway_prefix_load_factor percent of the average); an instance drained or down leaves the ring, and its
+# requests move to the next instance on it until it is back.
+BALANCE = ("leastconn", "roundrobin", "static-rr", "first", "source", "random", "prefix")
+# The body bytes prefix hashes: up to HAProxy's default buffer (16 KiB, tune.bufsize) less its headers' room.
+PREFIX_BYTES = (16, 8192)
+# hash-balance-factor: above 100 (HAProxy's rule: 100 or less would refuse every server at once).
+PREFIX_LOAD_FACTOR = (101, 1000)
 # Whole seconds of at least 1 (haproxy.cfg writes each as N followed by s): the default, as the fix, and what 0
 # would do.
 TIMEOUTS = {
@@ -277,6 +286,27 @@ def _seconds(host: str, values: Mapping[str, Any]) -> list[str]:
         number = _whole(value)
         if value is not None and (number is None or number < 1):
             errors.append(f"{host}: {name}={inputs.short(value)} must be a positive whole number; fix: e.g. {default}")
+    for name, (low, high), default, why in (
+        (
+            "vllm_gateway_prefix_bytes",
+            PREFIX_BYTES,
+            256,
+            "the start of a request body that a conversation's turns and a system prompt's users share",
+        ),
+        (
+            "vllm_gateway_prefix_load_factor",
+            PREFIX_LOAD_FACTOR,
+            150,
+            "the most an instance takes, in percent of the average load, before its requests go to the next one",
+        ),
+    ):
+        value = values.get(name)
+        number = _whole(value)
+        if value is not None and (number is None or not low <= number <= high):
+            errors.append(
+                f"{host}: {name}={inputs.short(value)} must be a whole number from {low} to {high} ({why}); "
+                f"fix: e.g. {default}"
+            )
     return errors
 
 
@@ -325,7 +355,8 @@ def check(host: str, values: Mapping[str, Any], now: datetime.datetime | None = 
         errors.append(
             f"{host}: vllm_gateway_balance={inputs.short(balance)} is not a balance algorithm the gateway "
             f"offers ({', '.join(BALANCE)}); fix: leastconn (a streamed answer holds its connection for its "
-            "whole length, so the open connections are the load)"
+            "whole length, so the open connections are the load), or prefix to keep a conversation's prefix "
+            "cache warm"
         )
     group = values.get("vllm_gateway_backend_group")
     if group is not None and "vllm_gateway_backend_group" not in unsafe and not (_text(group) or "").strip():

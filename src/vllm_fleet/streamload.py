@@ -51,10 +51,15 @@ class Stream:
             )
         return http.client.HTTPConnection(self.hostname, self.parts.port, timeout=self.timeout)
 
-    def send(self, prompt: str, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+    def send(
+        self, prompt: str | list[dict[str, str]], clock: Callable[[], float] = time.monotonic, keep_text: bool = False
+    ) -> dict[str, Any]:
+        """One streamed completion of `prompt` (a user's message, or a conversation's messages so far); with
+        `keep_text`, the answer's text too (``text``), for the conversation's next turn."""
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
         body = {
             "model": self.model,
-            "messages": [{"role": "user", "content": prompt}],
+            "messages": messages,
             "stream": True,
             "max_tokens": self.max_tokens,
             "temperature": 0,
@@ -64,6 +69,7 @@ class Stream:
         if self.key:
             headers["Authorization"] = "Bearer " + self.key
         result: dict[str, Any] = {"outcome": "failed", "ttft": None, "tokens": 0, "error": None}
+        text: list[str] = []
         start = clock()
         conn = self._connection()
         try:
@@ -77,7 +83,10 @@ class Stream:
             events = Events(response)
             for event in events:
                 for choice in event.get("choices") or []:
-                    if (choice.get("delta") or {}).get("content") is not None or choice.get("finish_reason"):
+                    content = (choice.get("delta") or {}).get("content")
+                    if keep_text and content:
+                        text.append(content)
+                    if content is not None or choice.get("finish_reason"):
                         if result["ttft"] is None:
                             result["ttft"] = clock() - start
                         result["tokens"] += 1
@@ -95,6 +104,8 @@ class Stream:
             result["error"] = f"{type(exc).__name__}: {exc}"
         finally:
             conn.close()
+        if keep_text:
+            result["text"] = "".join(text)
         return result
 
 

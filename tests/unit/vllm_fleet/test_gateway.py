@@ -314,8 +314,35 @@ def test_the_balance_algorithms_are_the_argument_specs_choices():
         (error,) = gateway.check("gw1", dict(good(), vllm_gateway_balance=balance))
         assert error.startswith(
             f"gw1: vllm_gateway_balance={balance!r} is not a balance algorithm the gateway "
-            "offers (leastconn, roundrobin, static-rr, first, source, random); fix: leastconn"
+            "offers (leastconn, roundrobin, static-rr, first, source, random, prefix); fix: leastconn"
         )
+
+
+@pytest.mark.parametrize(
+    "setting, value, bounds",
+    [
+        ("vllm_gateway_prefix_bytes", 0, "from 16 to 8192"),
+        ("vllm_gateway_prefix_bytes", 8193, "from 16 to 8192"),
+        ("vllm_gateway_prefix_bytes", "256b", "from 16 to 8192"),
+        ("vllm_gateway_prefix_load_factor", 100, "from 101 to 1000"),
+        ("vllm_gateway_prefix_load_factor", 1001, "from 101 to 1000"),
+        ("vllm_gateway_prefix_load_factor", True, "from 101 to 1000"),
+    ],
+)
+def test_the_prefix_affinitys_bytes_and_load_bound_are_checked(setting, value, bounds):
+    """HAProxy takes a hash-balance-factor of 100 or less (every server over the bound at once) and any byte count;
+    the plan refuses them, naming the host, the setting, the value and a working one."""
+    (error,) = gateway.check("gw1", dict(good(), vllm_gateway_balance="prefix", **{setting: value}))
+    assert error.startswith(f"gw1: {setting}={value!r} must be a whole number {bounds} ("), error
+    assert error.endswith("; fix: e.g. 256" if setting.endswith("bytes") else "; fix: e.g. 150"), error
+
+
+def test_the_prefix_affinitys_bounds_and_digits_from_the_command_line_pass():
+    for bytes_, factor in ((16, 101), (8192, 1000), ("256", "150")):
+        values = dict(
+            good(), vllm_gateway_balance="prefix", vllm_gateway_prefix_bytes=bytes_, vllm_gateway_prefix_load_factor=factor
+        )
+        assert gateway.check("gw1", values) == []
 
 
 def test_the_roles_defaults_pass():
