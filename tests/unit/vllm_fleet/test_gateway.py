@@ -339,9 +339,8 @@ def test_the_prefix_affinitys_bytes_and_load_bound_are_checked(setting, value, b
 
 def test_the_prefix_affinitys_bounds_and_digits_from_the_command_line_pass():
     for bytes_, factor in ((16, 101), (8192, 1000), ("256", "150")):
-        values = dict(
-            good(), vllm_gateway_balance="prefix", vllm_gateway_prefix_bytes=bytes_, vllm_gateway_prefix_load_factor=factor
-        )
+        prefix = {"vllm_gateway_prefix_bytes": bytes_, "vllm_gateway_prefix_load_factor": factor}
+        values = dict(good(), vllm_gateway_balance="prefix", **prefix)
         assert gateway.check("gw1", values) == []
 
 
