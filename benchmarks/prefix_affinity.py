@@ -79,7 +79,7 @@ def measure(name, url, key, context, urls, args, seed):
     time.sleep(2)  # the last requests' counters
     after = conversations.prefix_counters(conversations.scrape(urls))
     return dict(
-        name=name, seconds=round(took, 1), **conversations.summarise(results), **conversations.hit_rate(before, after)
+        name=name, **conversations.summarise(results, took, args.users), **conversations.hit_rate(before, after)
     )
 
 
@@ -91,7 +91,8 @@ def row(result, reference=None):
     )
     shares = ", ".join(f"{k.split('/')[0][-1]}/{k.split('/')[1]} {v}" for k, v in result["share"].items() if v)
     return (
-        f"| {result['name']} | {result['requests']} | {result['failed']} | {result['hit_rate']} | {ratio} | {shares} "
+        f"| {result['name']} | {result['requests']} | {result['failed'] + result['cut']} | {result['hit_rate']} "
+        f"| {ratio} | {shares} "
         f"| {result['ttft_ms']['p50']} | {result['ttft_ms']['p99']} | {result['ttft_ms_later_turns']['p50']} "
         f"| {result['ttft_ms_later_turns']['p99']} |"
     )

@@ -19,11 +19,10 @@ import random
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from vllm_fleet import metrics
-from vllm_fleet.bench import percentile
+from vllm_fleet import metrics, streamload
 
 # The words the prompts are made of (text from a seed, no data set).
 WORDS = (  # noqa: SIM905 (one word list, read as text)
@@ -91,9 +90,10 @@ def play(
                 if time.monotonic() - began >= max_seconds:
                     return
                 messages.append({"role": "user", "content": question})
+                start = time.monotonic() - began
                 result = send(list(messages))
                 answer = result.pop("text", "") or ""
-                result.update(conversation=index, turn=turn)
+                result.update(conversation=index, turn=turn, start=round(start, 3))
                 with lock:
                     results.append(result)
                 if result["outcome"] != "ok":
@@ -129,24 +129,14 @@ def hit_rate(before: Mapping[str, tuple[float, float]], after: Mapping[str, tupl
     }
 
 
-def summarise(results: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Requests, failures and TTFT (ms: median and p99) of a run, all turns and later turns (after the first)."""
-    results = list(results)
-    ok = [r for r in results if r["outcome"] == "ok" and r["ttft"] is not None]
-
-    def ttft(rows: list[Mapping[str, Any]]) -> dict[str, float | None]:
-        values = [1000.0 * r["ttft"] for r in rows]
-        return {
-            "p50": None if not values else round(percentile(values, 50) or 0.0, 1),
-            "p99": None if not values else round(percentile(values, 99) or 0.0, 1),
-        }
-
-    return {
-        "requests": len(results),
-        "failed": sum(1 for r in results if r["outcome"] != "ok"),
-        "ttft_ms": ttft(ok),
-        "ttft_ms_later_turns": ttft([r for r in ok if r["turn"] > 0]),
-    }
+def summarise(results: list[dict[str, Any]], wall: float, users: int) -> dict[str, Any]:
+    """The stream loop's summary (:func:`vllm_fleet.streamload.summarise`: requests, failed, cut, TTFT p50 and p99),
+    with the TTFT of the later turns (after the first) beside it."""
+    summary = streamload.summarise(results, wall, users)
+    later = streamload.summarise([r for r in results if r["turn"] > 0], wall, users)
+    summary.pop("log")
+    summary["ttft_ms_later_turns"] = later["ttft_ms"]
+    return summary
 
 
 def scrape(urls: Mapping[str, str], timeout: float = 10.0) -> dict[str, str]:

@@ -72,8 +72,8 @@ def test_each_turn_sends_the_conversation_so_far_with_the_answers_it_got():
         assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant", "user"]
         # The answers the conversation got, in order: the server named how many messages each turn carried.
         assert [m["content"] for m in messages if m["role"] == "assistant"] == ["answer to 2", "answer to 4"]
-    summary = conversations.summarise(results)
-    assert summary["requests"] == 12 and summary["failed"] == 0
+    summary = conversations.summarise(results, 1.0, 3)
+    assert summary["requests"] == 12 and summary["failed"] == 0 and summary["cut"] == 0
     assert summary["ttft_ms"]["p50"] is not None and summary["ttft_ms_later_turns"]["p99"] is not None
 
 
@@ -82,12 +82,18 @@ def test_a_conversation_stops_at_its_first_failed_turn():
 
     def send(messages):
         calls.append(len(messages))
-        return {"outcome": "failed" if len(messages) == 4 else "ok", "ttft": 0.01, "text": "a"}
+        failed = len(messages) == 4
+        return {
+            "outcome": "failed" if failed else "ok",
+            "ttft": 0.01,
+            "error": "HTTP 500" if failed else None,
+            "text": "a",
+        }
 
     work = conversations.workload(applications=1, conversations=1, turns=5, seed=1, system_words=5)
     results = conversations.play(send, work, users=1, max_seconds=30)
     assert calls == [2, 4] and [r["outcome"] for r in results] == ["ok", "failed"]
-    assert conversations.summarise(results)["failed"] == 1
+    assert conversations.summarise(results, 1.0, 1)["failed"] == 1
 
 
 def test_the_hit_rate_is_read_from_real_vllm_metrics_over_every_instance():
