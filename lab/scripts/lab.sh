@@ -28,10 +28,11 @@ case $cmd in
     lab/scripts/bundle.sh
     ansible-playbook -i lab/inventory lab/playbooks/lab.yml
     ansible-playbook -i lab/inventory site.yml "$@"
-    gateway=$(awk '/lab-gw:/ {getline; print $2; exit}' lab/inventory/hosts.yml)
+    gateway=$(awk '/vllm_gateway_vip:/ {sub("/.*", "", $2); print $2; exit}' lab/inventory/hosts.yml)
     cat <<EOT
 
-The lab serves through its gateway (TLS with the lab's CA, a tenant's API key). Query it from this machine:
+The lab serves through its two gateways' virtual address (TLS with the lab's CA, a tenant's API key). Query it from
+this machine:
   curl -s --cacert .cache/lab/pki/ca.crt https://$gateway/v1/chat/completions \\
     -H "Authorization: Bearer \$(cat .cache/lab/api-keys/lab-team-a)" -H 'Content-Type: application/json' \\
     -d '{"model": "tiny-qwen2", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 32}'

@@ -86,8 +86,13 @@ def _own_settings(variables):
 
 
 def _peer(variables):
-    value = variables.get("ansible_host")
-    return {} if value is None or isinstance(value, Undefined) else {"ansible_host": inputs.plain(value)}
+    """What egress reads of another fleet host: its address, and the address the gateways share if it is one."""
+    found = {}
+    for name in ("ansible_host", "vllm_gateway_vip"):
+        value = variables.get(name)
+        if value is not None and not isinstance(value, Undefined):
+            found[name] = inputs.plain(value)
+    return found
 
 
 def vllm_egress_comment(text):

@@ -21,6 +21,13 @@ description:
     its C(vllm_gateway_source_address), by default its C(ansible_host)), the monitoring hosts (by their
     C(ansible_host)) and a host's C(vllm_allowed_clients) into the networks, by family (keys ipv4 and ipv6), that may
     reach that host's vLLM ports (its nftables rules).
+  - C(hostvars | vllm_gateway_vip_errors(host, gateways)) checks the virtual address the gateways share through
+    keepalived (C(vllm_gateway_vip), C(vllm_gateway_vrrp_*)) for the gateway C(host); empty when no gateway sets a
+    vip. Each C(vllm_gateway_vrrp_password) must come from Ansible Vault, read from its data tags (an inline
+    C(!vault) value, an C(unvault) lookup, or a vars file encrypted whole); the messages never show it.
+  - C(ansible_facts | vllm_gateway_vrrp_interface(address)) names the interface that holds the address (the
+    gateway's own), which keepalived advertises from; an error naming the address and the interfaces seen when none
+    does.
   - C(vllm_gateway_sessions) (backend, server) reads a server's current sessions from the runtime API's C(show stat);
     C(vllm_gateway_requests_running) reads C(vllm:num_requests_running) from an instance's /metrics text.
 options:
@@ -29,6 +36,8 @@ options:
       - The planned instances by host (C(vllm_plan_instances)'s output) for C(vllm_gateway_servers); hostvars for
         C(vllm_gateway_deployed), C(vllm_gateway_clients), C(vllm_gateway_backend_key) and
         C(vllm_gateway_backend_key_errors); a host's name for C(vllm_gateway_server_name).
+      - hostvars for C(vllm_gateway_vip_errors); a gateway's C(ansible_facts) (network facts gathered) for
+        C(vllm_gateway_vrrp_interface).
       - The API keys for C(vllm_gateway_tenants); a gateway's settings for C(vllm_gateway_errors); the runtime API's
         C(show stat) CSV for C(vllm_gateway_sessions); an instance's /metrics text for C(vllm_gateway_requests_running).
     type: raw
@@ -45,6 +54,17 @@ EXAMPLES = r"""
 - name: The backend hosts share one vllm_api_key (the messages never show a key)
   ansible.builtin.assert:
     that: (hostvars | vllm_gateway_backend_key_errors(inventory_hostname, groups['vllm_nodes'])) | length == 0
+
+- name: The gateways' shared virtual address is consistent, and its password comes from Ansible Vault
+  ansible.builtin.assert:
+    that: __vllm_gateway_vip_errors | length == 0
+    fail_msg: "{{ __vllm_gateway_vip_errors }}"
+  vars:
+    __vllm_gateway_vip_errors: "{{ hostvars | vllm_gateway_vip_errors(inventory_hostname, groups['vllm_gateways']) }}"
+
+- name: The interface keepalived advertises from
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts | vllm_gateway_vrrp_interface(vllm_gateway_source_address | default(ansible_host)) }}"
 """
 
 RETURN = r"""
@@ -54,7 +74,8 @@ _value:
       host runs now; C(vllm_gateway_server_name), a server's name (host_instance).
     - C(vllm_gateway_tenants), the tenants with their keys' SHA-256; C(vllm_gateway_errors) and
       C(vllm_gateway_backend_key_errors), messages; C(vllm_gateway_backend_key), the backends' key (a secret);
-      C(vllm_gateway_clients), networks by family (ipv4, ipv6).
+      C(vllm_gateway_clients), networks by family (ipv4, ipv6); C(vllm_gateway_vip_errors), messages;
+      C(vllm_gateway_vrrp_interface), an interface's name.
     - C(vllm_gateway_sessions) and C(vllm_gateway_requests_running), numbers.
   type: raw
 """
@@ -172,6 +193,101 @@ def vllm_gateway_clients(hostvars, gateways, allowed, host, monitoring=()):
         raise AnsibleFilterError(str(exc)) from exc
 
 
+# Where a value's data tags cannot be read (an ansible-core before 2.19's data tagging): never taken as from Vault.
+_NO_TAGS = "cannot tell whether it came from Vault (ansible-core without data tags)"
+_VAULT_HEADER = "$ANSIBLE_VAULT;"
+
+
+def _encrypted_file(path):
+    """Whether a file is encrypted whole by ansible-vault: its first line, and only that, is read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.readline(256).startswith(_VAULT_HEADER)
+    except OSError:
+        return False
+
+
+def _vault_source(value):
+    """None when `value` came from Ansible Vault, else where it came from, for the message (never the value).
+
+    Read from ansible-core's data tags (2.19): an inline !vault value, and a template that is only a reference to
+    one, carry VaultedValue; the unvault lookup's value carries SourceWasEncrypted (the file lookup's does not: it
+    strips the text, which drops the tags); a value of a vars file encrypted whole carries only the Origin of that
+    file, whose first line is then the Vault header. A value with none of these is not from Vault."""
+    if value is None or type(value).__name__ == "EncryptedString":  # not set (vip_errors says so), or still sealed
+        return None
+    try:
+        from ansible._internal._datatag._tags import Origin, SourceWasEncrypted, TrustedAsTemplate, VaultedValue
+        from ansible.module_utils._internal._datatag import AnsibleTagHelper
+
+        tags = list(AnsibleTagHelper.tags(value))
+    except (ImportError, AttributeError):
+        return _NO_TAGS
+    if any(isinstance(tag, (VaultedValue, SourceWasEncrypted)) for tag in tags):
+        return None
+    origin = next((tag for tag in tags if isinstance(tag, Origin)), None)
+    if origin is None:
+        return "no record of where it came from, and no mark of Ansible Vault"
+    if origin.path:
+        if _encrypted_file(origin.path):
+            return None
+        where = os.path.relpath(origin.path) if origin.path.startswith(os.getcwd() + os.sep) else origin.path
+        where += f" line {origin.line_num}" if origin.line_num else ""
+        if any(isinstance(tag, TrustedAsTemplate) for tag in tags):
+            return f"written in plain text in {where}"
+        return (
+            f"the result of a template in {where} that keeps no mark of Ansible Vault (one that changes a "
+            "vaulted value, or a lookup other than unvault)"
+        )
+    if "'-e'" in str(origin.description):
+        return "given on the command line (-e)"
+    return f"given in plain text ({origin.description})"
+
+
+def vllm_gateway_vip_errors(hostvars, host, gateways):
+    """The errors of the gateways' shared virtual address for the gateway `host` (vllm_fleet.gateway.vip_errors),
+    with where each gateway's vllm_gateway_vrrp_password came from."""
+    if (
+        not isinstance(hostvars, Mapping)
+        or isinstance(gateways, (str, bytes, Mapping))
+        or not hasattr(gateways, "__iter__")
+    ):
+        raise AnsibleFilterError(
+            "vllm_gateway_vip_errors expects hostvars | vllm_gateway_vip_errors(gateway host, gateway host names), "
+            f"got {type(hostvars).__name__} and {type(gateways).__name__}"
+        )
+    found = {}
+    for name in [*gateways, *([] if host in gateways else [host])]:  # the gateway checked, always
+        try:
+            variables = hostvars[name]
+        except KeyError:
+            raise AnsibleFilterError(f"vllm_gateway_vip_errors: the gateway {name!r} is not in the inventory") from None
+        found[str(name)] = variables if hasattr(variables, "get") else {}
+    # The password is read only where a gateway shares an address: without one it is never templated.
+    if not any(values.get("vllm_gateway_vip") for values in found.values()):
+        return []
+    sources = {name: _vault_source(values.get("vllm_gateway_vrrp_password")) for name, values in found.items()}
+    return gateway.vip_errors(str(host), found, sources)
+
+
+def vllm_gateway_vrrp_interface(ansible_facts, address):
+    """The interface of a gateway's facts that holds `address`."""
+    names = ansible_facts.get("interfaces") if isinstance(ansible_facts, Mapping) else None
+    if not isinstance(names, (list, tuple)):
+        raise AnsibleFilterError(
+            "vllm_gateway_vrrp_interface expects ansible_facts with the network facts (ansible_facts['interfaces']: "
+            f"gather facts, with the network subset), got {type(ansible_facts).__name__}"
+        )
+    interfaces = {}
+    for name in names:
+        facts = ansible_facts.get(name, ansible_facts.get(str(name).replace("-", "_")))
+        interfaces[str(name)] = facts if isinstance(facts, Mapping) else {}
+    try:
+        return gateway.vrrp_interface(interfaces, address)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"vllm_gateway_vrrp_interface: {exc}") from exc
+
+
 def vllm_gateway_sessions(show_stat, backend, server):
     return gateway.server_sessions(str(show_stat), str(backend), str(server))
 
@@ -196,6 +312,8 @@ class FilterModule:
             "vllm_gateway_backend_key": vllm_gateway_backend_key,
             "vllm_gateway_backend_key_errors": vllm_gateway_backend_key_errors,
             "vllm_gateway_clients": vllm_gateway_clients,
+            "vllm_gateway_vip_errors": vllm_gateway_vip_errors,
+            "vllm_gateway_vrrp_interface": vllm_gateway_vrrp_interface,
             "vllm_gateway_sessions": vllm_gateway_sessions,
             "vllm_gateway_requests_running": vllm_gateway_requests_running,
         }

@@ -4,7 +4,8 @@ A fleet host (a vLLM host, a gateway, a monitoring host) starts connections only
 
 - the other fleet hosts (any port: the gateways reach the instances, Prometheus scrapes every host), each by its
   ``ansible_host`` where that is an address, and the networks the fleet's hosts are in
-  (``vllm_egress_fleet_networks``), which cover the hosts an inventory knows by name;
+  (``vllm_egress_fleet_networks``), which cover the hosts an inventory knows by name; and the address the gateways
+  share (``vllm_gateway_vip``), held by one of them at a time;
 - the hosts of the URLs the roles fetch from or send to: ``vllm_wheelhouse_url``, ``vllm_model_url``,
   ``vllm_draft_model_url`` and the monitoring receivers' ``webhook_url`` (with ``vllm_monitoring_smtp_smarthost``),
   each on its own port;
@@ -215,6 +216,14 @@ def rules(host: str, settings: Mapping[str, Any], peers: Mapping[str, Mapping[st
                 )
             continue
         found.append(_rule(network, "any", [], f"the fleet host {name}"))
+    # The gateways' shared address (vllm_gateway_vip), which one gateway holds at a time: the others' checks reach
+    # the front door there. One that does not parse is the gateways' own plan error (gateway.vip_errors).
+    for values in {host: settings, **peers}.values():
+        try:
+            vip = ipaddress.ip_interface(str(values.get("vllm_gateway_vip") or "")).ip
+        except ValueError:
+            continue
+        found.append(_rule(ipaddress.ip_network(vip), "any", [], "the gateways' shared address (vllm_gateway_vip)"))
     found += _url_rules(host, settings, names, errors)
     dns = []
     try:

@@ -12,6 +12,13 @@ haproxy.cfg or its maps (``inputs.CONTROL``), a balance algorithm the gateway do
 
 Behind the gateways, each vLLM host admits on its port only itself, the gateways and its vllm_allowed_clients (the
 monitoring hosts): ``clients`` gives those addresses, by family, for the host's nftables rules (roles/vllm).
+
+Two or more gateways may share a virtual address (``vllm_gateway_vip``) through keepalived: VRRPv2 between them,
+unicast to each other's own address, with PASS authentication. ``vip_errors`` refuses at plan time what would
+split the address between two gateways or leave it with none (a vip, router id or password that differs between
+them, two with one priority, a gateway outside the vip's network), what keepalived would cut or refuse (a password
+over 8 characters, an advertisement interval that is not whole seconds) and a password that does not come from
+Ansible Vault; ``vrrp_interface`` finds, in a gateway's facts, the interface that holds its own address.
 """
 
 from __future__ import annotations
@@ -81,6 +88,25 @@ STRINGS = (
     "vllm_gateway_backend_group",
     "vllm_gateway_balance",
     "vllm_gateway_source_address",
+)
+# keepalived (VRRPv2): a gateway's priority (255 is the address owner's, which a shared address has none of), the
+# virtual router id (one byte, 0 reserved), the advertisement interval (whole seconds, one byte) and the PASS
+# password (keepalived reads only its first 8 characters: a longer one would be cut silently). The defaults are
+# the role's.
+VRRP_PRIORITY = (1, 254)
+VRRP_ROUTER_ID = (1, 255)
+VRRP_ROUTER_ID_DEFAULT = 51
+VRRP_ADVERT = (1, 255)
+VRRP_ADVERT_DEFAULT = 1
+VRRP_PASSWORD_LENGTH = 8
+VRRP_PASSWORD = re.compile(r"[!-~]{1,%d}" % VRRP_PASSWORD_LENGTH)  # printable ASCII, no space
+# A Linux interface name: 1 to 15 characters (IFNAMSIZ less its NUL), here letters, digits and _ . : - only.
+INTERFACE = re.compile(r"[A-Za-z0-9_.:-]{1,15}")
+VIP = re.compile(r"[0-9A-Fa-f.:]+/[0-9]{1,3}")
+VRRP_PASSWORD_FIX = (
+    "fix: one vllm_gateway_vrrp_password of 1 to 8 printable ASCII characters without spaces for every gateway, "
+    "in the group_vars of vllm_gateways, from Ansible Vault (`ansible-vault encrypt_string --name "
+    "vllm_gateway_vrrp_password`; an encrypted file read with the unvault lookup must hold no trailing newline)"
 )
 VAULT_FIX = (
     "fix: the one vllm_api_key of the group vllm_nodes, in its group_vars, from Ansible Vault (none in a "
@@ -440,6 +466,256 @@ def check(host: str, values: Mapping[str, Any], now: datetime.datetime | None = 
             "to vLLM come from, or vllm_firewall: false on the vLLM hosts"
         )
     return errors
+
+
+def _setting(values: Mapping[str, Any], name: str) -> str:
+    """A setting as text for comparing and showing: '' when absent."""
+    value = values.get(name)
+    if value is None:
+        return ""
+    text = _text(value)
+    return text if text is not None else str(value)
+
+
+def _or_default(values: Mapping[str, Any], name: str, default: int) -> Any:
+    """A setting the role defaults (absent or null: the default)."""
+    value = values.get(name)
+    return default if value is None else value
+
+
+def _others(names: Iterable[str], shown: Mapping[str, str]) -> str:
+    """Gateways and their values, for a message: gw-2 (10.0.0.9/24), gw-3 (not set)."""
+    return ", ".join(f"{n} ({inputs.short(shown[n]) if shown[n] else 'not set'})" for n in names)
+
+
+def _vip_addresses(host: str, vip: str, gateways: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The vip's errors: its form, an address no host may hold, and the gateways' own addresses against it."""
+    name = "vllm_gateway_vip"
+    fix = "fix: ADDRESS/PREFIX, a free address of the gateways' network and that network's prefix, e.g. 10.89.77.9/24"
+    shown_vip = inputs.short(vip)
+    control = _control(host, name, vip)
+    if control:
+        return control
+    if not VIP.fullmatch(vip):
+        return [f"{host}: {name}={shown_vip} is not ADDRESS/PREFIX; {fix}"]
+    try:
+        interface = ipaddress.ip_interface(vip)
+    except ValueError as exc:
+        return [f"{host}: {name}={shown_vip} does not parse ({inputs.short(str(exc), 120, str)}); {fix}"]
+    errors = []
+    network, address = interface.network, interface.ip
+    if address == network.network_address and network.num_addresses > 2:
+        errors.append(
+            f"{host}: {name}={shown_vip} is the network address of {network}, which no host may hold; fix: a free "
+            f"host address of {network}, with the prefix /{network.prefixlen}"
+        )
+    if network.version == 4 and network.num_addresses > 2 and address == network.broadcast_address:
+        errors.append(
+            f"{host}: {name}={shown_vip} is the broadcast address of {network}; fix: a free host address of "
+            f"{network}, with the prefix /{network.prefixlen}"
+        )
+    for other, values in sorted(gateways.items()):
+        source = source_address(values.get("vllm_gateway_source_address"), values.get("ansible_host"), other)
+        try:
+            own = ipaddress.ip_address(source)
+        except ValueError:
+            continue  # not an address: check()'s error, on that gateway
+        whose = "its own" if other == host else f"the gateway {other}'s"
+        if own == address:
+            errors.append(
+                f"{host}: {name}={shown_vip} is {whose} address (vllm_gateway_source_address, by default its "
+                "ansible_host): keepalived would move a gateway's own address away from it; fix: a free address "
+                f"of {network} that no host holds"
+            )
+        elif own.version != network.version or own not in network:
+            errors.append(
+                f"{host}: {name}={shown_vip}: {whose} address {own} (vllm_gateway_source_address, by default its "
+                f"ansible_host) is not in the vip's network {network}; the vip must be an address of the gateways' "
+                "network, since VRRP's advertisements and the gratuitous ARP that moves the address reach only "
+                "one link; fix: a vip in the network of the gateways' own addresses, with that network's prefix "
+                "(e.g. /24), or gateways on one network"
+            )
+    return errors
+
+
+def _vrrp_numbers(host: str, gateways: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The priority (one per gateway), the router id (the same on all) and the advertisement interval."""
+    values = gateways.get(host) or {}
+    errors = []
+    low, high = VRRP_PRIORITY
+    name = "vllm_gateway_vrrp_priority"
+    priority = _whole(values.get(name))
+    if values.get(name) is None:
+        errors.append(
+            f"{host}: {name} is not set, and every gateway that shares vllm_gateway_vip needs its own; fix: a "
+            f"whole number from {low} to {high}, a different one on each gateway (the highest takes the address "
+            "first), in its host_vars"
+        )
+    elif priority is None or not low <= priority <= high:
+        errors.append(
+            f"{host}: {name}={inputs.short(values.get(name))} must be a whole number from {low} to {high} "
+            f"(255 is an address owner's, which a shared address has none of); fix: e.g. 150 on one gateway and "
+            "100 on the next"
+        )
+    else:
+        same = sorted(n for n, v in gateways.items() if n != host and _whole(v.get(name)) == priority)
+        if same:
+            errors.append(
+                f"{host}: {name}={priority} is also the priority of {', '.join(same)}: two gateways of one priority "
+                "leave which holds the address to chance; fix: a different priority on each gateway"
+            )
+    name = "vllm_gateway_vrrp_router_id"
+    low, high = VRRP_ROUTER_ID
+    router_id = _or_default(values, name, VRRP_ROUTER_ID_DEFAULT)
+    if not low <= (_whole(router_id) or 0) <= high:
+        errors.append(
+            f"{host}: {name}={inputs.short(router_id)} must be a whole number from {low} to {high} (VRRP's "
+            f"virtual_router_id); fix: e.g. {VRRP_ROUTER_ID_DEFAULT}, the same on every gateway and unused by "
+            "other VRRP routers of the network"
+        )
+    else:
+        ids = {n: _whole(_or_default(v, name, VRRP_ROUTER_ID_DEFAULT)) for n, v in gateways.items()}
+        differ = sorted(n for n in ids if ids[n] != ids[host])
+        if differ:
+            shown = {n: str(_or_default(gateways[n], name, VRRP_ROUTER_ID_DEFAULT)) for n in differ}
+            errors.append(
+                f"{host}: {name}={_whole(router_id)} differs from the other gateways': {_others(differ, shown)}; "
+                "gateways of different router ids are separate VRRP routers and each would take the address; "
+                "fix: one vllm_gateway_vrrp_router_id for all, in the group_vars of vllm_gateways"
+            )
+    name = "vllm_gateway_vrrp_advert_s"
+    low, high = VRRP_ADVERT
+    advert = _or_default(values, name, VRRP_ADVERT_DEFAULT)
+    if not low <= (_whole(advert) or 0) <= high:
+        errors.append(
+            f"{host}: {name}={inputs.short(advert)} must be whole seconds from {low} to {high} (VRRPv2 "
+            f"advertises in whole seconds); fix: e.g. {VRRP_ADVERT_DEFAULT}"
+        )
+    return errors
+
+
+def _vrrp_password(
+    host: str, gateways: Mapping[str, Mapping[str, Any]], sources: Mapping[str, str | None]
+) -> list[str]:
+    """The PASS password: set, keepalived's 8 printable characters, the same on every gateway, from Vault. No message
+    shows a password, nor its length."""
+    name = "vllm_gateway_vrrp_password"
+    password = _setting(gateways.get(host) or {}, name)
+    if not password:
+        return [f"{host}: {name} is not set or empty; {VRRP_PASSWORD_FIX}"]
+    errors = []
+    if len(password) > VRRP_PASSWORD_LENGTH:
+        errors.append(
+            f"{host}: {name} (value not shown) is longer than {VRRP_PASSWORD_LENGTH} characters, and keepalived's "
+            f"PASS authentication reads only the first {VRRP_PASSWORD_LENGTH}; {VRRP_PASSWORD_FIX}"
+        )
+    elif not VRRP_PASSWORD.fullmatch(password):
+        errors.append(
+            f"{host}: {name} (value not shown) holds a character that is not printable ASCII, or a space, a line "
+            f"break or another control character; {VRRP_PASSWORD_FIX}"
+        )
+    differ = sorted(n for n, v in gateways.items() if n != host and _setting(v, name) != password)
+    if differ:
+        errors.append(
+            f"{host}: {name} (value not shown) differs from the one of {', '.join(differ)} (no value is shown): "
+            f"keepalived ignores the advertisements of a gateway with another password, and both would take the "
+            f"address; {VRRP_PASSWORD_FIX}"
+        )
+    source = sources.get(host, "nothing says where it came from")
+    if source is not None:
+        errors.append(
+            f"{host}: {name} (value not shown) must come from Ansible Vault; where it came from: {source}; fix: "
+            "encrypt it with `ansible-vault encrypt_string --name vllm_gateway_vrrp_password` (or keep it in a "
+            "vars file encrypted with `ansible-vault encrypt`) and put it in the group_vars of vllm_gateways, "
+            "none in a host's own vars or on the command line"
+        )
+    return errors
+
+
+def vip_errors(host: str, gateways: Mapping[str, Mapping[str, Any]], sources: Mapping[str, str | None]) -> list[str]:
+    """The errors of the virtual address the gateways share through keepalived, for the gateway `host`, each naming
+    the host, the setting, its value (never a password's) and the fix; [] when no gateway sets vllm_gateway_vip.
+
+    ``gateways``: {name: its variables} for every gateway of vllm_gateways, `host` included. ``sources``: {name:
+    None when its vllm_gateway_vrrp_password came from Ansible Vault, else a short text saying where it came from};
+    a gateway missing from it counts as not from Vault. A gateway's own address is its vllm_gateway_source_address,
+    by default its ansible_host (``source_address``); one that is not an IP address is ``check``'s error."""
+    shown = {name: _setting(values, "vllm_gateway_vip") for name, values in gateways.items()}
+    shown.setdefault(host, "")
+    if not any(shown.values()):
+        return []
+    vip = shown[host]
+    shown_vip = inputs.short(vip)
+    differ = sorted(n for n in shown if n != host and shown[n] != vip)
+    fix = "fix: one vllm_gateway_vip for all the gateways, in the group_vars of vllm_gateways (or none on any)"
+    if not vip:
+        return [f"{host}: vllm_gateway_vip is not set, but other gateways set one: {_others(differ, shown)}; {fix}"]
+    errors = []
+    if differ:
+        errors.append(
+            f"{host}: vllm_gateway_vip={shown_vip} differs from the other gateways': {_others(differ, shown)}; {fix}"
+        )
+    errors += _vip_addresses(host, vip, gateways)
+    values = gateways.get(host) or {}
+    bind = _setting(values, "vllm_gateway_bind_address") or "0.0.0.0"
+    if bind not in ("0.0.0.0", "::"):
+        errors.append(
+            f"{host}: vllm_gateway_bind_address={inputs.short(bind)} is a specific address, but with "
+            f"vllm_gateway_vip={shown_vip} HAProxy must also answer on the vip when keepalived moves it here; fix: "
+            "0.0.0.0 (or :: for IPv6 too)"
+        )
+    errors += _vrrp_numbers(host, {**gateways, host: values})
+    errors += _vrrp_password(host, {**gateways, host: values}, sources)
+    interface = values.get("vllm_gateway_vrrp_interface")
+    if interface:
+        text = _text(interface)
+        if text is None or not INTERFACE.fullmatch(text) or text in (".", ".."):
+            errors.append(
+                f"{host}: vllm_gateway_vrrp_interface={inputs.short(interface)} is not an interface name (1 to 15 "
+                "letters, digits, _ . : -); fix: the interface that holds the gateway's own address, e.g. eth0, "
+                "or '' to find it from the gateway's facts"
+            )
+    return errors
+
+
+def vrrp_interface(interfaces: Mapping[str, Any], address: str) -> str:
+    """The name of the interface that holds ``address`` (the gateway's own; IPv4 or IPv6), which keepalived's
+    advertisements leave from.
+
+    ``interfaces``: {interface name: its facts}, as Ansible's facts give them (the names of
+    ``ansible_facts['interfaces']``, each with ``ansible_facts[name]``, '-' read as '_'), of which only these are
+    read: ``{"ipv4": {"address": "10.0.0.5", ...}, "ipv4_secondaries": [{"address": ...}, ...], "ipv6":
+    [{"address": "fd00::5", ...}, ...]}``, each part optional. ValueError names the address and the interfaces seen
+    when none holds it, or the address when it is not one."""
+    try:
+        wanted = ipaddress.ip_address(str(address))
+    except ValueError:
+        raise ValueError(
+            f"the gateway's own address {inputs.short(address)} (vllm_gateway_source_address, by default its "
+            "ansible_host) is not an IP address, so no interface can be found for keepalived; fix: set "
+            "vllm_gateway_vrrp_interface, or vllm_gateway_source_address to the gateway's address"
+        ) from None
+    for name in sorted(interfaces):
+        facts = interfaces[name]
+        if not isinstance(facts, Mapping):
+            continue
+        ipv4 = facts.get("ipv4")
+        entries = [ipv4] if isinstance(ipv4, Mapping) else []
+        for key in ("ipv4_secondaries", "ipv6"):
+            found = facts.get(key)
+            entries += [e for e in found if isinstance(e, Mapping)] if isinstance(found, list) else []
+        for entry in entries:
+            try:
+                if ipaddress.ip_address(str(entry.get("address", "")).split("%")[0]) == wanted:
+                    return str(name)
+            except ValueError:
+                continue
+    seen = ", ".join(sorted(str(n) for n in interfaces)) or "none"
+    raise ValueError(
+        f"no interface holds the gateway's own address {wanted} (interfaces seen: {seen}), so keepalived has none "
+        "to advertise from; fix: set vllm_gateway_vrrp_interface to the interface on the gateways' network, or "
+        "vllm_gateway_source_address to an address this gateway holds (and gather its network facts)"
+    )
 
 
 def server_sessions(show_stat: str, backend: str, server: str) -> int | None:

@@ -35,21 +35,55 @@ class Stream:
     """One streamed chat completion: its outcome and timings."""
 
     def __init__(
-        self, url: str, key: str, model: str, max_tokens: int, context: ssl.SSLContext | None, timeout: float
+        self,
+        url: str,
+        key: str,
+        model: str,
+        max_tokens: int,
+        context: ssl.SSLContext | None,
+        timeout: float,
+        connect_retries: int = 0,
+        connect_timeout: float | None = None,
     ) -> None:
         parts = urllib.parse.urlsplit(url.rstrip("/"))
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"--url {url!r} is not an http(s) URL")
+        if not 0 <= connect_retries <= 20:
+            raise ValueError("bounds: connect retries 0-20")
         self.parts, self.key, self.model, self.max_tokens = parts, key, model, max_tokens
         self.hostname: str = parts.hostname
         self.context, self.timeout = context, timeout
+        # A client that could not connect (nothing was sent) tries again, as the openai SDK does (2 retries by
+        # default): what a shared address moving between gateways must be measured against.
+        self.connect_retries = connect_retries
+        self.connect_timeout = timeout if connect_timeout is None else connect_timeout
 
     def _connection(self) -> http.client.HTTPConnection:
         if self.parts.scheme == "https":
             return http.client.HTTPSConnection(
-                self.hostname, self.parts.port, timeout=self.timeout, context=self.context
+                self.hostname, self.parts.port, timeout=self.connect_timeout, context=self.context
             )
-        return http.client.HTTPConnection(self.hostname, self.parts.port, timeout=self.timeout)
+        return http.client.HTTPConnection(self.hostname, self.parts.port, timeout=self.connect_timeout)
+
+    def _connected(self, result: dict[str, Any]) -> http.client.HTTPConnection:
+        """A connection made (TLS included), after at most ``connect_retries`` retries a quarter second apart; the
+        retries it took are counted in ``result``. OSError when the last try fails too."""
+        attempt = 0
+        while True:
+            conn = self._connection()
+            try:
+                conn.connect()
+            except OSError:
+                conn.close()
+                if attempt >= self.connect_retries:
+                    raise
+                attempt += 1
+                result["connect_retries"] = attempt
+                time.sleep(0.25)
+                continue
+            if conn.sock is not None:
+                conn.sock.settimeout(self.timeout)
+            return conn
 
     def send(
         self, prompt: str | list[dict[str, str]], clock: Callable[[], float] = time.monotonic, keep_text: bool = False
@@ -71,8 +105,9 @@ class Stream:
         result: dict[str, Any] = {"outcome": "failed", "ttft": None, "tokens": 0, "error": None}
         text: list[str] = []
         start = clock()
-        conn = self._connection()
+        conn: http.client.HTTPConnection | None = None
         try:
+            conn = self._connected(result)
             conn.request("POST", self.parts.path + "/v1/chat/completions", body=json.dumps(body), headers=headers)
             response = conn.getresponse()
             if response.status != 200:
@@ -103,7 +138,8 @@ class Stream:
                 result["outcome"] = "cut"
             result["error"] = f"{type(exc).__name__}: {exc}"
         finally:
-            conn.close()
+            if conn is not None:
+                conn.close()
         if keep_text:
             result["text"] = "".join(text)
         return result
@@ -124,7 +160,7 @@ def run(
         raise ValueError(
             "bounds: concurrency 1-64, max-seconds up to 7200, max-requests up to 100000, think-seconds up to 60"
         )
-    began = time.monotonic()
+    began, began_at = time.monotonic(), time.time()
     lock = threading.Lock()
     requests: list[dict[str, Any]] = []
     sent = [0]
@@ -155,7 +191,8 @@ def run(
         thread.start()
     for thread in threads:
         thread.join(max_seconds + stream.timeout + 5)
-    return summarise(requests, time.monotonic() - began, concurrency)
+    # When the loop began (unix time): each request's start and end are seconds after it.
+    return dict(summarise(requests, time.monotonic() - began, concurrency), began_at=round(began_at, 3))
 
 
 def summarise(requests: list[dict[str, Any]], wall: float, concurrency: int) -> dict[str, Any]:
@@ -196,13 +233,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=120, help="seconds one request may take")
     parser.add_argument("--stop-file", help="stop when this file appears")
     parser.add_argument("--think-seconds", type=float, default=0.0, help="each worker's pause between requests")
+    parser.add_argument(
+        "--connect-retries", type=int, default=0, help="tries again a request that could not connect, up to this many"
+    )
+    parser.add_argument("--connect-timeout", type=float, help="seconds a connection may take (default: --timeout)")
     args = parser.parse_args(argv)
     key = ""
     if args.key_file:
         with open(args.key_file) as handle:
             key = handle.read().strip()
     context = ssl.create_default_context(cafile=args.cafile) if args.cafile else ssl.create_default_context()
-    stream = Stream(args.url, key, args.model, args.max_tokens, context, args.timeout)
+    stream = Stream(
+        args.url, key, args.model, args.max_tokens, context, args.timeout, args.connect_retries, args.connect_timeout
+    )
     json.dump(
         run(
             stream,

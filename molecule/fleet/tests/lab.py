@@ -6,6 +6,7 @@ import os
 import random
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import threading
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.append(str(ROOT / "tests"))
 import browser  # noqa: E402,F401
 import serving  # noqa: E402
+from vllm_fleet import failover  # noqa: E402
 
 REPORTS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"
 # The operator's inventory: a copy of Molecule's (its group_vars and host_vars links resolved into files), which the
@@ -39,6 +41,10 @@ PROMETHEUS = "http://10.89.77.23:9090"
 # lab network, the network's gateway.
 RECEIVER = ("10.89.77.1", 9099)
 GATEWAY = "https://10.89.77.20"
+# The two gateways and the address they share (molecule/fleet/host_vars: keepalived's VRRP, fleet-gw first).
+GATEWAY_HOSTS = ("fleet-gw", "fleet-gw2")
+VIP = "10.89.77.29"
+SHARED = f"https://{VIP}"
 CACHE = Path(os.environ.get("CACHE_DIR", ROOT / ".cache"))
 CA = CACHE / "lab" / "pki" / "ca.crt"
 KEYS = CACHE / "lab" / "api-keys"
@@ -321,11 +327,64 @@ def load(url, model, seconds, max_requests, concurrency=8, max_tokens=300, stop=
     return counts
 
 
-def stream_loop(run_id, seconds=1200, think=2):
+def vip_holders():
+    """The gateways that hold the shared address now (ip addr, inside each; a stopped one holds nothing)."""
+    return [host for host in GATEWAY_HOSTS if VIP in on(host, "ip", "-o", "addr", "show", "to", VIP, check=False)]
+
+
+def sessions_by_server():
+    """{backend server: sessions it was sent since its gateway started}, summed over the running gateways (the
+    runtime API's show stat, stot)."""
+    totals = {}
+    for host in GATEWAY_HOSTS:
+        out = on(host, "sh", "-c", "echo 'show stat' | socat stdio /run/vllm-gateway/admin.sock", check=False)
+        for line in out.splitlines():
+            fields = line.split(",")
+            if len(fields) > 7 and fields[0] == "vllm" and fields[1] not in ("BACKEND", "FRONTEND"):
+                totals[fields[1]] = totals.get(fields[1], 0) + int(fields[7] or 0)
+    return totals
+
+
+def set_server_state(server, state):
+    """Drain a backend server, or make it ready again, at every running gateway (HAProxy's runtime API), as the
+    rollout's drain.yml and ready.yml do."""
+    for host in GATEWAY_HOSTS:
+        command = f"echo 'set server vllm/{server} state {state}' | socat stdio /run/vllm-gateway/admin.sock"
+        on(host, "sh", "-c", command)
+
+
+def watch_shared_address(seconds=120):
+    """A watch of the shared address's /health from this machine (vllm_fleet.failover: every 50 ms, 0.5 s each)."""
+    return failover.Watch(VIP, ssl.create_default_context(cafile=str(CA)), seconds=seconds)
+
+
+def stop_gateway(host):
+    """Stop a gateway's host (systemd's clean shutdown, as an operator's `poweroff`)."""
+    subprocess.run(["podman", "stop", host], check=True, capture_output=True)
+
+
+def start_gateway(host, timeout=120):
+    """Start a stopped gateway's host again and wait until its SSH, HAProxy and keepalived run."""
+    subprocess.run(["podman", "start", host], check=True, capture_output=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        units = subprocess.run(
+            ["podman", "exec", host, "systemctl", "is-active", "ssh", "haproxy", "keepalived"],
+            capture_output=True,
+            text=True,
+        )
+        if units.returncode == 0:
+            return
+        time.sleep(1)
+    raise AssertionError(f"{host} did not come back within {timeout} s: {units.stdout} {units.stderr}")
+
+
+def stream_loop(run_id, seconds=1200, think=2, url=GATEWAY, connect_retries=0):
     """Start a bounded loop of streamed chat completions through the gateway (2 users at a time, each pausing
     `think` s between answers, so that the loop leaves the 2 cores to what it watches: with 4 users and 1 s, each
     instance's start took 80 to 106 s on the lab instead of 26 s, and the good change 1,178 s); stop() ends it and
-    returns its result (vllm_fleet.streamload)."""
+    returns its result (vllm_fleet.streamload). With `connect_retries`, a request that could not connect (1 s each)
+    tries again, a quarter second apart, as the openai SDK's client does."""
     stop = REPORTS / f"{run_id}.gateway.stop"
     stop.unlink(missing_ok=True)
     proc = subprocess.Popen(
@@ -334,7 +393,11 @@ def stream_loop(run_id, seconds=1200, think=2):
             "-m",
             "vllm_fleet.streamload",
             "--url",
-            GATEWAY,
+            url,
+            "--connect-retries",
+            str(connect_retries),
+            "--connect-timeout",
+            "1" if connect_retries else "120",
             "--key-file",
             str(KEYS / "lab-team-a"),
             "--cafile",

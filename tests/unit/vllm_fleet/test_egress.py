@@ -42,6 +42,25 @@ def test_a_lab_host_may_reach_the_other_fleet_hosts_the_mirror_and_its_urls_only
     assert all(r["family"] == "ip" for r in result["rules"])
 
 
+def test_every_fleet_host_may_reach_the_gateways_shared_address():
+    """The address the gateways share (one holds it at a time) is a destination of its own: a gateway that does not
+    hold it checks the front door there; one that does not parse is left to the gateways' own plan check."""
+    gateways = {
+        "fleet-gw": {"ansible_host": "10.89.77.20", "vllm_gateway_vip": "10.89.77.29/24"},
+        "fleet-gw2": {"ansible_host": "10.89.77.24", "vllm_gateway_vip": "10.89.77.29/24"},
+    }
+    for host in ("fleet-gw2", "fleet-1"):
+        result = egress.rules(host, {"vllm_egress_allow": [MIRROR]}, {**LAB_PEERS, **gateways})
+        assert result["errors"] == []
+        shared = [(r["to"], r["proto"], r["ports"], r["why"]) for r in result["rules"] if r["to"] == "10.89.77.29/32"]
+        assert shared == [("10.89.77.29/32", "any", [], "the gateways' shared address (vllm_gateway_vip)")], result[
+            "rules"
+        ]
+    broken = {"fleet-gw": {"ansible_host": "10.89.77.20", "vllm_gateway_vip": "not an address"}}
+    result = egress.rules("fleet-1", {}, {**LAB_PEERS, **broken})
+    assert result["errors"] == [] and not any("shared" in r["why"] for r in result["rules"])
+
+
 def test_the_monitoring_host_may_reach_its_receivers_and_the_resolvers():
     settings = {
         "vllm_monitoring_receivers": [{"name": "hook", "webhook_url": "http://10.89.77.1:9099/alerts"}],

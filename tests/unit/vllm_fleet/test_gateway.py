@@ -12,7 +12,10 @@ import ipaddress
 import itertools
 import json
 import re
+import socket
 import sys
+import threading
+import time
 
 import pytest
 import yaml
@@ -498,6 +501,295 @@ def test_the_clients_filter_reads_the_gateways_from_hostvars():
         gateway_filters.vllm_gateway_clients(hostvars, ["gw-1"], ["x"], "gpu-1")
 
 
+# --- the gateways' shared virtual address (keepalived): vip_errors and vrrp_interface -------------------------------
+VRRP_SECRET = "Vr7q!x2z"  # 8 characters: a test value that must never appear in a message
+
+
+def pair(**changes):
+    """Two gateways that share 10.89.77.9/24 correctly; `changes`: {gateway, or "all": {setting: value, None to
+    remove}}."""
+    gateways = {
+        "gw-1": {"ansible_host": "10.89.77.11", "vllm_gateway_vrrp_priority": 150},
+        "gw-2": {"ansible_host": "10.89.77.12", "vllm_gateway_vrrp_priority": 100},
+    }
+    for values in gateways.values():
+        values.update(
+            vllm_gateway_vip="10.89.77.9/24",
+            vllm_gateway_vrrp_password=VRRP_SECRET,
+            vllm_gateway_bind_address="0.0.0.0",
+        )
+    for name, settings in changes.items():
+        for one in list(gateways) if name == "all" else [name]:
+            gateways[one] = {k: v for k, v in {**gateways.get(one, {}), **settings}.items() if v is not None}
+    return gateways
+
+
+FROM_VAULT = {"gw-1": None, "gw-2": None, "gw-3": None}
+
+
+def vip_errors(gateways, host="gw-1", sources=FROM_VAULT):
+    errors = gateway.vip_errors(host, gateways, sources)
+    for error in errors:
+        assert error.startswith(f"{host}: ") and "fix: " in error, error
+        assert VRRP_SECRET not in error and VRRP_SECRET[:5] not in error, error
+    return errors
+
+
+def test_a_valid_pair_has_no_vip_errors_and_no_vip_turns_the_check_off():
+    assert vip_errors(pair()) == [] and vip_errors(pair(), "gw-2") == []
+    # The role's defaults (router id 51, 1 s) and an interface name, explicit, change nothing.
+    same = {"vllm_gateway_vrrp_router_id": 51, "vllm_gateway_vrrp_advert_s": "1", "vllm_gateway_vrrp_interface": "eth0"}
+    assert vip_errors(pair(**{"gw-1": same, "gw-2": {"vllm_gateway_vrrp_interface": ""}})) == []
+    # IPv6 too; and without a vip nothing is checked, not even a password that is not from Vault.
+    v6 = {"vllm_gateway_vip": "fd00:89::9/64", "vllm_gateway_bind_address": "::"}
+    assert (
+        vip_errors(
+            pair(**{"gw-1": {**v6, "ansible_host": "fd00:89::11"}, "gw-2": {**v6, "ansible_host": "fd00:89::12"}})
+        )
+        == []
+    )
+    off = {"gw-1": {"ansible_host": "10.0.0.1"}, "gw-2": {"vllm_gateway_vip": ""}}
+    assert gateway.vip_errors("gw-1", off, {"gw-1": "given on the command line (-e)"}) == []
+
+
+@pytest.mark.parametrize(
+    "changes, needles",
+    [
+        # --- the vip: one for all, ADDRESS/PREFIX, a free host address of the gateways' network ----------------------
+        (
+            {"gw-2": {"vllm_gateway_vip": None}},
+            ["gw-1: vllm_gateway_vip='10.89.77.9/24' differs from the other gateways': gw-2 (not set)"],
+        ),
+        (
+            {"gw-2": {"vllm_gateway_vip": "10.89.77.10/24"}},
+            ["differs from the other gateways': gw-2 ('10.89.77.10/24')", "in the group_vars of vllm_gateways"],
+        ),
+        ({"all": {"vllm_gateway_vip": "10.89.77.9"}}, ["vllm_gateway_vip='10.89.77.9' is not ADDRESS/PREFIX"]),
+        (
+            {"all": {"vllm_gateway_vip": "10.89.77.9/255.255.255.0"}},
+            ["vllm_gateway_vip='10.89.77.9/255.255.255.0' is not ADDRESS/PREFIX"],
+        ),
+        ({"all": {"vllm_gateway_vip": "10.89.77.300/24"}}, ["vllm_gateway_vip='10.89.77.300/24' does not parse"]),
+        ({"all": {"vllm_gateway_vip": "10.89.77.9/33"}}, ["vllm_gateway_vip='10.89.77.9/33' does not parse"]),
+        ({"all": {"vllm_gateway_vip": "10.89.77.9/24\n"}}, ["control or format character"]),
+        ({"all": {"vllm_gateway_vip": "10.89.77.0/24"}}, ["is the network address of 10.89.77.0/24"]),
+        ({"all": {"vllm_gateway_vip": "10.89.77.255/24"}}, ["is the broadcast address of 10.89.77.0/24"]),
+        (
+            {"all": {"vllm_gateway_vip": "10.89.77.12/24"}},
+            ["vllm_gateway_vip='10.89.77.12/24' is the gateway gw-2's address", "fix: a free address of 10.89.77.0/24"],
+        ),
+        (
+            {"gw-1": {"vllm_gateway_source_address": "10.89.77.9"}},
+            ["vllm_gateway_vip='10.89.77.9/24' is its own address"],
+        ),
+        (
+            {"gw-2": {"ansible_host": "10.89.78.12"}},
+            [
+                "gw-1: vllm_gateway_vip='10.89.77.9/24': the gateway gw-2's address 10.89.78.12",
+                "is not in the vip's network 10.89.77.0/24",
+                "reach only one link",
+            ],
+        ),
+        (
+            {"gw-1": {"ansible_host": "fd00::11"}},
+            ["its own address fd00::11 (vllm_gateway_source_address, by default its ansible_host) is not in"],
+        ),
+        (
+            {"gw-1": {"vllm_gateway_bind_address": "10.89.77.11"}},
+            ["vllm_gateway_bind_address='10.89.77.11' is a specific address", "fix: 0.0.0.0"],
+        ),
+        # --- the VRRP numbers ---------------------------------------------------------------------------------------
+        ({"gw-1": {"vllm_gateway_vrrp_priority": None}}, ["vllm_gateway_vrrp_priority is not set"]),
+        (
+            {"gw-1": {"vllm_gateway_vrrp_priority": 255}},
+            ["vllm_gateway_vrrp_priority=255 must be a whole number from 1 to 254"],
+        ),
+        ({"gw-1": {"vllm_gateway_vrrp_priority": 0}}, ["vllm_gateway_vrrp_priority=0 must be"]),
+        ({"gw-1": {"vllm_gateway_vrrp_priority": "high"}}, ["vllm_gateway_vrrp_priority='high' must be"]),
+        ({"gw-1": {"vllm_gateway_vrrp_priority": True}}, ["vllm_gateway_vrrp_priority=True must be"]),
+        (
+            {"gw-2": {"vllm_gateway_vrrp_priority": "150"}},
+            ["vllm_gateway_vrrp_priority=150 is also the priority of gw-2", "fix: a different priority on each"],
+        ),
+        (
+            {"gw-1": {"vllm_gateway_vrrp_router_id": 0}},
+            ["vllm_gateway_vrrp_router_id=0 must be a whole number from 1 to 255"],
+        ),
+        ({"gw-1": {"vllm_gateway_vrrp_router_id": 256}}, ["vllm_gateway_vrrp_router_id=256 must be"]),
+        (
+            {"gw-2": {"vllm_gateway_vrrp_router_id": 52}},
+            ["vllm_gateway_vrrp_router_id=51 differs from the other gateways': gw-2 ('52')"],
+        ),
+        (
+            {"gw-1": {"vllm_gateway_vrrp_advert_s": 0}},
+            ["vllm_gateway_vrrp_advert_s=0 must be whole seconds from 1 to 255"],
+        ),
+        ({"gw-1": {"vllm_gateway_vrrp_advert_s": 0.5}}, ["vllm_gateway_vrrp_advert_s=0.5 must be whole seconds"]),
+        ({"gw-1": {"vllm_gateway_vrrp_advert_s": "256"}}, ["vllm_gateway_vrrp_advert_s='256' must be"]),
+        # --- the password: never shown, nor its length ----------------------------------------------------------------
+        ({"gw-1": {"vllm_gateway_vrrp_password": None}}, ["vllm_gateway_vrrp_password is not set or empty"]),
+        ({"gw-1": {"vllm_gateway_vrrp_password": ""}}, ["vllm_gateway_vrrp_password is not set or empty"]),
+        (
+            {
+                "gw-1": {"vllm_gateway_vrrp_password": VRRP_SECRET + "9"},
+                "gw-2": {"vllm_gateway_vrrp_password": VRRP_SECRET + "9"},
+            },
+            ["vllm_gateway_vrrp_password (value not shown) is longer than 8 characters", "reads only the first 8"],
+        ),
+        (
+            {"gw-1": {"vllm_gateway_vrrp_password": "Vr7q x2"}, "gw-2": {"vllm_gateway_vrrp_password": "Vr7q x2"}},
+            ["(value not shown) holds a character that is not printable ASCII, or a space"],
+        ),
+        (
+            {"gw-1": {"vllm_gateway_vrrp_password": "Vr7q\n"}, "gw-2": {"vllm_gateway_vrrp_password": "Vr7q\n"}},
+            ["not printable ASCII, or a space, a line break", "no trailing newline"],
+        ),
+        (
+            {"gw-1": {"vllm_gateway_vrrp_password": "Vr7qé"}, "gw-2": {"vllm_gateway_vrrp_password": "Vr7qé"}},
+            ["not printable ASCII"],
+        ),
+        (
+            {
+                "gw-2": {"vllm_gateway_vrrp_password": VRRP_SECRET[::-1]},
+                "gw-3": {
+                    "ansible_host": "10.89.77.13",
+                    "vllm_gateway_vip": "10.89.77.9/24",
+                    "vllm_gateway_vrrp_priority": 50,
+                },
+            },
+            ["vllm_gateway_vrrp_password (value not shown) differs from the one of gw-2, gw-3 (no value is shown)"],
+        ),
+        # --- the interface ------------------------------------------------------------------------------------------
+        (
+            {"gw-1": {"vllm_gateway_vrrp_interface": "eth0; reboot"}},
+            ["vllm_gateway_vrrp_interface='eth0; reboot' is not an interface name"],
+        ),
+        ({"gw-1": {"vllm_gateway_vrrp_interface": "a" * 16}}, ["is not an interface name (1 to 15"]),
+        (
+            {"gw-1": {"vllm_gateway_vrrp_interface": ".."}},
+            ["vllm_gateway_vrrp_interface='..' is not an interface name"],
+        ),
+    ],
+    ids=itertools.count(),
+)
+def test_each_vip_error_names_the_host_the_setting_the_value_and_the_fix(changes, needles):
+    errors = vip_errors(pair(**changes))
+    assert len(errors) == 1, errors
+    assert all(needle in errors[0] for needle in needles), errors
+
+
+def test_a_vip_of_a_network_that_holds_no_gateway_names_each_gateway():
+    errors = vip_errors(pair(all={"vllm_gateway_vip": "10.89.77.9/32"}))
+    assert len(errors) == 2 and "its own address 10.89.77.11" in errors[0], errors
+    assert "the gateway gw-2's address 10.89.77.12 (vllm_gateway_source_address" in errors[1]
+    assert all("is not in the vip's network 10.89.77.9/32" in e for e in errors)
+
+
+def test_a_gateway_without_the_vip_the_others_set_is_told_which_and_nothing_else():
+    errors = vip_errors(pair(**{"gw-1": {"vllm_gateway_vip": "", "vllm_gateway_vrrp_priority": None}}))
+    assert errors == [
+        "gw-1: vllm_gateway_vip is not set, but other gateways set one: gw-2 ('10.89.77.9/24'); fix: one "
+        "vllm_gateway_vip for all the gateways, in the group_vars of vllm_gateways (or none on any)"
+    ]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "written in plain text in group_vars/vllm_gateways.yml line 3",
+        "given on the command line (-e)",
+        "cannot tell whether it came from Vault (ansible-core without data tags)",
+    ],
+)
+def test_a_password_not_from_vault_is_refused_saying_where_it_came_from(source):
+    (error,) = vip_errors(pair(), sources={"gw-1": source, "gw-2": None})
+    assert error.startswith("gw-1: vllm_gateway_vrrp_password (value not shown) must come from Ansible Vault; ")
+    assert f"where it came from: {source}; fix: encrypt it with `ansible-vault encrypt_string" in error
+    # Another gateway's source is its own check's; a gateway missing from sources is not taken as from Vault.
+    assert vip_errors(pair(), "gw-2", {"gw-1": source, "gw-2": None}) == []
+    (error,) = vip_errors(pair(), "gw-2", {})
+    assert "where it came from: nothing says where it came from" in error
+
+
+def test_every_vip_error_at_once_still_never_shows_the_password():
+    bad = {
+        "vllm_gateway_vip": "10.89.77.255/24",
+        "vllm_gateway_vrrp_password": VRRP_SECRET + "-and-more",
+        "vllm_gateway_vrrp_priority": 100,
+        "vllm_gateway_vrrp_router_id": 300,
+        "vllm_gateway_vrrp_advert_s": 0,
+        "vllm_gateway_vrrp_interface": "bad name",
+        "vllm_gateway_bind_address": "10.89.77.11",
+    }
+    errors = vip_errors(pair(**{"gw-1": bad}), sources={"gw-1": "given on the command line (-e)"})
+    assert len(errors) == 10, errors
+    assert not any(VRRP_SECRET in e or "-and-more" in e for e in errors)
+
+
+FACTS = {
+    "lo": {"ipv4": {"address": "127.0.0.1"}, "ipv6": [{"address": "::1", "prefix": "128", "scope": "host"}]},
+    "eth0": {
+        "ipv4": {"address": "192.168.0.5", "netmask": "255.255.255.0"},
+        "ipv4_secondaries": [{"address": "10.89.77.11", "netmask": "255.255.255.0"}],
+        "ipv6": [{"address": "fe80::1", "prefix": "64", "scope": "link"}],
+    },
+    "br-lab": {"ipv6": [{"address": "fd00:89::11", "prefix": "64", "scope": "global"}]},
+    "dummy0": {},
+}
+
+
+@pytest.mark.parametrize(
+    "address, interface",
+    [("192.168.0.5", "eth0"), ("10.89.77.11", "eth0"), ("fd00:89:0::11", "br-lab"), ("127.0.0.1", "lo")],
+)
+def test_the_vrrp_interface_is_the_one_that_holds_the_address(address, interface):
+    assert gateway.vrrp_interface(FACTS, address) == interface
+
+
+def test_no_interface_with_the_address_is_an_error_naming_it_and_the_interfaces_seen():
+    with pytest.raises(ValueError, match=re.escape("address 10.89.77.99 (interfaces seen: br-lab, dummy0, eth0, lo)")):
+        gateway.vrrp_interface(FACTS, "10.89.77.99")
+    with pytest.raises(ValueError, match=r"'gw-1\.example' .* is not an IP address"):
+        gateway.vrrp_interface(FACTS, "gw-1.example")
+    with pytest.raises(ValueError, match=re.escape("(interfaces seen: none)")):
+        gateway.vrrp_interface({}, "10.89.77.11")
+
+
+def test_the_vrrp_interface_filter_reads_ansible_facts():
+    # Ansible names a fact after its interface with '-' as '_' (ansible_facts['br_lab'] for br-lab).
+    facts = {
+        "interfaces": ["lo", "eth0", "br-lab"],
+        "lo": FACTS["lo"],
+        "eth0": FACTS["eth0"],
+        "br_lab": FACTS["br-lab"],
+    }
+    assert gateway_filters.vllm_gateway_vrrp_interface(facts, "fd00:89::11") == "br-lab"
+    with pytest.raises(AnsibleFilterError, match="vllm_gateway_vrrp_interface: no interface holds"):
+        gateway_filters.vllm_gateway_vrrp_interface(facts, "10.1.1.1")
+    with pytest.raises(AnsibleFilterError, match="expects ansible_facts with the network facts"):
+        gateway_filters.vllm_gateway_vrrp_interface({"hostname": "gw-1"}, "10.1.1.1")
+
+
+def test_the_vip_filter_reads_the_gateways_from_hostvars_and_refuses_untagged_passwords():
+    # Plain dicts carry no data tags: no mark of Vault, so the password is refused (the real tags:
+    # tests/unit/plugins/filter/test_vllm_gateway.py runs ansible-playbook).
+    hostvars = {**pair(), "gpu-1": {"vllm_api_key": SECRET}}
+    errors = gateway_filters.vllm_gateway_vip_errors(hostvars, "gw-1", ["gw-1", "gw-2"])
+    assert errors == [
+        "gw-1: vllm_gateway_vrrp_password (value not shown) must come from Ansible Vault; where it came from: no "
+        "record of where it came from, and no mark of Ansible Vault; fix: encrypt it with `ansible-vault "
+        "encrypt_string --name vllm_gateway_vrrp_password` (or keep it in a vars file encrypted with `ansible-vault "
+        "encrypt`) and put it in the group_vars of vllm_gateways, none in a host's own vars or on the command line"
+    ]
+    assert gateway_filters.vllm_gateway_vip_errors({"gw-1": {}, "gw-2": {}}, "gw-1", ["gw-1", "gw-2"]) == []
+    # The gateway checked is always among the gateways, even where its group is empty.
+    assert len(gateway_filters.vllm_gateway_vip_errors(hostvars, "gw-1", [])) == 1
+    with pytest.raises(AnsibleFilterError, match="the gateway 'gw-9' is not in the inventory"):
+        gateway_filters.vllm_gateway_vip_errors(hostvars, "gw-1", ["gw-1", "gw-9"])
+    with pytest.raises(AnsibleFilterError, match="vllm_gateway_vip_errors expects hostvars"):
+        gateway_filters.vllm_gateway_vip_errors(hostvars, "gw-1", "gw-1")
+
+
 def test_tenants_keep_only_the_keys_digests():
     tenants = gateway.tenants(good()["vllm_gateway_api_keys"])
     assert [t["tenant"] for t in tenants] == ["team-a", "team-b"]
@@ -729,3 +1021,33 @@ def test_streamload_users_pause_between_answers():
         )
     starts = [r["start"] for r in result["log"]]
     assert result["ok"] == 3 and all(b - a >= 0.2 for a, b in itertools.pairwise(starts)), starts
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_streamload_retries_a_request_that_could_not_connect_and_nothing_else():
+    """A client retrying its connection (as while a shared address moves between gateways) is served once the
+    server answers, the retries counted; without retries the same request fails at once, refused."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    refused = streamload.Stream(url, "k", "m", 3, None, timeout=10).send("go")
+    assert refused["outcome"] == "failed" and "ConnectionRefusedError" in refused["error"], refused
+    stream = streamload.Stream(url, "k", "m", 3, None, timeout=10, connect_retries=12, connect_timeout=1)
+    results = []
+    sender = threading.Thread(target=lambda: results.append(stream.send("go")))
+    sender.start()
+    time.sleep(0.6)  # two or three refused tries, a quarter second apart
+    with LocalServer(Streaming, ("127.0.0.1", port)):
+        sender.join(10)
+    (result,) = results
+    assert result["outcome"] == "ok" and result["connect_retries"] >= 2, result
+    # A stream cut after it began is never sent again: the answer was under way.
+    with LocalServer(Streaming) as server:
+        cut = streamload.Stream(server.url, "k", "m", 3, None, timeout=10, connect_retries=12).send("cut")
+    assert cut["outcome"] == "cut" and "connect_retries" not in cut, cut
+    with pytest.raises(ValueError):
+        streamload.Stream(url, "k", "m", 3, None, timeout=10, connect_retries=21)
