@@ -9,12 +9,12 @@ import subprocess
 import sys
 import time
 
-from lab import CACHE, GATEWAY_HOST, HOSTS, MONITORING_HOST, RECEIVER, REPORTS, ROOT, on
+from lab import CACHE, GATEWAY_HOSTS, HOSTS, MONITORING_HOST, RECEIVER, REPORTS, ROOT, on
 
 sys.path.insert(0, str(ROOT / "src"))
 from vllm_fleet import egress
 
-FLEET = (*HOSTS, GATEWAY_HOST, MONITORING_HOST)
+FLEET = (*HOSTS, *GATEWAY_HOSTS, MONITORING_HOST)
 
 
 def refused(host):
