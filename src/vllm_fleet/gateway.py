@@ -565,32 +565,40 @@ def _vrrp_numbers(host: str, gateways: Mapping[str, Mapping[str, Any]]) -> list[
                 "leave which holds the address to chance; fix: a different priority on each gateway"
             )
     name = "vllm_gateway_vrrp_router_id"
-    low, high = VRRP_ROUTER_ID
-    router_id = _or_default(values, name, VRRP_ROUTER_ID_DEFAULT)
-    if not low <= (_whole(router_id) or 0) <= high:
-        errors.append(
-            f"{host}: {name}={inputs.short(router_id)} must be a whole number from {low} to {high} (VRRP's "
-            f"virtual_router_id); fix: e.g. {VRRP_ROUTER_ID_DEFAULT}, the same on every gateway and unused by "
-            "other VRRP routers of the network"
-        )
-    else:
+    for setting, (low, high), default, what, fix in (
+        (
+            name,
+            VRRP_ROUTER_ID,
+            VRRP_ROUTER_ID_DEFAULT,
+            "a whole number",
+            "(VRRP's virtual_router_id); fix: e.g. {default}, the same on every gateway and unused by other VRRP "
+            "routers of the network",
+        ),
+        (
+            "vllm_gateway_vrrp_advert_s",
+            VRRP_ADVERT,
+            VRRP_ADVERT_DEFAULT,
+            "whole seconds",
+            "(VRRPv2 advertises in whole seconds); fix: e.g. {default}",
+        ),
+    ):
+        value = _or_default(values, setting, default)
+        if not low <= (_whole(value) or 0) <= high:
+            errors.append(
+                f"{host}: {setting}={inputs.short(value)} must be {what} from {low} to {high} "
+                + fix.format(default=default)
+            )
+    router_id = _whole(_or_default(values, name, VRRP_ROUTER_ID_DEFAULT))
+    if router_id is not None and VRRP_ROUTER_ID[0] <= router_id <= VRRP_ROUTER_ID[1]:
         ids = {n: _whole(_or_default(v, name, VRRP_ROUTER_ID_DEFAULT)) for n, v in gateways.items()}
-        differ = sorted(n for n in ids if ids[n] != ids[host])
+        differ = sorted(n for n in ids if ids[n] != router_id)
         if differ:
             shown = {n: str(_or_default(gateways[n], name, VRRP_ROUTER_ID_DEFAULT)) for n in differ}
             errors.append(
-                f"{host}: {name}={_whole(router_id)} differs from the other gateways': {_others(differ, shown)}; "
+                f"{host}: {name}={router_id} differs from the other gateways': {_others(differ, shown)}; "
                 "gateways of different router ids are separate VRRP routers and each would take the address; "
                 "fix: one vllm_gateway_vrrp_router_id for all, in the group_vars of vllm_gateways"
             )
-    name = "vllm_gateway_vrrp_advert_s"
-    low, high = VRRP_ADVERT
-    advert = _or_default(values, name, VRRP_ADVERT_DEFAULT)
-    if not low <= (_whole(advert) or 0) <= high:
-        errors.append(
-            f"{host}: {name}={inputs.short(advert)} must be whole seconds from {low} to {high} (VRRPv2 "
-            f"advertises in whole seconds); fix: e.g. {VRRP_ADVERT_DEFAULT}"
-        )
     return errors
 
 
