@@ -29,6 +29,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from gateway_rollout import check_route  # noqa: E402
+
 from vllm_fleet import failover, streamload  # noqa: E402
 
 INVENTORY = ROOT / "lab" / "inventory"
@@ -40,17 +43,11 @@ WAYS = {
 }
 
 
-def lab_facts():
+def pair_facts():
+    """The lab's gateways, the address they share and the lab network's bridge address (lab/inventory)."""
     hosts = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"]["vllm_gateways"]
     network = yaml.safe_load((INVENTORY / "group_vars" / "all.yml").read_text())
     return list(hosts["hosts"]), hosts["vars"]["vllm_gateway_vip"].split("/")[0], network["lab_gateway"]
-
-
-def check_route(bridge_address, target):
-    addresses = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True).stdout
-    route = subprocess.run(["ip", "-4", "-o", "route", "get", target], capture_output=True, text=True).stdout
-    if f" {bridge_address}/" not in addresses or " via " in route:
-        sys.exit(f"no route to the lab network from this machine (route to {target}: {route.strip()}); fix: lab.sh up")
 
 
 def inside(host, *cmd, check=False):
@@ -141,7 +138,7 @@ def main():
     ways = args.ways.split(",")
     if not (set(ways) <= set(WAYS) and 1 <= args.repeats <= 10 and 1 <= args.concurrency <= 16):
         sys.exit(f"--ways of {', '.join(WAYS)}; --repeats 1-10; --concurrency 1-16")
-    gateways, vip, bridge = lab_facts()
+    gateways, vip, bridge = pair_facts()
     gateways = args.gateways.split(",") if args.gateways else gateways
     vip = args.vip or vip
     check_route(bridge, vip)

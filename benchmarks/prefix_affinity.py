@@ -3,15 +3,15 @@
 
     benchmarks/prefix_affinity.py [--applications 2] [--conversations 6] [--turns 4] [--users 4] [--max-tokens 16]
 
-On the lab (lab/scripts/lab.sh up: lab-1 and lab-2, two instances each, behind lab-gw), the same shape of workload
-(vllm_fleet.conversations: applications with their own long system prompt, conversations of several turns, each turn
-sending the conversation so far) is played three times, each with new text (its own seed):
+On the lab (lab/scripts/lab.sh up: lab-1 and lab-2, two instances each, behind lab-gw and lab-gw2), the same shape of
+workload (vllm_fleet.conversations: applications with their own long system prompt, conversations of several turns,
+each turn sending the conversation so far) is played three times, each with new text (its own seed):
 1. straight to one instance (lab-1's first): the hit rate one instance reaches, the reference;
-2. through the gateway with `vllm_gateway_balance: leastconn`;
-3. through the gateway with `vllm_gateway_balance: prefix` (a consistent hash of the body's start, bounded by load).
-The gateway's balance is set as an operator sets it: `site.yml -l lab-gw -e vllm_gateway_balance=...` (the plan, the
-gateway's role, `haproxy -c`, a reload without dropping connections); it is put back to the inventory's at the end,
-whatever happened. Prints one row per way: requests, failed, the hit rate (every instance's
+2. through the gateways' shared address with `vllm_gateway_balance: leastconn`;
+3. through it with `vllm_gateway_balance: prefix` (a consistent hash of the body's start, bounded by load).
+The gateways' balance is set as an operator sets it: `site.yml -l vllm_gateways -e vllm_gateway_balance=...` (the
+plan, the gateway's role, `haproxy -c`, a reload without dropping connections); it is put back to the inventory's at
+the end, whatever happened. Prints one row per way: requests, failed, the hit rate (every instance's
 `vllm:prefix_cache_hits_total` over `queries_total`, read with the Prometheus parser, before and after), each
 instance's share of the prompt tokens, and TTFT (median and p99, all turns and the later ones). Bounded in requests
 (applications x conversations x turns) and seconds; nothing is sent before this machine is seen to have a route to
@@ -33,7 +33,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from gateway_rollout import check_route, lab_facts  # noqa: E402
+from gateway_failover import pair_facts  # noqa: E402
+from gateway_rollout import check_route  # noqa: E402
 
 from vllm_fleet import conversations, streamload  # noqa: E402
 
@@ -112,7 +113,8 @@ def main():
         "--seed", type=int, default=None, help="default: a new one, so that no earlier run's cache helps"
     )
     args = parser.parse_args()
-    gateway, address, bridge = lab_facts()
+    _, address, bridge = pair_facts()
+    gateway = "vllm_gateways"  # every gateway gets the balance; requests go to the address they share
     check_route(bridge, address)
     urls = {name: f"{url}/metrics" for name, url in instances().items()}
     key = (CACHE / "lab" / "api-keys" / args.tenant).read_text().strip()
