@@ -1,0 +1,167 @@
+"""roles/vllm_gateway/tasks/up.yml, which the drain, the readiness and the probe of every instance run first: a gateway
+Ansible reaches is acted on; one it cannot reach whose front door does not answer the controller either is passed
+over (down), with a message naming it; one it cannot reach whose front door still answers stops the run, since it may
+still send the instance requests. Real ansible-playbook on the controller: the gateway that is up is this machine
+(local connection), the others have SSH on a closed port of loopback, and a front door that answers is a TLS server
+of this test's own."""
+
+import datetime
+import http.server
+import json
+import socket
+import ssl
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from conftest import ROOT, LocalServer
+
+pytestmark = pytest.mark.integration
+
+
+def closed_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]  # closed again when the socket is
+
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def tls_server(tmp_path):
+    """A front door that answers /health over TLS on loopback (a self-signed certificate made here)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gw-open")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .sign(key, hashes.SHA256())
+    )
+    pem = tmp_path / "door.pem"
+    pem.write_bytes(
+        cert.public_bytes(serialization.Encoding.PEM)
+        + key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    server = LocalServer(Health)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pem)
+    server.server.socket = context.wrap_socket(server.server.socket, server_side=True)
+    return server
+
+
+def run_up(tmp_path, gateways):
+    """up.yml on the host node for `gateways` ({name: its vars}); (rc, output, the gateways kept as up)."""
+    inventory = {
+        "all": {
+            "children": {
+                "vllm_nodes": {"hosts": {"node": {"ansible_connection": "local"}}},
+                "vllm_gateways": {"hosts": gateways},
+            }
+        }
+    }
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    out = tmp_path / "up.json"
+    (tmp_path / "up.yml").write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "hosts": "node",
+                    "gather_facts": False,
+                    "vars": {
+                        "vllm_gateway_hosts": list(gateways),
+                        "vllm_gateway_port": 443,
+                        "vllm_gateway_instance": "cpu0",
+                        "_vllm_gateway_server": "node_cpu0",
+                    },
+                    "tasks": [
+                        {"ansible.builtin.include_tasks": str(ROOT / "roles" / "vllm_gateway" / "tasks" / "up.yml")},
+                        {
+                            "ansible.builtin.copy": {
+                                "content": "{{ __vllm_gateway_up | to_json }}",
+                                "dest": str(out),
+                                "mode": "0600",
+                            },
+                            "delegate_to": "localhost",
+                        },
+                    ],
+                }
+            ]
+        )
+    )
+    env = {
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_HOST_KEY_CHECKING": "false",
+        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",  # messages on one line each
+    }
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "hosts.yml", "up.yml"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    kept = json.loads(out.read_text()) if out.exists() else None
+    return proc.returncode, proc.stdout + proc.stderr, kept
+
+
+def unreachable(door_port):
+    """A gateway whose SSH refuses (a closed port of loopback) and whose front door is at door_port."""
+    return {
+        "ansible_connection": "ssh",
+        "ansible_host": "127.0.0.1",
+        "ansible_port": closed_port(),
+        "vllm_gateway_port": door_port,
+    }
+
+
+def test_a_gateway_with_no_ssh_and_no_front_door_is_passed_over_by_name(tmp_path):
+    gateways = {"gw-up": {"ansible_connection": "local"}, "gw-down": unreachable(closed_port())}
+    rc, output, kept = run_up(tmp_path, gateways)
+    assert rc == 0, output[-3000:]
+    assert kept == ["gw-up"]
+    assert "the gateway(s) gw-down are down (no SSH, no front door): passed over, their peers serve" in output
+
+
+def test_a_gateway_ansible_cannot_reach_whose_front_door_answers_stops_the_run(tmp_path):
+    with tls_server(tmp_path) as door:
+        gateways = {
+            "gw-up": {"ansible_connection": "local"},
+            "gw-down": unreachable(closed_port()),
+            "gw-open": unreachable(door.port),
+        }
+        rc, output, kept = run_up(tmp_path, gateways)
+    assert rc == 2 and kept is None, output[-3000:]
+    assert "Ansible cannot reach the gateway(s) gw-open, but their front door answers" in output
+    assert "Nothing was restarted" in output
+
+
+def test_every_gateway_that_answers_is_kept(tmp_path):
+    rc, output, kept = run_up(
+        tmp_path, {"gw-a": {"ansible_connection": "local"}, "gw-b": {"ansible_connection": "local"}}
+    )
+    assert rc == 0, output[-3000:]
+    assert kept == ["gw-a", "gw-b"] and "are down (no SSH" not in output
