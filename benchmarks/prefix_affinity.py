@@ -8,8 +8,7 @@ workload (vllm_fleet.conversations: applications with their own long system prom
 each turn sending the conversation so far) is played three times, each with new text (its own seed):
 1. straight to one instance (lab-1's first): the hit rate one instance reaches, the reference;
 2. through the gateways' shared address with `vllm_gateway_balance: leastconn`;
-3. through it with `vllm_gateway_balance: prefix` (a consistent hash of the body's start, bounded by load);
-4. with --router NAME=URL, through each router given (one that runs on this machine in front of the same instances).
+3. through it with `vllm_gateway_balance: prefix` (a consistent hash of the body's start, bounded by load).
 The gateways' balance is set as an operator sets it: `site.yml -l vllm_gateways -e vllm_gateway_balance=...` (the
 plan, the gateway's role, `haproxy -c`, a reload without dropping connections); it is put back to the inventory's at
 the end, whatever happened. Prints one row per way: requests, failed, the hit rate (every instance's
@@ -113,14 +112,6 @@ def main():
     parser.add_argument(
         "--seed", type=int, default=None, help="default: a new one, so that no earlier run's cache helps"
     )
-    parser.add_argument(
-        "--router",
-        action="append",
-        default=[],
-        metavar="NAME=URL",
-        help="also a router of your own in front of the same instances (e.g. vllm-router's cache_aware policy on "
-        "this machine), played like the others; may be given again",
-    )
     args = parser.parse_args()
     _, address, bridge = pair_facts()
     gateway = "vllm_gateways"  # every gateway gets the balance; requests go to the address they share
@@ -138,9 +129,6 @@ def main():
             results.append(
                 measure(f"gateway, {balance}", f"https://{address}", key, context, urls, args, seed + offset)
             )
-        for offset, router in enumerate(args.router, start=3):
-            name, _, url = router.partition("=")
-            results.append(measure(name, url, "", None, urls, args, seed + offset))
     finally:
         set_balance(gateway)
     print(
