@@ -73,6 +73,21 @@ def load_source(name: str, path: str | os.PathLike[str], beside: str | os.PathLi
     return module
 
 
+def run_ansible(
+    tool: str, *args: str, cwd: str | os.PathLike[str], env: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """One of Ansible's commands (ansible-playbook, ansible-vault...) from this Python's environment, run on the
+    controller in `cwd` with `env`, its output captured as text, bounded by `timeout` seconds."""
+    return subprocess.run(
+        [str(Path(sys.executable).parent / tool), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def run_module(tmp_path: Path, module: str, args: dict[str, Any], path: tuple[str, ...] = ()) -> dict[str, Any]:
     """One of plugins/modules run by Ansible itself on this machine (an ad-hoc task on localhost, with `path`
     first on PATH for its stand-ins): the module's result, with ``failed``."""

@@ -10,7 +10,6 @@ import http.server
 import json
 import socket
 import ssl
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from conftest import ROOT, LocalServer
+from conftest import ROOT, LocalServer, run_ansible
 
 pytestmark = pytest.mark.integration
 
@@ -116,14 +115,7 @@ def run_up(tmp_path, gateways):
         "ANSIBLE_HOST_KEY_CHECKING": "false",
         "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",  # messages on one line each
     }
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "hosts.yml", "up.yml"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_ansible("ansible-playbook", "-i", "hosts.yml", "up.yml", cwd=tmp_path, env=env)
     kept = json.loads(out.read_text()) if out.exists() else None
     return proc.returncode, proc.stdout + proc.stderr, kept
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, run_ansible
 
 pytestmark = pytest.mark.integration
 PROMTOOL, AMTOOL = shutil.which("promtool"), shutil.which("amtool")
@@ -90,21 +90,17 @@ def render(tmp_path: Path) -> Path:
         "HOME": str(tmp_path),
         "ANSIBLE_FORCE_COLOR": "0",
     }
-    proc = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            str(ROOT / "inventories" / "production"),
-            "-i",
-            str(tmp_path / "monitoring.yml"),
-            "-e",
-            json.dumps({"_vllm_monitoring_config_dir": str(etc)}),
-            str(tmp_path / "render.yml"),
-        ],
+    proc = run_ansible(
+        "ansible-playbook",
+        "-i",
+        str(ROOT / "inventories" / "production"),
+        "-i",
+        str(tmp_path / "monitoring.yml"),
+        "-e",
+        json.dumps({"_vllm_monitoring_config_dir": str(etc)}),
+        str(tmp_path / "render.yml"),
         cwd=ROOT,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

@@ -3,15 +3,13 @@ are tests/unit/vllm_fleet/test_gateway.py); here what the plugin adds: its expor
 
 import json
 import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from conftest import ROOT, load_source
+from conftest import ROOT, load_source, run_ansible
 
 plugin = load_source("vllm_gateway_filter", ROOT / "plugins" / "filter" / "vllm_gateway.py")
 USERS = [
@@ -136,10 +134,6 @@ PLAYBOOK = """
 """
 
 
-def _tool(name):
-    return str(Path(sys.executable).parent / name)
-
-
 def _vault_inventory(tmp_path):
     """The inventory of GATEWAYS in tmp_path (its Vault password file: tmp_path/vp), and the environment to run it."""
     # This test's Vault password only (scripts/env.sh adds the lab's Vault identity to the environment).
@@ -166,21 +160,11 @@ def _vault_inventory(tmp_path):
         f"vllm_gateway_vrrp_password: {VRRP_PASSWORD}\n"
     )
     (tmp_path / "password.vault").write_text(VRRP_PASSWORD)  # no trailing newline: the unvault lookup keeps it
-    sealed = subprocess.run(
-        [_tool("ansible-vault"), "encrypt", "inv/group_vars/vllm_gateways/vault.yml", "password.vault"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    sealed = run_ansible(
+        "ansible-vault", "encrypt", "inv/group_vars/vllm_gateways/vault.yml", "password.vault", cwd=tmp_path, env=env
     )
-    inline = subprocess.run(
-        [_tool("ansible-vault"), "encrypt_string", "--name", "vllm_gateway_vrrp_password", VRRP_PASSWORD],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    inline = run_ansible(
+        "ansible-vault", "encrypt_string", "--name", "vllm_gateway_vrrp_password", VRRP_PASSWORD, cwd=tmp_path, env=env
     )
     assert sealed.returncode == 0 and inline.returncode == 0, sealed.stderr + inline.stderr
     lookup = "vllm_gateway_vrrp_password: \"{{{{ lookup('ansible.builtin.{}', '%s') }}}}\"\n" % (
@@ -195,14 +179,7 @@ def _vault_inventory(tmp_path):
 
 def _vip_errors_by_ansible(tmp_path, env, *args):
     out = tmp_path / "errors.json"
-    done = subprocess.run(
-        [_tool("ansible-playbook"), "-i", "inv", "p.yml", "-e", f"out={out}", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_ansible("ansible-playbook", "-i", "inv", "p.yml", "-e", f"out={out}", *args, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert VRRP_PASSWORD not in done.stdout + done.stderr
     return json.loads(out.read_text())
