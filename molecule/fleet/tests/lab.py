@@ -1,6 +1,8 @@
 """What the fleet scenario's tests share: its hosts and instances, running the repository's playbooks against
 them, and reading an instance's state from inside its host."""
 
+import csv
+import io
 import json
 import os
 import random
@@ -211,14 +213,24 @@ def why_not_served(host, instance="cpu0"):
     return f"{host}/{instance} did not serve a completion from inside its host:\n" + "\n".join(parts)
 
 
+def runtime_api(host, command, check=True):
+    """One command to a gateway's HAProxy runtime API (socat on its admin socket, inside the gateway); the answer."""
+    return on(host, "sh", "-c", f"echo '{command}' | socat stdio /run/vllm-gateway/admin.sock", check=check)
+
+
+def backend_rows(host, check=True):
+    """The vllm backend's servers in a gateway's `show stat` (CSV), each a {column: value} row."""
+    text = runtime_api(host, "show stat", check=check).lstrip("# ")
+    return [row for row in csv.DictReader(io.StringIO(text)) if row.get("pxname") == "vllm"]
+
+
 def gateway_state(server):
     """A backend server's status at the gateway (UP, DRAIN, MAINT, DOWN), from HAProxy's runtime API."""
-    out = on(GATEWAY_HOST, "sh", "-c", "echo 'show stat' | socat stdio /run/vllm-gateway/admin.sock")
-    for line in out.splitlines():
-        fields = line.split(",")
-        if fields[:2] == ["vllm", server]:
-            return fields[17]
-    raise AssertionError(f"{server} is not a server of the gateway: {out[:500]}")
+    rows = backend_rows(GATEWAY_HOST)
+    for row in rows:
+        if row["svname"] == server:
+            return row["status"]
+    raise AssertionError(f"{server} is not a server of the gateway: {[r['svname'] for r in rows]}")
 
 
 class AlertReceiver(serving.LocalServer):
@@ -337,11 +349,9 @@ def sessions_by_server():
     runtime API's show stat, stot)."""
     totals = {}
     for host in GATEWAY_HOSTS:
-        out = on(host, "sh", "-c", "echo 'show stat' | socat stdio /run/vllm-gateway/admin.sock", check=False)
-        for line in out.splitlines():
-            fields = line.split(",")
-            if len(fields) > 7 and fields[0] == "vllm" and fields[1] not in ("BACKEND", "FRONTEND"):
-                totals[fields[1]] = totals.get(fields[1], 0) + int(fields[7] or 0)
+        for row in backend_rows(host, check=False):
+            if row["svname"] not in ("BACKEND", "FRONTEND"):
+                totals[row["svname"]] = totals.get(row["svname"], 0) + int(row["stot"] or 0)
     return totals
 
 
@@ -349,8 +359,7 @@ def set_server_state(server, state):
     """Drain a backend server, or make it ready again, at every running gateway (HAProxy's runtime API), as the
     rollout's drain.yml and ready.yml do."""
     for host in GATEWAY_HOSTS:
-        command = f"echo 'set server vllm/{server} state {state}' | socat stdio /run/vllm-gateway/admin.sock"
-        on(host, "sh", "-c", command)
+        runtime_api(host, f"set server vllm/{server} state {state}")
 
 
 def watch_shared_address(seconds=120):
