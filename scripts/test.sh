@@ -17,16 +17,27 @@ MOLECULE_SCENARIOS=${MOLECULE_SCENARIOS:-$(ls molecule)}
 passed=0; failed=0; failed_names=(); timings=()
 
 # Each phase's output is also kept in $LOGS/<phase>.log. What made a phase fail is repeated at the end of the run,
-# where the tail of a CI system's log shows it: pytest's short test summary, Molecule's failed actions, and only
-# where neither is there the tasks that failed ("fatal:"; a passing scenario prints expected ones too).
+# where the tail of a CI system's log shows it: pytest's short test summary, Molecule's failed actions, and the last
+# tasks that failed and were not ignored (the task's name and its "fatal:" or "failed:" line), which say
+# why a converge failed where Molecule only says that it did.
 LOGS=$CACHE_DIR/logs
 why_failed=()
+failed_tasks() {
+  # Molecule wraps long lines: a failure's message goes on over the indented lines after it (up to 8 kept here).
+  awk '/TASK \[/ { task = $0; open = 0; more = 0 }
+       /\.\.\.ignoring/ { if (open) n--; open = 0; more = 0; next }
+       /^[[:space:]│]*$/ { more = 0 }
+       more > 0 { lines[n] = lines[n] "\n" $0; more--; next }
+       /fatal: \[|failed: \[|timed out/ { lines[++n] = task "\n" $0; open = 1; more = 8 }
+       END { for (i = (n > 6 ? n - 5 : 1); i <= n; i++) print lines[i] }'
+}
 failure_lines() {
-  local text found
+  local text
   text=$(sed 's/\x1b\[[0-9;]*m//g' "$1")
-  found=$(sed -n '/short test summary info/,/ in [0-9.]*s/p' <<<"$text"
-          grep -E 'Executed: Failed|^(ERROR|CRITICAL) ' <<<"$text" | grep -v 'glob failed')
-  if [[ -n $found ]]; then printf '%s\n' "$found"; else grep -E 'fatal: |timed out' <<<"$text" | tail -n 20; fi
+  sed -n '/short test summary info/,/ in [0-9.]*s/p' <<<"$text"
+  grep -E 'Executed: Failed|^(ERROR|CRITICAL) ' <<<"$text" | grep -v 'glob failed'
+  echo "--- the last tasks that failed and were not ignored:"
+  failed_tasks <<<"$text"
 }
 run_phase() {
   local name=$1; shift

@@ -398,10 +398,11 @@ def test_the_shared_address_moves_to_the_other_gateway_when_its_holder_stops(goo
 def test_nothing_through_the_gateway_fails_or_is_cut_during_the_good_change(good_rollout):
     """Each instance was drained at every gateway that was up before its restart (vLLM's --shutdown-timeout as the
     backstop), so the streams in flight finished and new ones went to the other instances; the stopped gateway
-    was passed over (down: no SSH, no front door), and no client request failed or was cut during the change."""
+    was passed over (down: no SSH, twice, and no front door), and no client request failed or was cut during the
+    change."""
     ran_with_one_gateway_down(good_rollout)
     down = good_rollout["failover"]["stopped"]
-    assert f"the gateway(s) {down} are down (no SSH, no front door): passed over" in good_rollout["output"]
+    assert f"the gateway(s) {down} are down (no SSH, twice; no front door): passed over" in good_rollout["output"]
     result = good_rollout["gateway"]
     assert result["requests"] >= 20, result
     back = good_rollout["failover"]["served_again_unix"] - result["began_at"]

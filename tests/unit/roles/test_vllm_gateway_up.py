@@ -1,7 +1,8 @@
 """roles/vllm_gateway/tasks/up.yml, which the drain, the readiness and the probe of every instance run first: a gateway
 Ansible reaches is acted on; one it cannot reach whose front door does not answer the controller either is passed
 over (down), with a message naming it; one it cannot reach whose front door still answers stops the run, since it may
-still send the instance requests. Real ansible-playbook on the controller: the gateway that is up is this machine
+still send the instance requests; one whose first SSH connection fails and whose second succeeds is acted on. Real
+ansible-playbook on the controller: the gateway that is up is this machine
 (local connection), the others have SSH on a closed port of loopback, and a front door that answers is a TLS server
 of this test's own."""
 
@@ -135,7 +136,7 @@ def test_a_gateway_with_no_ssh_and_no_front_door_is_passed_over_by_name(tmp_path
     rc, output, kept = run_up(tmp_path, gateways)
     assert rc == 0, output[-3000:]
     assert kept == ["gw-up"]
-    assert "the gateway(s) gw-down are down (no SSH, no front door): passed over, their peers serve" in output
+    assert "the gateway(s) gw-down are down (no SSH, twice; no front door): passed over, their peers serve" in output
 
 
 def test_a_gateway_ansible_cannot_reach_whose_front_door_answers_stops_the_run(tmp_path):
@@ -147,7 +148,8 @@ def test_a_gateway_ansible_cannot_reach_whose_front_door_answers_stops_the_run(t
         }
         rc, output, kept = run_up(tmp_path, gateways)
     assert rc == 2 and kept is None, output[-3000:]
-    assert "Ansible cannot reach the gateway(s) gw-open, but their front door answers" in output
+    assert "Ansible cannot reach the gateway(s) gw-open (SSH, twice: " in output
+    assert "Connection refused" in output and "but their front door answers" in output
     assert "Nothing was restarted" in output
 
 
@@ -157,3 +159,22 @@ def test_every_gateway_that_answers_is_kept(tmp_path):
     )
     assert rc == 0, output[-3000:]
     assert kept == ["gw-a", "gw-b"] and "are down (no SSH" not in output
+
+
+def test_a_gateway_whose_first_ssh_connection_fails_is_reached_again_and_kept(tmp_path):
+    """Its "ssh" is this test's own: the first call fails as an SSH connection does (exit 255), the next ones run
+    the module's command on this machine, as a working SSH connection would on the gateway."""
+    first = tmp_path / "first-done"
+    ssh = tmp_path / "flaky-ssh"
+    ssh.write_text(
+        "#!/bin/sh\n"
+        f"if [ ! -e {first} ]; then touch {first}\n"
+        'echo "mux_client_read_packet: read header failed" >&2; exit 255; fi\n'
+        'for last; do :; done\nexec /bin/sh -c "$last"\n'
+    )
+    ssh.chmod(0o755)
+    flaky = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_ssh_executable": str(ssh)}
+    rc, output, kept = run_up(tmp_path, {"gw-up": {"ansible_connection": "local"}, "gw-flaky": flaky})
+    assert first.exists(), "the first SSH connection was never tried"
+    assert rc == 0, output[-3000:]
+    assert kept == ["gw-up", "gw-flaky"] and "are down (no SSH" not in output
