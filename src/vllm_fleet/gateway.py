@@ -316,13 +316,13 @@ def _seconds(host: str, values: Mapping[str, Any]) -> list[str]:
         (
             "vllm_gateway_prefix_bytes",
             PREFIX_BYTES,
-            256,
+            1024,
             "the start of a request body that a conversation's turns and a system prompt's users share",
         ),
         (
             "vllm_gateway_prefix_load_factor",
             PREFIX_LOAD_FACTOR,
-            150,
+            200,
             "the most an instance takes, in percent of the average load, before its requests go to the next one",
         ),
     ):

@@ -18,10 +18,11 @@ from lab import (
 )
 from vllm_fleet import streamload
 
-# Six applications, each with its own system prompt (different within the body's first bytes that the balance
-# hashes: vllm_gateway_prefix_bytes, 256, of which the model's name takes the first 60).
+# Six applications, each with its own system prompt, longer than the body's first bytes that the balance hashes
+# (vllm_gateway_prefix_bytes, 1024, of which the model's name and the message's start take about 60), and different
+# within them: each application's turns share the key.
 APPLICATIONS = [
-    f"You are the {name} assistant of the lab. Answer briefly, in plain words, and say so when you do not know. " * 3
+    f"You are the {name} assistant of the lab. Answer briefly, in plain words, and say so when you do not know. " * 12
     for name in ("billing", "travel", "weather", "library", "kitchen", "garden")
 ]
 TURNS = 4

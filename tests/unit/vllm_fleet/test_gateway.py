@@ -337,7 +337,7 @@ def test_the_prefix_affinitys_bytes_and_load_bound_are_checked(setting, value, b
     the plan refuses them, naming the host, the setting, the value and a working one."""
     (error,) = gateway.check("gw1", dict(good(), vllm_gateway_balance="prefix", **{setting: value}))
     assert error.startswith(f"gw1: {setting}={value!r} must be a whole number {bounds} ("), error
-    assert error.endswith("; fix: e.g. 256" if setting.endswith("bytes") else "; fix: e.g. 150"), error
+    assert error.endswith("; fix: e.g. 1024" if setting.endswith("bytes") else "; fix: e.g. 200"), error
 
 
 def test_the_prefix_affinitys_bounds_and_digits_from_the_command_line_pass():
