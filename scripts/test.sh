@@ -26,18 +26,26 @@ failed_tasks() {
   # Molecule wraps long lines: a failure's message goes on over the indented lines after it (up to 8 kept here).
   awk '/TASK \[/ { task = $0; open = 0; more = 0 }
        /\.\.\.ignoring/ { if (open) n--; open = 0; more = 0; next }
-       /^[[:space:]│]*$/ { more = 0 }
+       !/^[[:space:]]*│   / { more = 0 }
        more > 0 { lines[n] = lines[n] "\n" $0; more--; next }
        /fatal: \[|failed: \[|timed out/ { lines[++n] = task "\n" $0; open = 1; more = 8 }
        END { for (i = (n > 6 ? n - 5 : 1); i <= n; i++) print lines[i] }'
 }
 failure_lines() {
-  local text
+  local text names name tasks
   text=$(sed 's/\x1b\[[0-9;]*m//g' "$1")
   sed -n '/short test summary info/,/ in [0-9.]*s/p' <<<"$text"
   grep -E 'Executed: Failed|^(ERROR|CRITICAL) ' <<<"$text" | grep -v 'glob failed'
-  echo "--- the last tasks that failed and were not ignored:"
-  failed_tasks <<<"$text"
+  # Each failed scenario's own tasks (a scenario that passed, printed after it, fails some on purpose).
+  names=$(awk '/^--- molecule test -s / { n = $5 } /Executed: Failed/ && n { print n }' <<<"$text" | sort -u)
+  for name in $names; do
+    echo "--- the last tasks of $name that failed and were not ignored:"
+    awk -v n="$name" '/^--- molecule test -s / { on = ($5 == n) } on' <<<"$text" | failed_tasks
+  done
+  if [[ -z $names ]]; then
+    tasks=$(failed_tasks <<<"$text")
+    [[ -z $tasks ]] || printf -- '--- the last tasks that failed and were not ignored:\n%s\n' "$tasks"
+  fi
 }
 run_phase() {
   local name=$1; shift
@@ -50,7 +58,7 @@ run_phase() {
   else
     failed=$((failed + 1)); failed_names+=("$name"); timings+=("$(printf '%-22s %5ss  FAILED' "$name" $((SECONDS - start)))")
     sleep 1  # tee writes the last lines
-    why_failed+=("--- $name failed (the whole output: $log):" "$(failure_lines "$log" | cut -c1-400 | tail -n 60)")
+    why_failed+=("--- $name failed (the whole output: $log):" "$(failure_lines "$log" | cut -c1-400 | tail -n 100)")
   fi
 }
 
