@@ -23,10 +23,11 @@ passed=0; failed=0; failed_names=(); timings=()
 LOGS=$CACHE_DIR/logs
 why_failed=()
 failed_tasks() {
-  # Molecule wraps long lines: a failure's message goes on over the indented lines after it (up to 8 kept here).
+  # A failure's message goes on over the indented lines after it (up to 8 kept here): Molecule wraps long lines, and
+  # the YAML result format puts each field on its own line.
   awk '/TASK \[/ { task = $0; open = 0; more = 0 }
        /\.\.\.ignoring/ { if (open) n--; open = 0; more = 0; next }
-       !/^[[:space:]]*│   / { more = 0 }
+       !/^[[:space:]]*│   / && !/^    / { more = 0 }
        more > 0 { lines[n] = lines[n] "\n" $0; more--; next }
        /fatal: \[|failed: \[|timed out/ { lines[++n] = task "\n" $0; open = 1; more = 8 }
        END { for (i = (n > 6 ? n - 5 : 1); i <= n; i++) print lines[i] }'
