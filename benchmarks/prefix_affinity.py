@@ -188,11 +188,12 @@ def main():
     _, address, bridge = pair_facts()
     gateway = "vllm_gateways"  # every gateway gets the balance; requests go to the address they share
     check_route(bridge, address)
-    urls = {name: f"{url}/metrics" for name, url in instances().items()}
+    lab = instances()
+    urls = {name: f"{url}/metrics" for name, url in lab.items()}
     key = (CACHE / "lab" / "api-keys" / args.tenant).read_text().strip()
     context = ssl.create_default_context(cafile=str(CACHE / "lab" / "pki" / "ca.crt"))
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 30)
-    first = next(iter(instances().values()))
+    first = next(iter(lab.values()))
     settings = {
         name: value
         for name, value in (
@@ -202,7 +203,7 @@ def main():
         if value is not None
     }
     runs = {}  # way: [one result a round]
-    router = Router(args.vllm_router, list(instances().values())) if args.vllm_router else None
+    router = Router(args.vllm_router, list(lab.values())) if args.vllm_router else None
     balance = None
     try:
         for round_ in range(args.repeats):

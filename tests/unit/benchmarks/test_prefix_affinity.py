@@ -1,19 +1,11 @@
 """benchmarks/prefix_affinity.py's rounds taken together: the pooled rows of docs/benchmarks.md rest on this."""
 
-import importlib.util
-import sys
-
-from conftest import ROOT
+from conftest import ROOT, load_source
 
 
 def load():
-    for folder in (ROOT / "src", ROOT / "benchmarks"):
-        if str(folder) not in sys.path:
-            sys.path.insert(0, str(folder))
-    spec = importlib.util.spec_from_file_location("prefix_affinity", ROOT / "benchmarks" / "prefix_affinity.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    # The script puts src/ and benchmarks/ on sys.path itself, as when it runs.
+    return load_source("prefix_affinity", ROOT / "benchmarks" / "prefix_affinity.py")
 
 
 def request(ttft, turn=0, outcome="ok"):
