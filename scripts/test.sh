@@ -25,7 +25,7 @@ why_failed=()
 failed_tasks() {
   # A failure's message goes on over the indented lines after it (up to 8 kept here): Molecule wraps long lines, and
   # the YAML result format puts each field on its own line.
-  awk '/TASK \[/ { task = $0; open = 0; more = 0 }
+  awk '/TASK \[|RUNNING HANDLER \[/ { task = $0; open = 0; more = 0 }
        /\.\.\.ignoring/ { if (open) n--; open = 0; more = 0; next }
        !/^[[:space:]]*│   / && !/^    / { more = 0 }
        more > 0 { lines[n] = lines[n] "\n" $0; more--; next }

@@ -7,7 +7,8 @@ gateway "down", it restarts and verifies the instance and puts it back; only req
 may fail. The lab's stand-in for an NVIDIA fault (a container cannot write the kernel's log): an Xid line written to
 the journal under the identifier the lab's vllm_sentinel_xid_journal_match reads, parsed as the kernel's would be; an
 Xid that needs a reboot marks the instances and fires VllmGpuNeedsOperator, and nothing restarts. A hand edit of a
-unit shows as drift in the sentinel's metrics within one round, as Prometheus' monitoring host scrapes them.
+unit shows as drift in the sentinel's metrics within one round, as Prometheus' monitoring host scrapes them. A run
+that changed the agent's socket unit takes it up anew while connections keep coming, without failing.
 """
 
 import json
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lab import HOSTS, INSTANCES, MONITORING_HOST, gateway_state, on, prometheus, stream_loop
+from lab import HOSTS, INSTANCES, MONITORING_HOST, gateway_state, on, playbook, prometheus, stream_loop
 
 PAUSE = "/run/vllm-sentinel/paused-until"
 TIMER_DROPIN = "/run/systemd/system/vllm-sentinel.timer.d/lab-test.conf"
@@ -236,3 +237,54 @@ def test_a_hand_edit_of_a_unit_shows_as_drift_within_one_round():
     while sample(sentinel_metrics("fleet-1"), "vllm_sentinel_drift", instance="fleet-1/cpu1", what="unit_file") != 0:
         assert time.monotonic() < deadline, "the drift did not clear once the unit was restored"
         time.sleep(1)
+
+
+# Connections to the agent's port from the host itself, one after another, until the stop file appears, for at most
+# `seconds` and `count`: each sends a name no instance has (the agent answers "up" and records nothing). Prints what
+# became of them.
+AGENT_LOAD_STOP = "/run/lab-agent-load.stop"
+AGENT_LOAD = f"""
+import json, os, socket, sys, time
+seconds, count = float(sys.argv[1]), int(sys.argv[2])
+outcomes = {{}}
+end = time.monotonic() + seconds
+for _ in range(count):
+    if time.monotonic() > end or os.path.exists("{AGENT_LOAD_STOP}"):
+        break
+    try:
+        with socket.create_connection(("127.0.0.1", 9171), timeout=2) as s:
+            s.sendall(b"?\\n")
+            word = s.recv(16).decode().strip() or "empty"
+    except ConnectionRefusedError:
+        word = "refused"
+    except OSError as error:
+        word = type(error).__name__
+    outcomes[word] = outcomes.get(word, 0) + 1
+    time.sleep(0.02)
+print(json.dumps(outcomes))
+"""
+
+
+def test_a_changed_agent_socket_is_taken_up_anew_while_connections_come():
+    """What a run does on a host whose agent socket ran before its unit file changed (roles/vllm/tasks/
+    sentinel_restart.yml): stop it, wait until nothing listens on its port, start it. 15 times in a row, while the host
+    connects to the port about 40 times a second. A plain `systemctl restart` under such connections failed now and
+    then with "Address already in use" (a connection's handler, forked just before the stop, still held the listening
+    socket): on Debian 12's systemd 252, 3 restarts in 60, and once a CI run's first converge."""
+    rounds = 15
+    on("fleet-1", "rm", "-f", AGENT_LOAD_STOP)
+    load = subprocess.Popen(
+        ["podman", "exec", "fleet-1", "python3", "-c", AGENT_LOAD, "120", "6000"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        time.sleep(2)
+        rc, output = playbook("molecule/fleet/files/sentinel_restart.yml", "-e", f"rounds={rounds}", timeout=600)
+    finally:
+        on("fleet-1", "touch", AGENT_LOAD_STOP)
+        outcomes = json.loads(load.communicate(timeout=30)[0] or "{}")
+        on("fleet-1", "rm", "-f", AGENT_LOAD_STOP)
+    NUMBERS["agent_socket_rounds"] = {"rounds": rounds, "connections": outcomes}
+    assert rc == 0, output[-4000:]
+    assert output.count("TASK [Start again: vllm-sentinel-agent.socket]") == rounds, output[-4000:]
+    assert on("fleet-1", "systemctl", "is-active", "vllm-sentinel-agent.socket").strip() == "active"
+    assert outcomes.get("up", 0) >= 100, outcomes  # the connections came all along, and were answered
