@@ -277,11 +277,9 @@ print(json.dumps(outcomes))
 def test_a_changed_agent_socket_is_taken_up_anew_while_connections_come():
     """What a run does on a host whose agent socket ran before its unit file changed (roles/vllm/tasks/
     sentinel_restart.yml): stop it, wait until nothing listens on its port, start it. 15 times in a row while 4
-    clients on the host connect to the port, each take-up must succeed and the socket answer after it. The handler this
-    replaced restarted the socket at once; a CI run's first converge once failed there, and a plain restart every
-    second under fork-heavy connections failed with "Address already in use" 3 and 2 times in 60 (Debian 12's systemd
-    252), where these steps failed 0 times in 60.
-    This load does not reproduce that rate: the test shows the take-up holds under connections, not the race."""
+    clients on the host connect to the port, each take-up must succeed and the socket answer after it. A plain restart
+    can fail there with "Address already in use" (the task file says when and how often); this load does not
+    reproduce that rate: the test shows the take-up holds under connections, not the race."""
     rounds = 15
     # The load keeps fleet-1's 2 cores busy: the sentinel is paused meanwhile (its probes could time out and heal).
     on("fleet-1", "sh", "-c", f"echo $(( $(date +%s) + 600 )) > {PAUSE}")
