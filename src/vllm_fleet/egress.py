@@ -8,7 +8,10 @@ A fleet host (a vLLM host, a gateway, a monitoring host) starts connections only
   share (``vllm_gateway_vip``), held by one of them at a time;
 - the hosts of the URLs the roles fetch from or send to: ``vllm_wheelhouse_url``, ``vllm_model_url``,
   ``vllm_draft_model_url`` and the monitoring receivers' ``webhook_url`` (with ``vllm_monitoring_smtp_smarthost``),
-  each on its own port;
+  each on its own port. A wheelhouse given as a local folder (an absolute path, or a ``file:`` URL of one: pip's
+  ``--find-links`` and ``-r`` read both) needs no rule; any other value without a host and port is refused, a
+  relative path included (the host's pip would read it from wherever it runs). The model URLs have no local form:
+  the role fetches them over HTTP, and a model folder on the host is ``vllm_model_source: path``;
 - ``vllm_egress_dns`` (port 53, UDP and TCP), and DHCP (UDP 67 and 547) and IPv6 neighbour discovery, without which
   a host loses its address;
 - ``vllm_egress_allow``: ``{to: address or network, ports: [...] (none: any), proto: tcp|udp|any, why: text,
@@ -48,6 +51,15 @@ SETTINGS = (
 )
 # The URL settings of a host whose destinations the rules admit by themselves (a host's own settings).
 URL_SETTINGS = ("vllm_wheelhouse_url", "vllm_model_url", "vllm_draft_model_url")
+# Those a local folder may give instead of a URL (roles/vllm/tasks/install.yml: pip's --find-links and -r take a path
+# or a file: URL), and what the fix says for the others: the model staging fetches its URLs over HTTP
+# (roles/vllm/tasks/stage_model.yml), and a model folder on the host is another source.
+LOCAL_SETTINGS = ("vllm_wheelhouse_url",)
+LOCAL_FIX = {
+    "vllm_wheelhouse_url": ", or a local folder as an absolute path such as /opt/vllm-site/wheelhouse/vllm-0.33.0",
+    "vllm_model_url": "; a model folder on the host is vllm_model_source: path with vllm_model_src",
+    "vllm_draft_model_url": "; a model folder on the host is vllm_draft_model_source: path with vllm_draft_model_src",
+}
 DEFAULT_PORTS = {"http": 80, "https": 443}
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -152,11 +164,26 @@ def _urls(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
+def local_folder(url: str) -> bool:
+    """Whether `url` names a folder on the host itself: an absolute path (``/srv/wheelhouse``), or a ``file:`` URL of
+    one with no host or ``localhost`` (``file:///srv/wheelhouse``). A relative path is not one: where it leads
+    depends on where the reader runs."""
+    try:
+        parts = urlsplit(url)
+        if not parts.scheme and not parts.netloc:
+            return url.startswith("/")
+        return parts.scheme == "file" and parts.hostname in (None, "localhost") and parts.path.startswith("/")
+    except ValueError:
+        return False
+
+
 def _url_rules(
     host: str, settings: Mapping[str, Any], names: Mapping[str, set[Network]], errors: list[str]
 ) -> list[dict[str, Any]]:
     rules = []
     for setting, url in _urls(settings):
+        if setting in LOCAL_SETTINGS and local_folder(url):
+            continue  # read on the host itself: nothing to send out
         try:
             parts = urlsplit(url)
             port = parts.port or DEFAULT_PORTS.get(parts.scheme) or (25 if parts.scheme == "smtp" else None)
@@ -165,7 +192,7 @@ def _url_rules(
         if parts is None or not parts.hostname or port is None:
             errors.append(
                 f"{host}: {setting}={inputs.short(url)} has no host and port egress could admit; fix: a URL such "
-                "as http://10.0.10.5:8080/path"
+                f"as http://10.0.10.5:8080/path{LOCAL_FIX.get(setting, '')}"
             )
             continue
         try:

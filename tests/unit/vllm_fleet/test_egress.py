@@ -88,6 +88,64 @@ def test_a_url_whose_host_is_a_name_needs_its_address_in_the_allow_list():
     assert [(r["to"], r["ports"]) for r in result["rules"]] == [("192.0.2.10/32", [80])]
 
 
+@pytest.mark.parametrize(
+    "wheelhouse",
+    [
+        "/opt/vllm-site/wheelhouse/vllm-0.26.0-cp312",  # gpu/inventory's (issue #49)
+        "/srv/wheelhouse/vllm-0.33.0/",
+        "file:///srv/wheelhouse/vllm-0.33.0",
+        "file://localhost/srv/wheelhouse/vllm-0.33.0",
+    ],
+)
+def test_a_wheelhouse_in_a_local_folder_needs_no_egress_rule(wheelhouse):
+    """pip reads a local wheelhouse (--find-links and -r, a path or a file: URL) on the host itself: no rule is
+    added for it and nothing is refused, beside a model URL that still gets its rule."""
+    settings = {
+        "vllm_egress_allow": [MIRROR],
+        "vllm_wheelhouse_url": wheelhouse,
+        "vllm_model_url": "http://10.89.77.2:8080/models/lab/tiny-qwen2",
+    }
+    result = egress.rules("fleet-1", settings, LAB_PEERS)
+    assert result["errors"] == []
+    assert not any("vllm_wheelhouse_url" in r["why"] for r in result["rules"]), result["rules"]
+    assert result == egress.rules("fleet-1", {**settings, "vllm_wheelhouse_url": ""}, LAB_PEERS)
+    assert egress.local_folder(wheelhouse)
+
+
+@pytest.mark.parametrize(
+    "wheelhouse",
+    [
+        "wheelhouse/vllm-0.33.0",  # relative: where it leads depends on where pip runs
+        "./wheelhouse",
+        "~/wheelhouse",
+        "//srv/wheelhouse",  # a host "srv" with no scheme, not a path
+        "http:///wheelhouse/vllm-0.33.0",  # a URL without a host
+        "file://mirror.example.internal/srv/wheelhouse",  # a file: URL of another host
+        "file:wheelhouse",
+        "htp//10.0.10.5:8080/wheelhouse",  # a typo of a URL
+    ],
+)
+def test_a_wheelhouse_neither_a_url_with_a_host_nor_an_absolute_path_is_refused(wheelhouse):
+    (error,) = egress.rules("gpu-1", {"vllm_wheelhouse_url": wheelhouse}, {})["errors"]
+    assert error == (
+        f"gpu-1: vllm_wheelhouse_url={wheelhouse!r} has no host and port egress could admit; fix: a URL such as "
+        "http://10.0.10.5:8080/path, or a local folder as an absolute path such as "
+        "/opt/vllm-site/wheelhouse/vllm-0.33.0"
+    )
+    assert not egress.local_folder(wheelhouse)
+
+
+@pytest.mark.parametrize("setting", ["vllm_model_url", "vllm_draft_model_url"])
+@pytest.mark.parametrize("value", ["/srv/models/qwen", "file:///srv/models/qwen", "models/qwen"])
+def test_a_model_url_has_no_local_form_and_its_fix_names_the_path_source(setting, value):
+    """The model staging fetches its URLs over HTTP (ansible.builtin.uri and get_url): a folder is not a model URL,
+    and the fix names the source that takes a folder on the host."""
+    (error,) = egress.rules("gpu-1", {setting: value}, {})["errors"]
+    source = setting.replace("_url", "_source")
+    assert error.startswith(f"gpu-1: {setting}={value!r} has no host and port egress could admit; fix: a URL")
+    assert error.endswith(f"; a model folder on the host is {source}: path with {setting.replace('_url', '_src')}")
+
+
 def test_smtp_smarthost_counts_only_with_an_email_receiver():
     settings = {
         "vllm_monitoring_receivers": [{"name": "mail", "email_to": "ops@example.internal"}],
