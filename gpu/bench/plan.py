@@ -628,8 +628,17 @@ def _wrap(experiments: list[dict], host: dict, date: str = DATE) -> dict:
 # The tune playbook's search (vllm_fleet.tune) on this host, for one shipped profile and its card: vLLM's defaults
 # for the card, then the candidates vllm_fleet.tune.candidates plans for it (the profile, the planner's derived
 # batching, and the settings given here), each loaded `repeats` times with the reference's load by vllm bench serve
-# (each repeat with its own prompts: another seed). summarize.py --tune makes the front and the pick of the results.
+# (repeat r with seed r, the same for every setting: other prompts each repeat, the same prompts across settings).
+# Five repeats by default: vllm_fleet.tune.against_defaults' exact Mann-Whitney test can separate 5 from 5 (p down to
+# 0.0079) and never 2 from 2 (0.33) or 3 from 3 (0.1) (issue #49). Every experiment of a search carries
+# "interleave": the search's name, so that the harness runs them side by side and alternates their loads (a drift of
+# the host falls on every setting alike). summarize.py makes the front and the pick of the results, pooling every
+# round's loads of a setting.
 TUNE_DATE = "2026-12-04"
+TUNE_REPEATS = 5
+# An interleaved search's servers share the host's card: their emulated memory shares together at most this much of
+# it, the rest for their CUDA contexts (about 0.5 GiB each outside vLLM's budget) and the harness's margin.
+TUNE_SIDE_BY_SIDE_SHARE = 0.9
 
 
 # The loads a search may send: the reference's random prompts, or prompts that share prefixes (a prefix-caching
@@ -640,12 +649,16 @@ TUNE_LOADS = {"reference": tune.reference_load, "shared-prefix": tune.shared_pre
 def build_tune(
     profile_name: str,
     card: str,
-    repeats: int = 2,
+    repeats: int = TUNE_REPEATS,
     extra: tuple[dict, ...] = (),
     host: dict = H200,
     limit: int = 4,
     load_kind: str = "reference",
+    interleave: bool = True,
 ) -> dict:
+    """The search's plan. `interleave` marks its experiments for the harness to run side by side; the committed
+    records of runs 10 to 12 (gpu/bench/tune-*.json, two repeats each, one experiment after the other) were written
+    before it and are rebuilt with repeats=2, interleave=False (tests/unit/gpu/bench/test_gpu_tune.py)."""
     gpu = CARDS[card]
     load = TUNE_LOADS[load_kind](gpu)
     users = int(load["bench"]["max_concurrency"])
@@ -712,6 +725,16 @@ def build_tune(
                 host=host,
             )
         )
+    search = f"tune-{profile_name}{tag}"
+    if interleave:
+        share = sum(e["emulated_utilization"] for e in experiments)
+        if share > TUNE_SIDE_BY_SIDE_SHARE:
+            raise ValueError(
+                f"the search {search}'s {len(experiments)} servers side by side would take {share:.2f} of the "
+                f"{host['name']}'s memory (at most {TUNE_SIDE_BY_SIDE_SHARE}); fix: fewer candidates (--limit)"
+            )
+        for e in experiments:
+            e["interleave"] = search
     plan = _wrap(experiments, host, TUNE_DATE)
     plan["tune"] = {
         "profile": profile_name,
@@ -749,7 +772,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--tune", metavar="PROFILE", help="the tune search for one shipped profile (see build_tune)")
     parser.add_argument("--card", choices=sorted(CARDS), help="--tune: the card the profile is for")
-    parser.add_argument("--repeats", type=int, default=2, help="--tune: loads per candidate (default 2)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=TUNE_REPEATS,
+        help=f"--tune: loads per candidate, interleaved with the others' (default {TUNE_REPEATS})",
+    )
     parser.add_argument("--limit", type=int, default=4, help="--tune: candidates besides the defaults (default 4)")
     parser.add_argument(
         "--load",
@@ -769,9 +797,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.tune:
         if not args.card:
             parser.error("--tune needs --card")
-        plan = build_tune(
-            args.tune, args.card, args.repeats, tuple(args.candidate), args.host_gpu, args.limit, args.load
-        )
+        try:
+            plan = build_tune(
+                args.tune, args.card, args.repeats, tuple(args.candidate), args.host_gpu, args.limit, args.load
+            )
+        except ValueError as exc:
+            parser.error(str(exc))
         for name, why in plan["tune"]["refused"].items():
             print(f"{name:30s} refused by the planner: {' | '.join(why)}")
     else:

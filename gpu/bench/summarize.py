@@ -287,28 +287,31 @@ def summarise(plan: dict, results: list[dict]) -> dict:
     beside = side_by_side(plan, loads, latest)
     if beside:  # runs from 7 on, whose defaults ran as rN-default-*: summaries of earlier runs stay as they were
         out["side_by_side"] = beside
-    searched = tune_search(plan, latest)
+    searched = tune_search(plan, results)  # every round's loads of a setting, pooled
     if searched:
         out["tune"] = searched
     return out
 
 
-def tune_search(plan: dict, records: dict[str, dict]) -> dict | None:
-    """A tune search's plan (plan.py --tune): each candidate's repeated loads aggregated (vllm_fleet.tune: medians
-    and spreads), the Pareto front, the pick at the tuning reference's targets for the card, and every candidate
-    figure by figure against vLLM's defaults. A failed request in any repeat makes a candidate unfit."""
+def tune_search(plan: dict, results: list[dict]) -> dict | None:
+    """A tune search's plan (plan.py --tune): each candidate's loads aggregated (vllm_fleet.tune: medians, spreads and
+    every repeat), the Pareto front, the pick at the tuning reference's targets for the card, and every candidate
+    figure by figure against vLLM's defaults (the exact Mann-Whitney U test over the repeats). Every round's record of
+    an experiment counts: its loads from all the rounds it ran in, in the rounds' order, are the repeats of that
+    setting (an interleaved search restarts each setting for each of its loads; an earlier plan's setting that a
+    later round ran again adds its loads). A failed request in any repeat makes a candidate unfit."""
     spec = plan.get("tune")
     if not spec:
         return None
     runs_of: dict[str, list[dict]] = {}
     for name in (spec["defaults"], *spec["candidates"]):
-        rec = records.get(name) or {}
-        runs = [
+        runs_of[tune.DEFAULTS if name == spec["defaults"] else name] = [
             tune.run_of(action["result"], action.get("preemptions"), action.get("prefix_cache"))
+            for rec in results
+            if rec.get("name") == name
             for action in rec.get("actions") or []
             if action.get("kind") == "bench" and (action.get("result") or {}).get("completed")
         ]
-        runs_of[tune.DEFAULTS if name == spec["defaults"] else name] = runs
     card = plan["cards"][spec["card"]]
     return tune.search(
         spec["profile"], spec["card"], spec["load"], runs_of, tune.targets(None, card), spec.get("refused")
@@ -762,15 +765,24 @@ def tables(summary: dict) -> str:
     if summary.get("tune"):
         t = summary["tune"]
 
-        def cell(f: dict, key: str, digits: int) -> str:
+        def cell(n: str, f: dict, key: str, digits: int) -> str:
+            """The median (lowest-highest) and, for a figure, n repeats and the verdict against the defaults."""
             v = f.get(key)
-            return "-" if v is None else f"{_n(v['median'], digits)} ({_n(v['low'], digits)}-{_n(v['high'], digits)})"
+            if v is None:
+                return "-"
+            text = f"{_n(v['median'], digits)} ({_n(v['low'], digits)}-{_n(v['high'], digits)})"
+            if "values" not in v:  # the prefix cache's hit rate: beside the figures, not tested
+                return text
+            versus = (t["against_defaults"].get(n) or {}).get(key)
+            return f"{text}, n {len(v['values'])}" + (f"; {tune.verdict_text(versus)}" if versus else "")
 
         decision = t["decision"] or {}
         hit_rates = any("prefix_hit_rate" in f for f in t["measured"].values())
         out += _section(
-            f"Tune search: {t['profile']} on the {t['card']} against vLLM's defaults (median of the repeats, "
-            f"lowest-highest); {decision.get('verdict', 'no decision: the defaults were not measured')}",
+            f"Tune search: {t['profile']} on the {t['card']} against vLLM's defaults (per figure: the median of the "
+            f"repeats (lowest-highest), n repeats; the verdict, the medians' difference and the {tune.TEST} test's "
+            f"p-value: better or worse only at p < {tune.SIGNIFICANCE:g}, else level); "
+            f"{decision.get('verdict', 'no decision: the defaults were not measured')}",
             [
                 "candidate",
                 "repeats",
@@ -784,26 +796,21 @@ def tables(summary: dict) -> str:
                 "failed",
                 "front",
                 "misses",
-                "against the defaults",
             ],
             [
                 [
                     n,
                     f["repeats"],
-                    cell(f, "output_throughput", 1),
-                    cell(f, "median_ttft_ms", 1),
-                    cell(f, "p99_ttft_ms", 1),
-                    cell(f, "mean_itl_ms", 2),
-                    cell(f, "p99_itl_ms", 2),
-                    cell(f, "preemptions", 0),
-                    *([cell(f, "prefix_hit_rate", 3)] if hit_rates else []),
+                    cell(n, f, "output_throughput", 1),
+                    cell(n, f, "median_ttft_ms", 1),
+                    cell(n, f, "p99_ttft_ms", 1),
+                    cell(n, f, "mean_itl_ms", 2),
+                    cell(n, f, "p99_itl_ms", 2),
+                    cell(n, f, "preemptions", 0),
+                    *([cell(n, f, "prefix_hit_rate", 3)] if hit_rates else []),
                     f["failed"],
                     "yes" if n in decision.get("front", []) else "no",
                     ", ".join((decision.get("misses") or {}).get(n) or []) or "-",
-                    "-"
-                    if n == tune.DEFAULTS
-                    else ", ".join(f"{k} {v}" for k, v in t["against_defaults"][n].items() if v != "within spread")
-                    or "within the spread on all",
                 ]
                 for n, f in t["measured"].items()
             ],

@@ -20,7 +20,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display: render to memory
 import matplotlib.pyplot as plt
 
-from .tune import DEFAULTS
+from .tune import DEFAULTS, SIGNIFICANCE, TEST, verdict_text
 
 __all__ = ["render_html", "render_tune_html"]
 
@@ -299,7 +299,7 @@ def render_tune_html(search: Mapping[str, Any], title: str) -> str:
     measured: Mapping[str, Mapping[str, Any]] = search.get("measured") or {}
     decision: Mapping[str, Any] = search.get("decision") or {}
     front = list(decision.get("front") or [])
-    versus: Mapping[str, Mapping[str, str]] = search.get("against_defaults") or {}
+    versus: Mapping[str, Mapping[str, Mapping[str, Any]]] = search.get("against_defaults") or {}
     targets = decision.get("targets") or {}
     parts = [
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
@@ -314,12 +314,13 @@ def render_tune_html(search: Mapping[str, Any], title: str) -> str:
         *(_front_plot(measured, front, key, label) for key, label in _TUNE_PLOTS),
         "<h2>Every candidate</h2><table><tr><th>candidate</th><th>repeats</th>",
         *(f"<th>{html.escape(label)}</th>" for _, label, _ in _TUNE_COLUMNS),
-        "<th>on the front</th><th>misses</th><th>against vLLM's defaults</th></tr>",
+        "<th>on the front</th><th>misses</th><th>against vLLM's defaults (the medians' difference, the %s test's "
+        "p-value; better or worse only at p &lt; %g)</th></tr>" % (html.escape(TEST), SIGNIFICANCE),
     ]
     misses: Mapping[str, list[str]] = decision.get("misses") or {}
     for name, figures in measured.items():
         verdicts = versus.get(name) or {}
-        against = ", ".join(f"{k} {v}" for k, v in verdicts.items() if v != "within spread") or "-"
+        against = "; ".join(f"{k} {verdict_text(v)}" for k, v in verdicts.items()) or "-"
         parts.append(
             f"<tr><td>{html.escape(name)}</td><td>{figures.get('repeats', '-')}</td>"
             + "".join(f"<td>{html.escape(_spread(figures.get(key), fmt))}</td>" for key, _, fmt in _TUNE_COLUMNS)

@@ -9,12 +9,12 @@ then decides. Every step here is a plain function of what was measured, so that 
   `reference_load` is the tuning reference's load for the card when the window holds no request.
 - `candidates`: the settings to measure, starting from vLLM's defaults, the host's shipped profile and the planner's
   derived batching, each planned for the host (a candidate the planner refuses is named with its reason and not run).
-- `aggregate`: a candidate's figures over its repeats: the median of each, with its spread (lowest, highest).
+- `aggregate`: a candidate's figures over its repeats: each repeat's value, and their median, lowest and highest.
 - `front`: the Pareto front over the five figures (median and p99 TTFT, mean and p99 inter-token latency, output
   throughput) and the preemptions.
 - `pick`: the candidate that meets the operator's targets with the best throughput, or the plain statement that
-  vLLM's defaults win; `against_defaults` says, figure by figure, where a candidate is better, worse, or within the
-  spread of the repeats.
+  vLLM's defaults win; `against_defaults` says, figure by figure, where a candidate is better or worse than vLLM's
+  defaults by a stated test (Mann-Whitney U over the repeats), and "level" where the test does not separate them.
 - `measured_profile`: the file the inventory takes, with its provenance.
 """
 
@@ -40,6 +40,11 @@ FIGURES: tuple[tuple[str, str], ...] = (
 )
 FIVE = tuple(name for name, _ in FIGURES[:5])
 DEFAULTS = "vllm-defaults"
+
+# The significance level of `against_defaults`' test: a figure is better or worse than vLLM's defaults only where the
+# two-sided exact Mann-Whitney U test over the repeats gives a p-value below it.
+SIGNIFICANCE = 0.05
+TEST = "exact two-sided Mann-Whitney U"
 
 # The knobs a search may set (vLLM engine arguments in the profiles' snake_case). Anything else in a candidate is
 # a mistake of the caller.
@@ -281,7 +286,8 @@ def candidates(
 
     Each is planned for the host with `plan` (the planner's plan_host) as a profile override of the inventory's; one
     the planner refuses is listed under "refused" with the planner's messages and not run. A candidate equal to
-    another is measured once. At most `limit` besides the defaults (the budget: each is measured at least twice)."""
+    another is measured once. At most `limit` besides the defaults (the budget: each is loaded in every round, five
+    by default)."""
     prompt, output = load_lengths(load)
     base = plan(host, hostvars)
     if base.get("errors"):
@@ -356,8 +362,9 @@ def defaults_candidate(
 
 
 def aggregate(runs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """A candidate's figures over its repeats: for each, the median and the spread (lowest, highest). A repeat
-    with a failed request makes the candidate unfit: a setting that loses requests is not a trade-off."""
+    """A candidate's figures over its repeats: for each, every repeat's value (in the repeats' order: `against_defaults`
+    tests them), their median and their spread (lowest, highest). A repeat with a failed request makes the candidate
+    unfit: a setting that loses requests is not a trade-off."""
     runs = list(runs)
     if not runs:
         raise TuneError("a candidate with no measured run")
@@ -367,7 +374,7 @@ def aggregate(runs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         if not values:
             result[name] = None
             continue
-        result[name] = {"median": statistics.median(values), "low": min(values), "high": max(values)}
+        result[name] = {"median": statistics.median(values), "low": min(values), "high": max(values), "values": values}
     return result
 
 
@@ -399,19 +406,85 @@ def front(measured: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return [n for n, f in fit.items() if not any(dominates(g, f) for m, g in fit.items() if m != n)]
 
 
-def against_defaults(candidate: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, str]:
-    """Figure by figure: "better" or "worse" where the two spreads do not overlap, "within spread" where they do
-    (the repeats cannot tell them apart), "not measured" where either lacks the figure."""
-    verdicts = {}
-    for name, _ in FIGURES:
-        a, b = candidate.get(name), defaults.get(name)
-        if a is None or b is None:
-            verdicts[name] = "not measured"
-        elif a["high"] < b["low"] or a["low"] > b["high"]:
-            verdicts[name] = "better" if _better(name, a["median"], b["median"]) else "worse"
-        else:
-            verdicts[name] = "within spread"
-    return verdicts
+def least_p(n: int, m: int) -> float:
+    """The lowest p-value the exact two-sided Mann-Whitney U test can give for `n` and `m` repeats: every one of one
+    side beyond every one of the other, 2 of the C(n + m, n) orders of the values (without ties)."""
+    return min(1.0, 2.0 / math.comb(n + m, n))
+
+
+def figure_against(
+    name: str, a: Mapping[str, Any] | None, b: Mapping[str, Any] | None, alpha: float = SIGNIFICANCE
+) -> dict[str, Any]:
+    """One figure of a candidate (`a`, what `aggregate` made of its repeats) against vLLM's defaults' (`b`): the verdict
+    of the exact two-sided Mann-Whitney U test over the two sets of repeats at the level `alpha`, its p-value, the
+    medians' difference (candidate minus defaults, and in % of the defaults') and why."""
+    if a is None or b is None:
+        return {
+            "verdict": "not measured",
+            "p": None,
+            "difference": None,
+            "difference_pct": None,
+            "repeats": None,
+            "why": "%s lacks the figure" % ("the candidate" if a is None else "vLLM's defaults"),
+        }
+    # numpy and scipy: loaded only where a search is decided (a filter plugin's import stays light). scipy ships no
+    # type hints (scipy-stubs is a package of its own, not pinned here).
+    from scipy.stats import mannwhitneyu  # type: ignore[import-untyped]
+
+    x, y = [float(v) for v in a["values"]], [float(v) for v in b["values"]]
+    difference = float(a["median"]) - float(b["median"])
+    test = mannwhitneyu(x, y, alternative="two-sided", method="exact")
+    p, floor = float(test.pvalue), least_p(len(x), len(y))
+    out: dict[str, Any] = {
+        "verdict": "level",
+        "p": round(p, 4),
+        "difference": round(difference, 4),
+        "difference_pct": round(100.0 * difference / float(b["median"]), 2) if b["median"] else None,
+        "repeats": [len(x), len(y)],
+    }
+    over = "by the %s test over %d and %d repeats" % (TEST, len(x), len(y))
+    if floor >= alpha:
+        out["why"] = "not separated: p=%.3g %s, which can never go below %.3g; separating needs p < %g" % (
+            p,
+            over,
+            floor,
+            alpha,
+        )
+    elif p >= alpha:
+        out["why"] = "not separated: p=%.3g %s, not below %g" % (p, over, alpha)
+    else:
+        # U counts the pairs in which the candidate's repeat is the higher: more than half, its figure is the higher.
+        higher = float(test.statistic) > len(x) * len(y) / 2
+        out["verdict"] = "better" if higher == (dict(FIGURES)[name] == "higher") else "worse"
+        out["why"] = "separated: p=%.3g %s, below %g" % (p, over, alpha)
+    return out
+
+
+def against_defaults(
+    candidate: Mapping[str, Any], defaults: Mapping[str, Any], alpha: float = SIGNIFICANCE
+) -> dict[str, dict[str, Any]]:
+    """Figure by figure (`figure_against`): "better" or "worse" where a stated test separates the candidate's repeats
+    from vLLM's defaults' (the exact two-sided Mann-Whitney U test, p below `alpha`, 0.05 by default), "level" where it
+    does not (with its p-value, or why no test could), "not measured" where either lacks the figure. Each with the
+    medians' difference (candidate minus defaults, and in %) and the p-value.
+
+    Why a test and why five repeats: two sets of repeats whose lowest-highest ranges do not overlap look separated,
+    but with few repeats that happens by chance often (run 10 to 12's two repeats each, issue #49: one repeat more
+    that overlaps undoes it). The exact test states how often: with 5 and 5 repeats, all of one side beyond all of
+    the other gives p = 2/C(10, 5) = 0.0079; with 3 and 3 it can never go below 2/C(6, 3) = 0.1, and with 2 and 2
+    never below 2/C(4, 2) = 0.33. So two or three repeats a side can never call a figure better or worse, which is
+    the point: such a search says "level" and why, rather than a verdict one overlapping repeat would undo. Ties (the
+    same preemptions, say) are ranked as scipy's exact test ranks them; all equal gives p = 1."""
+    return {name: figure_against(name, candidate.get(name), defaults.get(name), alpha) for name, _ in FIGURES}
+
+
+def verdict_text(entry: Mapping[str, Any]) -> str:
+    """One figure's verdict as reports show it: "worse (+81.5 %, p=0.0079)", "level (+3.1 %, p=0.33)"."""
+    if entry.get("verdict") == "not measured":
+        return "not measured"
+    shown = [] if entry.get("difference_pct") is None else ["%+.1f %%" % entry["difference_pct"]]
+    shown += [] if entry.get("p") is None else ["p=%.2g" % entry["p"]]
+    return "%s (%s)" % (entry["verdict"], ", ".join(shown)) if shown else str(entry["verdict"])
 
 
 def targets(slo: Mapping[str, Any] | None, gpu: Mapping[str, Any]) -> dict[str, float]:
@@ -480,13 +553,15 @@ def pick(measured: Mapping[str, Mapping[str, Any]], wanted: Mapping[str, float])
     result.update(choice=best, against_defaults=versus)
     if best == DEFAULTS:
         result["verdict"] = "vLLM's defaults win: no candidate meets the targets with more throughput"
-    elif all(versus[n] == "better" for n in FIVE):
+    elif all(versus[n]["verdict"] == "better" for n in FIVE):
         result["verdict"] = "%s beats vLLM's defaults on all five figures" % best
     else:
-        lost = [n for n in FIVE if versus[n] == "worse"]
+        lost = [n for n in FIVE if versus[n]["verdict"] == "worse"]
         result["verdict"] = "%s meets the targets with the best throughput; against vLLM's defaults it %s" % (
             best,
-            "gives up " + ", ".join(lost) if lost else "loses no figure beyond the repeats' spread",
+            "gives up " + ", ".join(lost)
+            if lost
+            else "is worse on no figure by the %s test at p < %g" % (TEST, SIGNIFICANCE),
         )
     return result
 

@@ -301,7 +301,8 @@ def test_side_by_side_numbers_in_the_profiles_are_the_committed_gpu_results():
 def test_a_profiles_search_block_is_its_committed_tune_search():
     """A profile's `measured.search` (issue #34: what the tune search found for it) says what the run's summary.json
     says: the experiment ran exactly the shipped settings, wins and losses are the figures `against_defaults` calls
-    better and worse (the repeats' ranges parted), on_front and choice are the decision's. The three searched
+    better and worse (the exact Mann-Whitney test separates them; with two repeats a side, none), on_front and choice
+    are the decision's. The three searched
     profiles carry one; the prefix-heavy one (searched under shared-prefix traffic, run 12) ships the search's choice
     and keeps, in measured.earlier, the same search's verdict on the fp8 settings it shipped until then."""
     import json
@@ -318,8 +319,8 @@ def test_a_profiles_search_block_is_its_committed_tune_search():
         search = json.loads((folder / "summary.json").read_text())["tune"]
         assert search["profile"] == name
         verdicts = search["against_defaults"][block["experiment"]]
-        assert block["wins"] == [k for k, _ in tune.FIGURES if verdicts[k] == "better"], label
-        assert block["loses"] == [k for k, _ in tune.FIGURES if verdicts[k] == "worse"], label
+        assert block["wins"] == [k for k, _ in tune.FIGURES if verdicts[k]["verdict"] == "better"], label
+        assert block["loses"] == [k for k, _ in tune.FIGURES if verdicts[k]["verdict"] == "worse"], label
         assert block["repeats"] == search["measured"][block["experiment"]]["repeats"], label
         assert block["on_front"] == (block["experiment"] in search["decision"]["front"]), label
         assert block["choice"] == search["decision"]["choice"], label

@@ -108,7 +108,7 @@ def _search(run):
     return json.loads((ROOT / "results" / "gpu" / run / "summary.json").read_text())["tune"]
 
 
-def test_the_tune_page_plots_the_front_and_lists_every_candidate_with_its_spread():
+def test_the_tune_page_plots_the_front_and_lists_every_candidate_with_its_spread_and_verdicts():
     """Run 10's search (four settings, two repeats each): one plot per latency figure against the throughput, the
     decision in words, and a row per candidate with the median and the range of each figure, whether it is on the
     front and where it stands against vLLM's defaults; run 11's page says that no setting met the targets."""
@@ -127,7 +127,10 @@ def test_the_tune_page_plots_the_front_and_lists_every_candidate_with_its_spread
         "<td>tune-profile-rtx4090-7b-prefill</td><td>2</td><td>7,036.6 (7,028.0-7,045.1)</td><td>859.6 (836.6-882.5)"
         in page
     )
-    assert page.count("<td>yes</td>") == 4 and "median_ttft_ms worse, p99_ttft_ms better" in page
+    # Against vLLM's defaults: each figure's verdict with the medians' difference and the p-value (two repeats a side:
+    # level, p = 0.33 at best).
+    assert page.count("<td>yes</td>") == 4 and "median_ttft_ms level (+104.4 %, p=0.33); p99_ttft_ms level" in page
+    assert "exact two-sided Mann-Whitney U test's p-value; better or worse only at p &lt; 0.05" in page
     assert "median_ttft_ms 859.6 &gt; 500" in page
     l40 = report_html.render_tune_html(_search("2026-12-04-run11-tune-l40"), "Tune search: run 11")
     assert "no setting measured meets the targets (choice: None)" in l40 and "<td>62</td>" in l40

@@ -295,7 +295,9 @@ def test_summary_of_run9():
 
 def test_run10_the_4090s_tune_search_finds_vllms_defaults_win_at_the_reference_targets():
     """results/gpu/2026-12-04-run10-tune-rtx4090 (docs/gpu-results.md, "Runs 10 and 11"): vLLM's defaults and three
-    candidates, two repeats each; all four on the front, the defaults picked, none no worse on all five."""
+    candidates, two repeats each; all four on the front, the defaults picked. Two repeats a side cannot separate a
+    figure (the exact Mann-Whitney test's least p-value for 2 and 2 is 0.33, issue #49): every figure is level, even
+    the profile's median TTFT, whose two repeats (837 and 883 ms) both lie above the defaults' (304 and 537 ms)."""
     _summarize, _folder, _plan, summary = committed_run("2026-12-04-run10-tune-rtx4090")
     t = summary["tune"]
     assert {n: f["repeats"] for n, f in t["measured"].items()} == {
@@ -305,25 +307,28 @@ def test_run10_the_4090s_tune_search_finds_vllms_defaults_win_at_the_reference_t
         "tune-operator-1-rtx4090-7b-prefill": 2,
     }
     assert len(t["decision"]["front"]) == 4 and t["decision"]["choice"] == "vllm-defaults"
-    assert not [n for n, v in t["against_defaults"].items() if "worse" not in v.values()]
-    assert t["against_defaults"]["tune-profile-rtx4090-7b-prefill"]["median_ttft_ms"] == "worse"
+    assert {v["verdict"] for figures in t["against_defaults"].values() for v in figures.values()} == {"level"}
+    ttft = t["against_defaults"]["tune-profile-rtx4090-7b-prefill"]["median_ttft_ms"]
+    assert (ttft["p"], ttft["repeats"], ttft["difference_pct"]) == (0.3333, [2, 2], 104.44)
+    assert "can never go below 0.333" in ttft["why"]
+    assert (
+        t["measured"]["tune-profile-rtx4090-7b-prefill"]["median_ttft_ms"]["low"]
+        > (t["measured"]["vllm-defaults"]["median_ttft_ms"]["high"])
+    )
     assert round(t["measured"]["vllm-defaults"]["output_throughput"]["median"], 1) == 6851.4
 
 
 def test_run11_the_l40s_tune_search_repeats_run_8s_trade_off():
-    """results/gpu/2026-12-04-run11-tune-l40: the shipped L40 profile beside vLLM's defaults, two repeats each: worse
-    only on the p99 TTFT, better on the rest; neither meets the reference's 800 ms median TTFT."""
+    """results/gpu/2026-12-04-run11-tune-l40: the shipped L40 profile beside vLLM's defaults, two repeats each: the
+    medians are higher only on the p99 TTFT, lower (throughput higher) on the rest, but two repeats a side separate
+    nothing by the exact Mann-Whitney test (p >= 0.33): level on all six; neither meets the reference's 800 ms median
+    TTFT."""
     _summarize, _folder, _plan, summary = committed_run("2026-12-04-run11-tune-l40")
     t = summary["tune"]
     versus = t["against_defaults"]["tune-profile-l40-14b-awq-prefill"]
-    assert [k for k, v in versus.items() if v == "worse"] == ["p99_ttft_ms"]
-    assert [k for k, v in versus.items() if v == "better"] == [
-        "median_ttft_ms",
-        "mean_itl_ms",
-        "p99_itl_ms",
-        "output_throughput",
-        "preemptions",
-    ]
+    assert {v["verdict"] for v in versus.values()} == {"level"}
+    assert min(v["p"] for v in versus.values()) == 0.3333
+    assert [k for k, v in versus.items() if v["difference"] > 0] == ["p99_ttft_ms", "output_throughput"]
     assert t["decision"]["choice"] is None and t["measured"]["vllm-defaults"]["preemptions"]["median"] == 62
 
 
@@ -408,8 +413,9 @@ def test_run12_the_prefix_heavy_profile_under_the_shared_prefix_traffic_it_is_na
     """Run 12 (an H200 host, 2026-12-04): the prefix-heavy search with vllm bench serve's prefix_repetition load.
     Every setting's prefix cache hit about 72 % of the prompt tokens (768 of 1,024 shared, the first request of each
     prefix missing); the settings shipped then (fp8 cache) give up three figures and win the p99 ITL; the same
-    settings with a bf16 cache are the choice (shipped since), no figure worse than vLLM's defaults beyond the spread,
-    and take vLLM's defaults off the front."""
+    settings with a bf16 cache are the choice (shipped since) and take vLLM's defaults off the front. Two repeats a
+    side separate no figure by the exact Mann-Whitney test (issue #49): against vLLM's defaults every figure of both
+    is level, and the medians' differences are kept (the fp8 cache's output throughput 9.67 % lower)."""
     _summarize, _folder, plan, summary = committed_run("2026-12-04-run12-tune-rtx4090-prefix-shared")
     assert plan["tune"]["load"]["bench"]["dataset_name"] == "prefix_repetition"
     search = summary["tune"]
@@ -419,11 +425,9 @@ def test_run12_the_prefix_heavy_profile_under_the_shared_prefix_traffic_it_is_na
     bf16, fp8 = "tune-operator-1-rtx4090-7b-prefix-heavy", "tune-profile-rtx4090-7b-prefix-heavy"
     decision = search["decision"]
     assert decision["choice"] == bf16 and "vllm-defaults" not in decision["front"]
-    assert "worse" not in search["against_defaults"][bf16].values()
-    assert [k for k, v in search["against_defaults"][fp8].items() if v == "worse"] == [
-        "p99_ttft_ms",
-        "mean_itl_ms",
-        "output_throughput",
-    ]
+    for name in (bf16, fp8):
+        assert {v["verdict"] for v in search["against_defaults"][name].values()} == {"level"}, name
+    assert search["against_defaults"][fp8]["output_throughput"]["difference_pct"] == -9.67
+    assert decision["verdict"].endswith("is worse on no figure by the exact two-sided Mann-Whitney U test at p < 0.05")
     assert plan["experiments"][3]["settings"]["kv_cache_dtype"] == "auto"
     assert "calculate_kv_scales" not in plan["experiments"][3]["settings"]
