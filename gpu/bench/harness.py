@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The GPU benchmark's runner, on the CUDA host: the plan's vLLM starts, loads and playbooks.
 
-    harness.py run [--round N] [--only A,B] [--budget-s S] [--python PY]
+    harness.py run [--round N] [--only A,B] [--budget-s S] [--python PY] [--again]
                                   install if needed, write the dummy models, run the plan's experiments
-                                  not yet done on this host, in order; results into $OUT
+                                  not yet done on this host (--again: all of them, or --only's, once more
+                                  as a new round), in order; results into $OUT
     harness.py next-round         the number the next `run` takes on this host
     harness.py jit-cache-save     pack the driver's JIT cache into $OUT (`run` unpacks the plan's)
 
@@ -15,7 +16,8 @@ experiment (so a round stopped at its time limit still leaves what it measured):
    the driver looks (once per host; plan.py JIT_CACHE);
 2. writes one folder per catalogue model holding only config.json (the planner's catalogue values:
    real dimensions, served with --load-format dummy) and one WordLevel tokenizer folder;
-3. per experiment: starts `vllm serve` with the plan's exact arguments, waits for /health or for the
+3. per experiment (or per interleaved search: its settings' servers side by side, their loads
+   alternated, `Runner.run_group`): starts `vllm serve` with the plan's exact arguments, waits for /health or for the
    process to exit (a refusal: the log's error lines are recorded), reads vllm:cache_config_info and
    the start-up memory lines, runs the experiment's actions (loads, the verification playbook, the
    benchmark playbook), stops the server and waits for the GPU memory to be released.
@@ -469,7 +471,8 @@ def gpu_used_mib() -> int | None:
         return None
 
 
-def stop(proc: subprocess.Popen, grace: float = 20.0) -> None:
+def stop(proc: subprocess.Popen, grace: float = 20.0, wait_gpu: bool = True) -> None:
+    """Stop a server and, unless another one still runs beside it (`wait_gpu` false), wait for the GPU's memory."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -479,7 +482,7 @@ def stop(proc: subprocess.Popen, grace: float = 20.0) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
     # The engine core is a child process: wait until the GPU memory is back.
-    for _ in range(30):
+    for _ in range(30 if wait_gpu else 0):
         used = gpu_used_mib()
         if used is None or used < 2048:
             return
@@ -500,9 +503,11 @@ class Runner:
         deadline: float,
         python: str = sys.executable,
         only: list[str] | None = None,
+        again: bool = False,
     ):
         self.plan, self.round, self.out, self.deadline, self.python = plan, round_, out, deadline, python
         self.only = set(only or [])
+        self.again = again
         self.work = WORK / f"round{round_}"
         self.work.mkdir(parents=True, exist_ok=True)
         self.results: dict = {
@@ -616,18 +621,62 @@ class Runner:
         }
 
     def run_experiment(self, exp: dict) -> dict:
+        """One experiment alone: start its server, run its actions in order, stop it."""
+        rec, server = self.start(exp, self.port)
+        if server is None:
+            return rec
+        try:
+            for action in exp.get("actions", []):
+                self.act(rec, server, action, exp)
+        finally:
+            self.finish(rec, server)
+        return rec
+
+    def run_group(self, exps: list[dict]) -> list[dict]:
+        """The experiments of one interleaved search (plan.py's `interleave`), each on its own port, all running at
+        once: started one after the other, then their loads alternated A B, B A, A B... by repeat (the order turns
+        each repeat, so neither setting always loads first), then stopped. Each setting's repeats are spread over the
+        same minutes as the others', so a drift of the host (clocks, heat, another tenant) falls on all alike, and
+        a search of N repeats costs one start per setting instead of N. Only one server loads at a time; the idle
+        one takes no GPU time (its engine waits on its socket). Its memory is its own: gpu_memory_utilization is a
+        fraction of the card, and the plan keeps the group's sum below 1 (a start that does not fit is refused by
+        vLLM and recorded as such)."""
+        started: list[tuple[dict, dict, dict]] = []
+        records = []
+        for index, exp in enumerate(exps):
+            rec, server = self.start(exp, self.port + index)
+            records.append(rec)
+            if server is not None:
+                started.append((exp, rec, server))
+        try:
+            rounds = max((len(exp.get("actions", [])) for exp, _, _ in started), default=0)
+            for repeat in range(rounds):
+                order = started if repeat % 2 == 0 else started[::-1]
+                for exp, rec, server in order:
+                    if repeat < len(exp.get("actions", [])):
+                        self.act(rec, server, exp["actions"][repeat], exp)
+        finally:
+            for index, (_exp, rec, server) in enumerate(started):
+                self.finish(rec, server, wait_gpu=index == len(started) - 1)
+        return records
+
+    def start(self, exp: dict, port: int) -> tuple[dict, dict | None]:
+        """Start an experiment's server on `port` and wait for /health: (its record, the server) or (the record of
+        a skip, a refusal or a start that ran out of time, None)."""
         name = exp["name"]
         rec: dict = {"name": name, "kind": exp.get("kind"), "profile": exp.get("profile"), "status": "started"}
+        if exp.get("interleave"):
+            rec["interleave"] = exp["interleave"]
         wanted = exp.get("est_s", 150)
         if self.left() < wanted:
             rec.update(
                 status="skipped", reason=f"{self.left():.0f} s left in this round, the experiment needs ~{wanted} s"
             )
-            return rec
+            return rec, None
         folder = self.work / name
         folder.mkdir(parents=True, exist_ok=True)
         args = substitute(exp["args"], self.paths) + substitute(self.plan["harness_args"], self.paths)
-        args += ["--port", str(self.port)]
+        args += ["--port", str(port)]
         rec["argv"] = ["vllm", "serve", *args]
         logfile = folder / "server.log"
         rec["jit_cache_mib"] = {"before": jit_cache_mib(self.env())}
@@ -641,7 +690,7 @@ class Runner:
                 start_new_session=True,
                 cwd=str(self.work),
             )
-        base = f"http://127.0.0.1:{self.port}"
+        base = f"http://127.0.0.1:{port}"
         # On the H200, vLLM's defaults and other bf16 caches under FlashAttention 2 started in 275-300 s when
         # the driver compiled (FULL CUDA graphs: 46-52 s for each of the first sizes), so the bound is well
         # above that.
@@ -676,7 +725,7 @@ class Runner:
                 rec["status"] = "refused"
             rec["returncode"] = proc.returncode
             rec["expected"] = bool(exp.get("expect_refusal")) and rec["status"] == "refused"
-            return rec
+            return rec, None
         _status, metrics = http_get(base + "/metrics", 10)
         (folder / "metrics_idle.txt").write_text(metrics, encoding="utf-8")
         rec["cache_config"] = cache_config(metrics)
@@ -684,29 +733,31 @@ class Runner:
         rec["memory"] = parse_memory_lines(rec["log_lines"])
         rec["expected"] = not exp.get("expect_refusal")
         rec["actions"] = []
-        try:
-            for action in exp.get("actions", []):
-                # est_s: what the action usually takes (its timeout_s is the hard stop, bounded by the round)
-                if self.left() < action.get("est_s", action.get("timeout_s", 60)) + 10:
-                    rec["actions"].append(
-                        {
-                            "name": action["name"],
-                            "kind": action["kind"],
-                            "status": "skipped",
-                            "reason": f"round time: {self.left():.0f} s left",
-                        }
-                    )
-                    continue
-                rec["actions"].append(self.action(action, exp, folder, base))
-                self.save_partial(rec)
-        finally:
-            _, after = http_get(base + "/metrics", 10)
-            (folder / "metrics_end.txt").write_text(after, encoding="utf-8")
-            rec["preemptions_total"] = counter(after, "vllm:num_preemptions")
-            stop(proc)
+        return rec, {"proc": proc, "base": base, "folder": folder, "t0": t0}
+
+    def act(self, rec: dict, server: dict, action: dict, exp: dict) -> None:
+        """One of an experiment's actions on its running server, recorded (skipped when the round's time is short:
+        est_s is what the action usually takes, its timeout_s the hard stop, bounded by the round)."""
+        if self.left() < action.get("est_s", action.get("timeout_s", 60)) + 10:
+            rec["actions"].append(
+                {
+                    "name": action["name"],
+                    "kind": action["kind"],
+                    "status": "skipped",
+                    "reason": f"round time: {self.left():.0f} s left",
+                }
+            )
+            return
+        rec["actions"].append(self.action(action, exp, server["folder"], server["base"]))
+        self.save_partial(rec)
+
+    def finish(self, rec: dict, server: dict, wait_gpu: bool = True) -> None:
+        _, after = http_get(server["base"] + "/metrics", 10)
+        (server["folder"] / "metrics_end.txt").write_text(after, encoding="utf-8")
+        rec["preemptions_total"] = counter(after, "vllm:num_preemptions")
+        stop(server["proc"], wait_gpu=wait_gpu)
         rec["status"] = "ran"
-        rec["total_s"] = round(time.time() - t0, 1)
-        return rec
+        rec["total_s"] = round(time.time() - server["t0"], 1)
 
     def save_partial(self, rec: dict) -> None:
         self.results["in_progress"] = rec
@@ -716,7 +767,8 @@ class Runner:
     def action(self, action: dict, exp: dict, folder: Path, base: str) -> dict:
         kind = action["kind"]
         t0 = time.time()
-        out: dict = {"name": action["name"], "kind": kind}
+        # at_s: when it began, in seconds since the round started (an interleaved search's order is read from it)
+        out: dict = {"name": action["name"], "kind": kind, "at_s": round(t0 - self.results["started"], 2)}
         if kind == "bench":
             _, before = http_get(base + "/metrics", 10)
             cmd = [
@@ -943,24 +995,40 @@ class Runner:
         self.save()
         done_file = WORK / "done.json"
         done = json.loads(done_file.read_text()) if done_file.exists() else {}
+        todo = []
         for exp in self.plan["experiments"]:
-            if exp["name"] in done or (self.only and exp["name"] not in self.only):
+            if (exp["name"] in done and not self.again) or (self.only and exp["name"] not in self.only):
                 continue
             if exp.get("optional") and exp["name"] not in self.only:  # candidates run only when named
                 continue
-            log(f"experiment {exp['name']} ({self.left():.0f} s left)")
+            todo.append(exp)
+        # An interleaved search's experiments run together (run_group), where the first of them stands in the plan.
+        batches: list[list[dict]] = []
+        groups: dict[str, list[dict]] = {}
+        for exp in todo:
+            key = exp.get("interleave")
+            if key and key in groups:
+                groups[key].append(exp)
+                continue
+            batches.append([exp])
+            if key:
+                groups[key] = batches[-1]
+        for batch in batches:
+            names = ", ".join(exp["name"] for exp in batch)
+            log(f"experiment{'s' if len(batch) > 1 else ''} {names} ({self.left():.0f} s left)")
             try:
-                rec = self.run_experiment(exp)
+                recs = self.run_group(batch) if batch[0].get("interleave") else [self.run_experiment(batch[0])]
             except Exception as exc:  # noqa: BLE001 - keep going: one broken experiment must not lose the others
-                rec = {"name": exp["name"], "status": "harness-error", "reason": repr(exc)}
-            log(
-                f"  -> {rec['status']} {rec.get('reason', '')} start {rec.get('start_s')} s "
-                f"kv_tokens {rec.get('cache_config', {}).get('kv_cache_size_tokens')}"
-            )
-            self.results["experiments"].append(rec)
-            if rec["status"] != "skipped" and not rec.get("budget_cut"):  # a later round takes up what did not fit
-                done[exp["name"]] = {"round": self.round, "status": rec["status"]}
-                done_file.write_text(json.dumps(done, indent=1))
+                recs = [{"name": exp["name"], "status": "harness-error", "reason": repr(exc)} for exp in batch]
+            for rec in recs:
+                log(
+                    f"  -> {rec['name']}: {rec['status']} {rec.get('reason', '')} start {rec.get('start_s')} s "
+                    f"kv_tokens {rec.get('cache_config', {}).get('kv_cache_size_tokens')}"
+                )
+                self.results["experiments"].append(rec)
+                if rec["status"] != "skipped" and not rec.get("budget_cut"):  # a later round takes up what did not fit
+                    done[rec["name"]] = {"round": self.round, "status": rec["status"]}
+                    done_file.write_text(json.dumps(done, indent=1))
             self.save()
         self.results["finished"] = time.time()
         self.save()
@@ -989,6 +1057,12 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="comma-separated experiment names (default: every one not done on this host yet, in the plan's order)",
     )
+    r.add_argument(
+        "--again",
+        action="store_true",
+        help="run the plan's experiments (or --only's) once more, as a new round, even those done on this host: "
+        "summarize.py pools every round of a setting as its repeats",
+    )
     args = parser.parse_args(argv)
     if args.cmd == "next-round":
         print(next_round())
@@ -1007,7 +1081,13 @@ def main(argv: list[str] | None = None) -> int:
     only = [n for n in args.only.split(",") if n]
     budget = args.budget_s if args.budget_s is not None else float("inf")
     return Runner(
-        plan, args.round or next_round(), args.out, time.time() + budget, python=args.python, only=only
+        plan,
+        args.round or next_round(),
+        args.out,
+        time.time() + budget,
+        python=args.python,
+        only=only,
+        again=args.again,
     ).main()
 
 

@@ -4,13 +4,14 @@ which each step's verdict rests on, read against the real outputs of run C on th
 (results/gpu-host-site/2026-12-01/run-c) and against outputs that must not count."""
 
 import json
+import os
 import shutil
 import subprocess
 
 import pytest
 import yaml
 
-from conftest import ROOT, load_source
+from conftest import ROOT, load_source, run_ansible
 
 SITE = ROOT / "gpu" / "host" / "site.sh"
 RUN_C = ROOT / "results" / "gpu-host-site" / "2026-12-01" / "run-c"
@@ -37,7 +38,7 @@ def site_settings():
 def plan(settings):
     """The gpu-host's plan with site.sh's -e settings over the inventory, as the plan play makes it."""
     plugin = load_source("vllm_plan_filter_for_site", ROOT / "plugins" / "filter" / "vllm_plan.py")
-    hostvars = yaml.safe_load((ROOT / "gpu" / "inventory" / "group_vars" / "h200_nodes.yml").read_text())
+    hostvars = yaml.safe_load((ROOT / "gpu" / "inventory" / "group_vars" / "lent_gpu_nodes.yml").read_text())
     hostvars.update(settings)
     return plugin.vllm_plan_host(hostvars, "gpu-host")
 
@@ -73,7 +74,7 @@ def test_the_faults_site3_does_not_use_are_refused_by_the_plan():
 
 
 def test_the_site3_fault_folder_is_not_the_inventory_tokenizer():
-    inventory = yaml.safe_load((ROOT / "gpu" / "inventory" / "group_vars" / "h200_nodes.yml").read_text())
+    inventory = yaml.safe_load((ROOT / "gpu" / "inventory" / "group_vars" / "lent_gpu_nodes.yml").read_text())
     assert site_settings()[3] != inventory["vllm_extra_args"]["tokenizer"]
 
 
@@ -187,3 +188,28 @@ def test_command_line_exit_codes(tmp_path):
         [*cli, "report", str(tmp_path / "site-2"), "gpu-host", "--failed"], capture_output=True, text=True
     )
     assert failed.returncode == 1 and "NOT AS NEEDED" in failed.stdout
+
+
+@pytest.mark.parametrize("card", ["H100", "H200"])
+def test_the_gpu_inventory_plans_on_either_lent_card_with_egress_on(tmp_path, card):
+    """`playbooks/plan.yml` on gpu/inventory as site.sh's site1 runs it, the card being what the driver role's detection
+    finds (the catalogue's H100 or H200). At 13bb0d4 this stopped at plan time on any card: the egress check refused
+    the wheelhouse in a local folder (`has no host and port egress could admit`), and the group took an H200 only."""
+    catalog = yaml.safe_load((ROOT / "roles" / "nvidia_driver" / "defaults" / "main.yml").read_text())
+    entry = catalog["nvidia_driver_gpu_catalog"][card]
+    inventory = yaml.safe_load((ROOT / "gpu" / "inventory" / "group_vars" / "lent_gpu_nodes.yml").read_text())
+    assert card in inventory["nvidia_driver_group_gpus"]["lent_gpu_nodes"]
+    assert inventory.get("vllm_egress", True) is not False  # egress as the site runs it, not turned off
+    gpu = {"name": entry["names"][0], "memory_mib": entry["memory_mib"], "bandwidth_gb_s": entry["bandwidth_gb_s"]}
+    settings = site_settings()[0] | {"vllm_gpu": gpu | {"count": 1, "compute_cap": "9.0"}}
+    settings["vllm_report_dir"] = str(tmp_path)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    done = run_ansible(
+        "ansible-playbook", "-i", "gpu/inventory", "playbooks/plan.yml", "-e", json.dumps(settings),
+        cwd=ROOT, env=env, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "failed=0" in done.stdout
+    planned = json.loads((tmp_path / "plan.json").read_text())
+    host = planned["hosts"]["gpu-host"] if "hosts" in planned else planned["gpu-host"]
+    assert entry["names"][0] in json.dumps(host)

@@ -440,3 +440,94 @@ def test_ansible_actions_run_the_repo_playbooks(fake_site, tmp_path):
     assert event["efficiency"]["decode_ceiling_tokens_per_s"] > 0
     table = next((fake_site / "gpu-work").glob("round1/*/benchmark-playbook/reports/*/benchmark.md")).read_text()
     assert "\n| gpu-host/main | 6/6 | 2 |" in table and "\\n" not in table
+
+
+def _search_plan(tmp_path: Path, repeats: int = 3) -> Path:
+    """Two settings of one interleaved search (as plan.py --tune writes them: `interleave`), each with `repeats`
+    loads of vllm bench serve (the stand-in's), on the fid-rtx4090-7b-prefill experiment's arguments."""
+    plan = plan_mod.build()
+    base = next(e for e in plan["experiments"] if e["name"] == "fid-rtx4090-7b-prefill")
+    load = {
+        "kind": "bench",
+        "input_len": 16,
+        "output_len": 8,
+        "num_prompts": 4,
+        "max_concurrency": 2,
+        "timeout_s": 30,
+        "est_s": 1,
+    }
+    plan["experiments"] = [
+        dict(
+            base,
+            name=name,
+            kind="tune",
+            interleave="search-x",
+            est_s=1,
+            optional=False,
+            actions=[dict(load, name=f"load-{r}", seed=r) for r in range(1, repeats + 1)],
+        )
+        for name in ("tune-defaults", "tune-profile")
+    ]
+    plan["tokenizer_vocab_size"] = 64
+    plan["port"] = 19000 + os.getpid() % 1000
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan))
+    return plan_file
+
+
+def _harness_run(fake_site: Path, tmp_path: Path, plan_file: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, GPU_HARNESS_TMP=str(fake_site), OUT=str(tmp_path / "out"), CUDA_CACHE_PATH=str(tmp_path))
+    return subprocess.run(
+        [sys.executable, str(GPU / "harness.py"), "run", "--plan", str(plan_file), "--budget-s", "300", *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_an_interleaved_search_runs_its_settings_side_by_side_and_alternates_their_loads(fake_site, tmp_path):
+    plan_file = _search_plan(tmp_path)
+    proc = _harness_run(fake_site, tmp_path, plan_file)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads((tmp_path / "out" / "results-round1.json").read_text())
+    first, second = results["experiments"]
+    assert (first["name"], second["name"]) == ("tune-defaults", "tune-profile")
+    assert first["status"] == second["status"] == "ran", (first, second)
+    assert first["interleave"] == "search-x"
+    # both servers up at once, each on its own port
+    ports = [rec["argv"][rec["argv"].index("--port") + 1] for rec in (first, second)]
+    assert len(set(ports)) == 2
+    # the loads alternate and the order turns each repeat: A1 B1, B2 A2, A3 B3
+    timeline = sorted(
+        (action["at_s"], rec["name"][5:], action["name"]) for rec in (first, second) for action in rec["actions"]
+    )
+    assert [(who, what) for _, who, what in timeline] == [
+        ("defaults", "load-1"),
+        ("profile", "load-1"),
+        ("profile", "load-2"),
+        ("defaults", "load-2"),
+        ("defaults", "load-3"),
+        ("profile", "load-3"),
+    ]
+    assert all(action["returncode"] == 0 and action["result"]["completed"] == 4 for action in first["actions"])
+    # seeds: repeat r draws the same prompts for both settings
+    seeds = {rec["name"]: [a["argv"][a["argv"].index("--seed") + 1] for a in rec["actions"]] for rec in (first, second)}
+    assert seeds["tune-defaults"] == seeds["tune-profile"] == ["1", "2", "3"]
+
+
+def test_a_search_runs_again_with_again_and_no_hand_edit(fake_site, tmp_path):
+    plan_file = _search_plan(tmp_path, repeats=1)
+    assert _harness_run(fake_site, tmp_path, plan_file).returncode == 0
+    # a second plain run finds the search done on this host and runs nothing
+    proc = _harness_run(fake_site, tmp_path, plan_file)
+    assert (
+        proc.returncode == 0 and json.loads((tmp_path / "out" / "results-round2.json").read_text())["experiments"] == []
+    )
+    # --again runs it once more as round 3, recorded as such in done.json
+    proc = _harness_run(fake_site, tmp_path, plan_file, "--again")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    third = json.loads((tmp_path / "out" / "results-round3.json").read_text())["experiments"]
+    assert [(rec["name"], rec["status"]) for rec in third] == [("tune-defaults", "ran"), ("tune-profile", "ran")]
+    done = json.loads((fake_site / "gpu-work" / "done.json").read_text())
+    assert done == {"tune-defaults": {"round": 3, "status": "ran"}, "tune-profile": {"round": 3, "status": "ran"}}
