@@ -11,9 +11,10 @@ description:
     reference's for the card; a dict whose C(errors) names why when there is none.
   - C(vllm_tune_run) turns one C(vllm bench serve --save-result) JSON and the C(/metrics) scrapes around it into a
     repeat's figures (C(vllm_fleet.tune.run_of)).
-  - C(vllm_tune_search) aggregates the repeats, finds the Pareto front and picks at the targets
-    (C(vllm_fleet.tune.search)); C(vllm_tune_profile) writes the measured profile the inventory takes
-    (C(vllm_profile_measured)), or a dict whose C(errors) says the decision took no setting; C(vllm_tune_page)
+  - C(vllm_tune_search) aggregates the repeats, finds the Pareto front, picks at the targets and says figure by
+    figure where each candidate is better or worse than vLLM's defaults by the exact Mann-Whitney U test over the
+    repeats, else level (C(vllm_fleet.tune.search)); C(vllm_tune_profile) writes the measured profile the inventory
+    takes (C(vllm_profile_measured)), or a dict whose C(errors) says the decision took no setting; C(vllm_tune_page)
     renders the search as one HTML page.
   - Every filter raises AnsibleFilterError naming what it could not use, never a Python traceback.
 options:
@@ -53,8 +54,10 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description: >-
-    The search: profile, card, load, measured (each candidate's medians and spreads), runs, not_measured,
-    against_defaults, decision (front, targets, misses, unfit, choice, verdict) and refused.
+    The search: profile, card, load, measured (each candidate's figures: every repeat's value, their median, lowest
+    and highest), runs, not_measured, against_defaults (per candidate and figure: verdict better, worse, level or not
+    measured by the exact two-sided Mann-Whitney U test at p < 0.05, p, difference, difference_pct, repeats, why),
+    decision (front, targets, misses, unfit, choice, verdict) and refused.
   type: dict
 """
 
