@@ -489,6 +489,26 @@ def stop(proc: subprocess.Popen, grace: float = 20.0, wait_gpu: bool = True) -> 
         time.sleep(1)
 
 
+def card_mismatch(plan: dict, nvidia_smi: str) -> str | None:
+    """Why the plan cannot run on this GPU, or None. The plan emulates each card's budget as a fraction of the host
+    card's memory (plan.py --host-gpu): a plan made for another card's memory would give every start another budget
+    than the card it stands for, so it is refused rather than run. nvidia-smi's first line: `name, N MiB, ...`."""
+    host = plan.get("host_gpu") or {}
+    fields = [f.strip() for f in nvidia_smi.splitlines()[0].split(",")] if nvidia_smi.strip() else []
+    try:
+        name, mib = fields[0], int(fields[1].split()[0])
+    except (IndexError, ValueError):
+        return None if not host else f"cannot read this host's GPU from nvidia-smi ({nvidia_smi[:200]!r}); nothing ran"
+    planned = host.get("memory_mib")
+    if planned and abs(mib - planned) > planned * 0.01:
+        return (
+            f"the plan is for a host GPU of {planned} MiB ({host.get('name')}); this host has {name} of {mib} MiB, "
+            f"so each emulated card would get another budget. Nothing ran. Fix: on the controller, "
+            f"gpu/bench/plan.py --host-gpu '{name},{mib},GB_S' (with --tune ... as before), and run that plan"
+        )
+    return None
+
+
 def next_round() -> int:
     """The round a new `run` on this host takes: one more than the rounds already run here."""
     return 1 + len(list(WORK.glob("round*"))) if WORK.is_dir() else 1
@@ -991,6 +1011,12 @@ class Runner:
         self.results["jit_cache"] = restore_planned_jit_cache(self.plan, self.env())
         log(f"JIT cache: {self.results['jit_cache']}")
         self.results["environment"] = self.environment()
+        wrong = card_mismatch(self.plan, self.results["environment"]["nvidia_smi"])
+        if wrong:
+            self.results["refused"] = wrong
+            self.save()
+            log(wrong)
+            return 2
         self.paths = write_models(self.plan)
         self.save()
         done_file = WORK / "done.json"

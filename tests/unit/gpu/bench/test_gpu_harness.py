@@ -207,6 +207,17 @@ def fake_site(tmp_path, monkeypatch):
     (site / "entrypoints" / "cli" / "main.py").write_text(FAKE_MAIN)
     (root / "gpu-site" / ".installed").write_text(json.dumps({"vllm_version": "0.26.0", "fake": True}))
     monkeypatch.setenv("FAKE_METRICS", str(METRICS_026))
+    # A stand-in nvidia-smi (no GPU here): the H200 the committed plans are for, as the harness's queries print it.
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *memory.used\ *|*memory.used) echo 0;; '
+        "*) echo 'NVIDIA H200, 143771 MiB, 0 MiB, 580.159.04, 1980 MHz, 3201 MHz';; esac\n"
+    )
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     return root
 
 
@@ -531,3 +542,17 @@ def test_a_search_runs_again_with_again_and_no_hand_edit(fake_site, tmp_path):
     assert [(rec["name"], rec["status"]) for rec in third] == [("tune-defaults", "ran"), ("tune-profile", "ran")]
     done = json.loads((fake_site / "gpu-work" / "done.json").read_text())
     assert done == {"tune-defaults": {"round": 3, "status": "ran"}, "tune-profile": {"round": 3, "status": "ran"}}
+
+
+def test_a_plan_for_another_host_card_is_refused_before_any_start():
+    """Lines in the shape of the harness's own nvidia-smi query, made by hand: name, memory and driver from the real
+    H100 and H200 captures (shared/fixtures/gpu/*/query-gpu.csv, another query), the clocks invented."""
+    h100 = "NVIDIA H100 80GB HBM3, 81559 MiB, 0 MiB, 580.159.04, 1980 MHz, 2619 MHz"
+    h200 = "NVIDIA H200, 143771 MiB, 0 MiB, 580.159.04, 1980 MHz, 3201 MHz"
+    plan_h200 = plan_mod.build()
+    assert harness.card_mismatch(plan_h200, h200) is None
+    why = harness.card_mismatch(plan_h200, h100)
+    assert why and "143771 MiB" in why and "81559 MiB" in why and "--host-gpu 'NVIDIA H100 80GB HBM3,81559,GB_S'" in why
+    plan_h100 = plan_mod.build({"name": "H100", "memory_mib": 81559, "bandwidth_gb_s": 3350, "count": 1})
+    assert harness.card_mismatch(plan_h100, h100) is None
+    assert harness.card_mismatch(plan_h100, h200)
