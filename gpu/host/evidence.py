@@ -15,6 +15,12 @@
     evidence.py restored LOG ID
         site.yml's output: the rollout stopped after restoring release ID and verifying it serving
 
+    evidence.py kv METRICS_URL JOURNAL REPORT HOST
+        a measurement, not a verdict: the KV cache the running engine sized (vllm:cache_config_info), whether
+        its start compiled vLLM's graphs or loaded them from the compile cache (the unit's journal since the
+        start), against the planner's first-start and warm-restart predictions in the latest verification
+        report (REPORT: its report.json); exit 0 whenever it could read them
+
 Each prints one line saying what it found; exit 0 when that is what the step needed, 1 when not, 2 when the
 input cannot be read. Stdlib only (the image's python3).
 """
@@ -25,6 +31,7 @@ import argparse
 import json
 import re
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +165,33 @@ def check_restored(path: Path, release_id: str) -> tuple[bool, str]:
     return True, f"{path.name}: the rollout restored {release} ({restored}) and verified it serving"
 
 
+def compile_cache(journal: str) -> str:
+    """vLLM's own words at a start: it loaded its torch.compile graphs ("warm") or compiled them ("cold")."""
+    if "Directly load the compiled graph" in journal:
+        return "warm"
+    return "cold" if "Compiling a graph for compile range" in journal else "unknown"
+
+
+def measure_kv(metrics_url: str, journal: Path, report: Path, host: str) -> str:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+    from vllm_fleet import bench  # stdlib only: the project's reader of vLLM's metrics
+
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=10) as answer:
+            labels = bench.info_labels(answer.read().decode(), "vllm:cache_config_info")
+        tokens = int(labels["kv_cache_size_tokens"])
+        kv = _json(report)["hosts"][host]["kv_cache"]
+        text = journal.read_text(encoding="utf-8", errors="replace")
+    except (OSError, KeyError, ValueError, TypeError) as exc:
+        raise Unreadable(f"{metrics_url}, {journal}, {report}: {exc!r}") from exc
+    said = [f"engine {tokens:,} tokens, compile cache {compile_cache(text)}"]
+    for label, key in (("first start", "predicted_tokens"), ("warm restart", "predicted_tokens_warm")):
+        planned = kv.get(key)
+        if planned:
+            said.append(f"planner ({label}) {planned:,} ({(planned - tokens) / tokens * 100:+.2f} %)")
+    return "; ".join(said)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -181,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("count", type=int)
     s.add_argument("--at", type=float)
     s.add_argument("--all-finished", action="store_true")
+    k = sub.add_parser("kv")
+    k.add_argument("metrics_url")
+    k.add_argument("journal", type=Path)
+    k.add_argument("report", type=Path)
+    k.add_argument("host")
     d = sub.add_parser("restored")
     d.add_argument("log", type=Path)
     d.add_argument("id")
@@ -201,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
             good, said = check_args(args.file, [tuple(w) for w in args.with_], args.without)
         elif args.cmd == "streams":
             good, said = check_streams(args.file, args.count, args.at, args.all_finished)
+        elif args.cmd == "kv":
+            good, said = True, measure_kv(args.metrics_url, args.journal, args.report, args.host)
         else:
             good, said = check_restored(args.log, args.id)
     except Unreadable as exc:

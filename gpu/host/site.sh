@@ -127,6 +127,16 @@ ev() {
   return $rc
 }
 current_release() { cat "$RELEASES/current" 2>/dev/null; }
+# The KV cache the running engine sized (vllm:cache_config_info) and whether this start of the unit compiled vLLM's
+# graphs or loaded them from the compile cache an earlier start wrote (its journal since the start), beside the
+# first-start and warm-restart predictions of the latest verification report: the planner's error on both kinds.
+kv_line() {
+  local since; since=$(sysctl_ show -p ActiveEnterTimestamp --value "$UNIT" 2>/dev/null)
+  "$NS" exec journalctl --no-pager -o cat -u "$UNIT" --since "${since:-today}" >"$LOGS/journal-$1.txt" 2>&1
+  local report; report=$(ls -t "$REPORTS"/site-*/report.json 2>/dev/null | head -n1)
+  "$PY" gpu/host/evidence.py kv "$URL/metrics" "$LOGS/journal-$1.txt" "${report:-none}" gpu-host \
+    >>"$LOGS/kv.txt" 2>&1 && say "kv ($1): $(tail -n1 "$LOGS/kv.txt")"
+}
 # systemd gives every start of a unit a new InvocationID: a changed one means the service was started again.
 invocation() { sysctl_ show -p InvocationID --value "$UNIT" 2>/dev/null; }
 # The first error ansible-playbook printed in a step's log (a plan refusal names the host, the setting and the fix).
@@ -295,6 +305,7 @@ step_site1() {
     || { say "site1: site.yml failed: $(failure_of site1)"; return 1; }
   ev report "$REPORTS/site-1" gpu-host --ok --no-rollback || return 1
   ev args "$ARGS" --without shutdown-timeout || return 1
+  kv_line site1
   local id; id=$(current_release)
   [[ -n $id ]] || { say "site1: no release recorded in $RELEASES"; return 1; }
   echo "$id" >"$WORK/release-1"
@@ -340,6 +351,7 @@ restart_with_streams() {
   wait "$client"
   say "restart ($label): systemctl restart rc=$rc, returned after $(secs "$t0" "$t1") s, then healthy after $healthy s; streams: $(cat "$LOGS/streams-$label.txt")"
   [[ $rc == 0 && $up == 0 ]] || return 1
+  kv_line "restart-$label"
   [[ $(invocation) != "$before" ]] || { say "restart ($label): the unit's InvocationID is unchanged: no new start"; return 1; }
   if [[ $finish == all ]]; then
     ev streams "$LOGS/streams-$label.json" 4 --at "$t0" --all-finished
@@ -366,6 +378,7 @@ step_site2() {
   [[ $(invocation) != "$before" ]] || { say "site2: the service was not started again (InvocationID unchanged)"; return 1; }
   ev report "$REPORTS/site-2" gpu-host --ok --no-rollback || return 1
   ev args "$ARGS" --with max-num-seqs 32 --with shutdown-timeout 20 || return 1
+  kv_line site2
   id=$(current_release)
   if [[ -z $id || $id == "$(cat "$WORK/release-1" 2>/dev/null)" ]]; then
     say "site2: no new release recorded in $RELEASES (current: ${id:-none})"; return 1

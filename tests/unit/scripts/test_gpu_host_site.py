@@ -205,11 +205,63 @@ def test_the_gpu_inventory_plans_on_either_lent_card_with_egress_on(tmp_path, ca
     settings["vllm_report_dir"] = str(tmp_path)
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
     done = run_ansible(
-        "ansible-playbook", "-i", "gpu/inventory", "playbooks/plan.yml", "-e", json.dumps(settings),
-        cwd=ROOT, env=env, timeout=300,
+        "ansible-playbook",
+        "-i",
+        "gpu/inventory",
+        "playbooks/plan.yml",
+        "-e",
+        json.dumps(settings),
+        cwd=ROOT,
+        env=env,
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "failed=0" in done.stdout
     planned = json.loads((tmp_path / "plan.json").read_text())
     host = planned["hosts"]["gpu-host"] if "hosts" in planned else planned["gpu-host"]
     assert entry["names"][0] in json.dumps(host)
+
+
+def test_kv_measures_the_engine_against_both_predictions_of_the_latest_report(tmp_path):
+    """evidence.py kv, as site.sh's kv_line runs it after each start: the engine's KV from a real vLLM 0.26.0 CUDA
+    scrape (tests/unit/fixtures/vllm/0.26.0-cuda-h200, 219,712 tokens) served on loopback, the start's kind from its
+    journal, the predictions from a report.json shaped as the vllm_verify role writes it (numbers made up)."""
+    import http.server
+    import threading
+
+    page = (
+        ROOT / "tests" / "unit" / "fixtures" / "vllm" / "0.26.0-cuda-h200" / "metrics_fp8_kv_after_bench.txt"
+    ).read_bytes()
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        report = tmp_path / "report.json"
+        report.write_text(
+            json.dumps(
+                {"hosts": {"gpu-host": {"kv_cache": {"predicted_tokens": 210000, "predicted_tokens_warm": 230000}}}}
+            )
+        )
+        journal = tmp_path / "journal.txt"
+        journal.write_text("INFO ... Directly load the compiled graph(s) for compile range (1, 2048) from the cache\n")
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        assert evidence.main(["kv", url, str(journal), str(report), "gpu-host"]) == 0
+        said = evidence.measure_kv(url, journal, report, "gpu-host")
+        assert said == (
+            "engine 219,712 tokens, compile cache warm; planner (first start) 210,000 (-4.42 %); "
+            "planner (warm restart) 230,000 (+4.68 %)"
+        )
+        journal.write_text("INFO ... Compiling a graph for compile range (1, 2048)\n")
+        assert "compile cache cold" in evidence.measure_kv(url, journal, report, "gpu-host")
+        assert evidence.main(["kv", url, str(journal), str(tmp_path / "none.json"), "gpu-host"]) == 2
+    finally:
+        server.shutdown()
