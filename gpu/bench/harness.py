@@ -678,7 +678,24 @@ class Runner:
         finally:
             for index, (_exp, rec, server) in enumerate(started):
                 self.finish(rec, server, wait_gpu=index == len(started) - 1)
+        for exp, rec, _server in started:
+            if exp.get("warm_restart"):
+                self.warm_restart(exp, rec)
         return records
+
+    def warm_restart(self, exp: dict, rec: dict) -> None:
+        """Start an experiment's server once more, alone, with the same arguments, so that vLLM finds the compile
+        cache its first start wrote; record the KV cache it sizes then (the planner's warm-restart prediction is
+        checked against it) and stop it. No load runs on it."""
+        again, server = self.start(dict(exp, name=f"{exp['name']}/warm-restart"), self.port)
+        keep = ("status", "reason", "start_s", "cache_config", "memory")
+        rec["warm_restart"] = {key: again[key] for key in keep if key in again}
+        if server is not None:
+            log_text = (server["folder"] / "server.log").read_text(encoding="utf-8", errors="replace")
+            rec["warm_restart"]["compiled"] = "Directly load the compiled graph" not in log_text
+            stop(server["proc"])
+            rec["warm_restart"]["status"] = "ran"
+        self.save_partial(rec)
 
     def start(self, exp: dict, port: int) -> tuple[dict, dict | None]:
         """Start an experiment's server on `port` and wait for /health: (its record, the server) or (the record of

@@ -472,6 +472,7 @@ def _search_plan(tmp_path: Path, repeats: int = 3) -> Path:
             base,
             name=name,
             kind="tune",
+            warm_restart=name == "tune-profile",
             interleave="search-x",
             est_s=1,
             optional=False,
@@ -522,6 +523,11 @@ def test_an_interleaved_search_runs_its_settings_side_by_side_and_alternates_the
         ("profile", "load-3"),
     ]
     assert all(action["returncode"] == 0 and action["result"]["completed"] == 4 for action in first["actions"])
+    # the profile asked for a warm restart after the loads: started again alone, its KV read, no load on it
+    assert "warm_restart" not in first
+    warm = second["warm_restart"]
+    assert warm["status"] == "ran" and warm["cache_config"]["kv_cache_size_tokens"] == "219712"
+    assert warm["compiled"] is True  # the stand-in logs no "Directly load the compiled graph"
     # seeds: repeat r draws the same prompts for both settings
     seeds = {rec["name"]: [a["argv"][a["argv"].index("--seed") + 1] for a in rec["actions"]] for rec in (first, second)}
     assert seeds["tune-defaults"] == seeds["tune-profile"] == ["1", "2", "3"]
