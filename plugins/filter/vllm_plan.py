@@ -76,9 +76,27 @@ _value:
       elements: str
     capacity:
       description: >-
-        gpu_memory_bytes, weights_bytes, draft_weights_bytes, kv_bytes_per_token, kv_cache_bytes, kv_cache_tokens,
-        max_concurrency_at_max_len, decode_ceiling_tokens_per_s (integers, null when an error prevented sizing)
-        and fits.
+        gpu_memory_bytes, weights_bytes, draft_weights_bytes, kv_bytes_per_token, kv_cache_bytes, kv_cache_tokens
+        (a first start's), kv_cache_tokens_warm (a restart that finds vLLM's torch.compile cache: a smaller
+        activation peak, a larger cache), max_concurrency_at_max_len, decode_ceiling_tokens_per_s (integers, null
+        when an error prevented sizing) and fits.
+      type: dict
+    estimates:
+      description: >-
+        What the planner estimates vLLM reserves at a first start besides weights and KV cache, in bytes:
+        activation_peak_bytes, runtime_reserve_bytes, cuda_graph_reserve_bytes. Absent when an error prevented
+        sizing.
+      type: dict
+    estimates_warm:
+      description: >-
+        What differs on a warm restart: activation_peak_bytes (vLLM loads its compiled graphs instead of compiling
+        them inside the profiling pass). Absent when an error prevented sizing.
+      type: dict
+    kv_cache_band:
+      description: >-
+        The engine's KV tokens that verification calls as planned: low_tokens (kv_cache_tokens less tolerance_pct),
+        high_tokens (kv_cache_tokens_warm plus tolerance_pct), tolerance_pct (5). Absent when an error prevented
+        sizing.
       type: dict
 """
 

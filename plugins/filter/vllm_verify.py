@@ -61,6 +61,11 @@ _value:
   description:
     - For C(vllm_verify_result), the host's verification result (ok, errors, warnings, health, smoke, kv_cache,
       findings...); for the others, see the description.
+    - Its C(kv_cache) holds the engine's KV tokens against the plan's two predictions (C(predicted_tokens) and
+      C(prediction_error_pct) of a first start, C(predicted_tokens_warm) and C(prediction_error_warm_pct) of a warm
+      restart), the start they match (C(start) first start, warm restart, between first start and warm restart
+      or outside the planned band; C(start_error_pct); C(band_tokens)) and C(planned), the line the reports show.
+      A KV cache outside the band is reported and fails nothing.
   type: raw
 """
 

@@ -17,7 +17,7 @@ from typing import Any
 from . import datafiles, inputs, placement, profiles, render, tune
 from .rules import ERROR_RULES, WARNING_RULES, known_failure
 from .service_levels import GUIDE_TARGETS, match_card, misses_target, service_levels
-from .sizing import fit_hint, gib, size_instance
+from .sizing import KV_TOLERANCE, fit_hint, gib, kv_band, size_instance
 
 DEFAULT_TYPICAL_PROMPT_TOKENS = 512
 DEFAULT_TYPICAL_OUTPUT_TOKENS = 256
@@ -28,6 +28,7 @@ CAPACITY_KEYS = (
     "kv_bytes_per_token",
     "kv_cache_bytes",
     "kv_cache_tokens",
+    "kv_cache_tokens_warm",
     "max_concurrency_at_max_len",
     "decode_ceiling_tokens_per_s",
     "fits",
@@ -415,6 +416,8 @@ def _capacity(
             "kv_bytes_per_token": size.kv_per_token,
             "kv_cache_bytes": size.kv_bytes,
             "kv_cache_tokens": size.kv_tokens,
+            # What a restart that finds vLLM's torch.compile cache sizes (kv_cache_tokens: the first start's).
+            "kv_cache_tokens_warm": size.kv_tokens_warm,
             "max_concurrency_at_max_len": size.kv_tokens // size.max_len if size.max_len else 0,
             "decode_ceiling_tokens_per_s": int(bandwidth // (size.weights + size.draft_weights)),
             "fits": size.fits,
@@ -425,6 +428,12 @@ def _capacity(
         "runtime_reserve_bytes": size.runtime,
         "cuda_graph_reserve_bytes": size.graphs * size.tp,
     }
+    # What a warm restart estimates otherwise (the rest as `estimates`): a smaller activation peak, its larger cache
+    # is capacity.kv_cache_tokens_warm. Apart, so that `estimates` stays the first start's (gpu/bench records it).
+    entry["estimates_warm"] = {"activation_peak_bytes": size.activation_warm}
+    # The engine's KV tokens that verification calls as planned: within KV_TOLERANCE of either start.
+    low, high = kv_band(size.kv_tokens, size.kv_tokens_warm)
+    entry["kv_cache_band"] = {"low_tokens": low, "high_tokens": high, "tolerance_pct": round(KV_TOLERANCE * 100, 2)}
     for rule in ERROR_RULES:
         entry["errors"] += rule(size)
     if size.device == "gpu":

@@ -42,6 +42,15 @@ def _startup_cell(health: Mapping[str, Any]) -> str:
     return "-"
 
 
+def _kv_error_cell(kv: Mapping[str, Any]) -> str:
+    """The planner's error against the start the engine's KV cache matches (first start, warm restart), or
+    the band it is outside of; a result without the match (made before it) shows the first start's error."""
+    if not kv.get("start"):
+        return _fmt(kv.get("prediction_error_pct"), " %", 2)
+    kind = {"between first start and warm restart": "between starts", "outside the planned band": "outside band"}
+    return "%s (%s)" % (_fmt(kv.get("start_error_pct"), " %", 2), kind.get(kv["start"], kv["start"]))
+
+
 def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
@@ -100,7 +109,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             _fmt(smoke.get("latency_s"), " s"),
             _fmt((smoke.get("server") or {}).get("ttft_s"), " s", 4),
             _fmt(kv.get("tokens")),
-            _fmt(kv.get("prediction_error_pct"), " %", 2),
+            _kv_error_cell(kv),
             _fmt(len(e.get("findings") or [])) if "ok" in e else "-",
         ]
         if with_rollout:
@@ -168,7 +177,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             )
             lines.append(
                 "- KV cache: %s tokens, %s blocks of %s, dtype %s, %s bytes, max concurrency %s, "
-                "prefix caching %s, gpu_memory_utilization %s; planner predicted %s (error %s)"
+                "prefix caching %s, gpu_memory_utilization %s; planner predicted %s at a first start (error %s), "
+                "%s on a warm restart (error %s): %s"
                 % (
                     _fmt(kv.get("tokens")),
                     _fmt(kv.get("num_gpu_blocks")),
@@ -180,6 +190,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                     _fmt(kv.get("gpu_memory_utilization")),
                     _fmt(kv.get("predicted_tokens")),
                     _fmt(kv.get("prediction_error_pct"), " %", 2),
+                    _fmt(kv.get("predicted_tokens_warm")),
+                    _fmt(kv.get("prediction_error_warm_pct"), " %", 2),
+                    _fmt(kv.get("planned")),
                 )
             )
             rates = e.get("rates") or {}

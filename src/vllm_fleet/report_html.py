@@ -176,6 +176,14 @@ def _cell(value: Any) -> str:
     return html.escape("-" if value in (None, "") else str(value))
 
 
+def _kv_error(kv: Mapping[str, Any]) -> Any:
+    """The planner's error against the start the engine's KV cache matches, or the band it missed (a result made
+    before the match was reported: the first start's error alone)."""
+    if kv.get("start") in ("first start", "warm restart"):
+        return f"{_cell(kv.get('start_error_pct'))} ({kv['start']})"
+    return kv.get("planned") or kv.get("prediction_error_pct")
+
+
 def _instance_table(name: str, e: Mapping[str, Any]) -> str:
     """The instance's rows that this run has something for (a day-2 run has no verification)."""
     rows = []
@@ -188,7 +196,7 @@ def _instance_table(name: str, e: Mapping[str, Any]) -> str:
         ("card", (e.get("gpu") or {}).get("name")),
         ("port", (e.get("placement") or {}).get("port")),
         ("KV tokens", (e.get("kv_cache") or {}).get("tokens")),
-        ("planner error %", (e.get("kv_cache") or {}).get("prediction_error_pct")),
+        ("planner error %", _kv_error(e.get("kv_cache") or {})),
     ):
         if value not in (None, ""):
             rows.append((label, _cell(value)))

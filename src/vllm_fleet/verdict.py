@@ -20,8 +20,16 @@ from vllm_fleet import metrics as _metrics
 from vllm_fleet.endpoints import WILDCARD_ADDRESSES as WILDCARD_ADDRESSES  # re-exported: the filter plugin's API
 from vllm_fleet.endpoints import probe_url as probe_url  # re-exported: the filter plugin's API
 from vllm_fleet.inputs import is_secret_argument, short
+from vllm_fleet.sizing import KV_TOLERANCE, kv_band
 
-__all__ = ["command_line_drift", "crashed_after_start", "host_entry", "running_arguments", "version_matches"]
+__all__ = [
+    "command_line_drift",
+    "crashed_after_start",
+    "host_entry",
+    "kv_start",
+    "running_arguments",
+    "version_matches",
+]
 
 API_PROBES = ("version", "models", "smoke", "metrics_before", "metrics_after")
 # What keeps vLLM and its libraries off the network (templates/vllm.env.j2): the running process must have each.
@@ -520,10 +528,71 @@ def _judge_smoke(
     }
 
 
+def _tokens(value: Any) -> float | None:
+    """A token count, or ``None`` for what is not a number (booleans included)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def kv_start(tokens: Any, first: Any, warm: Any) -> dict[str, Any]:
+    """Which start the engine's KV tokens match, against the planner's two predictions (:mod:`vllm_fleet.sizing`):
+    ``first`` (a start that compiles vLLM's graphs) and ``warm`` (a restart that finds vLLM's torch.compile cache;
+    ``None``, as in a plan made before it was predicted: the first start's).
+
+    ``start``: ``"first start"`` or ``"warm restart"`` when the engine is within KV_TOLERANCE of that prediction
+    (of both: the nearer; a tie: the first start), ``"between first start and warm restart"`` when it is in the
+    planned band but within the tolerance of neither (a warm restart of more than 10.5 % leaves a gap),
+    ``"outside the planned band"`` below first x (1 - KV_TOLERANCE) or above warm x (1 + KV_TOLERANCE), ``None``
+    when a side is unknown. ``error_pct``: kv_prediction_error's error against the matched start (between or
+    outside the band: the nearer one); ``planned``: the line the reports show; ``band_tokens``: [low, high].
+    """
+    actual, first_n, warm_n = _tokens(tokens), _tokens(first), _tokens(warm)
+    if not actual or first_n is None:
+        return {"start": None, "error_pct": None, "planned": None, "band_tokens": None}
+    if warm_n is None:
+        warm_n = first_n
+    low, high = kv_band(int(first_n), int(warm_n))
+    facts = {"families": {}, "cache_config": {"kv_cache_size_tokens": actual}}
+    predictions = {"first start": first_n, "warm restart": warm_n}
+    errors = {kind: _metrics.kv_prediction_error(value, facts) for kind, value in predictions.items()}
+    # Within the tolerance of a prediction, as the band is: |actual - predicted| <= KV_TOLERANCE x predicted.
+    within = [kind for kind, value in predictions.items() if abs(actual - value) <= KV_TOLERANCE * value]
+    nearer = min(predictions, key=lambda kind: abs(actual - predictions[kind]))
+    if within:
+        start = nearer if nearer in within else within[0]
+        planned = "as planned (%s)" % start
+    else:
+        inside = low <= actual <= high
+        start = "between first start and warm restart" if inside else "outside the planned band"
+        planned = "%s %s-%s tokens%s; nearer the %s (error %+.2f %%)" % (
+            "within the planned band" if inside else "outside the planned band",
+            f"{low:,}",
+            f"{high:,}",
+            ", within %g %% of neither start" % (KV_TOLERANCE * 100) if inside else "",
+            nearer,
+            errors[nearer] or 0.0,
+        )
+    return {
+        "start": start,
+        "error_pct": errors[start if within else nearer],
+        "planned": planned,
+        "band_tokens": [low, high],
+    }
+
+
 def _kv_cache(after: _metrics.MetricsFacts | None, plan: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The engine's KV cache as cache_config_info reports it, against the planner's prediction."""
+    """The engine's KV cache as cache_config_info reports it, against the planner's predictions: the first
+    start's (``predicted_tokens``, ``prediction_error_pct``) and a warm restart's, and which of them it matches."""
     cache = after.cache_config if after is not None else {}
-    predicted = ((plan or {}).get("capacity") or {}).get("kv_cache_tokens")
+    capacity = (plan or {}).get("capacity") or {}
+    predicted = capacity.get("kv_cache_tokens")
+    warm = capacity.get("kv_cache_tokens_warm", predicted)
+    start = kv_start(cache.get("kv_cache_size_tokens"), predicted, warm)
     return {
         "tokens": cache.get("kv_cache_size_tokens"),
         "memory_bytes": cache.get("kv_cache_memory_bytes"),
@@ -535,6 +604,12 @@ def _kv_cache(after: _metrics.MetricsFacts | None, plan: Mapping[str, Any] | Non
         "gpu_memory_utilization": cache.get("gpu_memory_utilization"),
         "predicted_tokens": predicted,
         "prediction_error_pct": _metrics.kv_prediction_error(predicted, after) if after is not None else None,
+        "predicted_tokens_warm": warm,
+        "prediction_error_warm_pct": _metrics.kv_prediction_error(warm, after) if after is not None else None,
+        "band_tokens": start["band_tokens"],
+        "start": start["start"],
+        "start_error_pct": start["error_pct"],
+        "planned": start["planned"],
     }
 
 

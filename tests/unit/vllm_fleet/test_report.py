@@ -12,7 +12,7 @@ import pytest
 
 from test_fragments import run_fragments as _fragments
 from test_verdict import AFTER, expect, ok, probes
-from vllm_fleet import fragments, report, verdict
+from vllm_fleet import fragments, report, report_html, verdict
 
 
 def test_markdown_shows_versions_latencies_kv_findings_rollout_and_rollback():
@@ -23,14 +23,39 @@ def test_markdown_shows_versions_latencies_kv_findings_rollout_and_rollback():
         "| findings | unhealthy window | failed requests |" in md
     )
     assert (
-        "| lab-1 | ok, rolled back | 0.32.0 | cpu-lab-tiny | up before | 0 | 0.029 s | 0.0064 s | 2097152 | 0 % | 0 "
-        "| 31.5 s | 0 / 240 |" in md
+        "| lab-1 | ok, rolled back | 0.32.0 | cpu-lab-tiny | up before | 0 | 0.029 s | 0.0064 s | 2097152 "
+        "| 0 % (first start) | 0 | 31.5 s | 0 / 240 |" in md
+    )
+    assert (
+        "planner predicted 2097152 at a first start (error 0 %), 2097152 on a warm restart (error 0 %): "
+        "as planned (first start)" in md
     )
     assert "| lab-2 | ok | 0.32.0 | cpu-lab-tiny |" in md and "| - | - / - |" not in md
     assert "Rollback events:" in md and "restored: read-back: cache_config_info cache_dtype is 'auto'" in md
     assert "Verification attempts:" in md
     assert "- unhealthy_seconds: 31.5" in md
     assert "drain events:" in md
+
+
+def test_the_planner_error_is_shown_against_the_start_the_kv_cache_matches():
+    """The engine's 2,097,152 tokens against a plan of 1.9 M at a first start and 2.1 M warm: a warm restart; against
+    one of 1.5 M and 1.6 M: outside the planned band, reported (the host stays ok)."""
+    rows = {}
+    for name, first, warm in (("warm", 1_900_000, 2_100_000), ("low", 1_500_000, 1_600_000)):
+        plan = {"capacity": {"kv_cache_tokens": first, "kv_cache_tokens_warm": warm}}
+        entry = verdict.host_entry(name, probes(), expect(plan=plan))
+        rows[name] = report.render_markdown(fragments.merge([fragments.fragment(name, "verify", entry)], run_id="r"))
+    assert "| 2097152 | 0.14 % (warm restart) |" in rows["warm"] and "| warm | ok |" in rows["warm"]
+    assert ": as planned (warm restart)" in rows["warm"]
+    assert "| 2097152 | -23.71 % (outside band) |" in rows["low"] and "| low | ok |" in rows["low"]
+    assert (
+        "outside the planned band 1,425,000-1,680,000 tokens; nearer the warm restart (error -23.71 %)" in rows["low"]
+    )
+    # The HTML page's KV line: the same match (``entry`` is the last host's, outside the band).
+    page = report_html.render_html(fragments.merge([fragments.fragment("low", "verify", entry)], run_id="r"))
+    assert "<th>planner error %</th><td>outside the planned band 1,425,000-1,680,000 tokens" in page
+    lab = report_html.render_html(fragments.merge(_fragments(), run_id="r"))
+    assert "<th>planner error %</th><td>0 (first start)</td>" in lab
 
 
 def test_markdown_lists_errors_and_findings_and_escapes_pipes():

@@ -176,6 +176,66 @@ def test_the_whole_plan_is_accepted_as_vllm_plan():
     assert entry["kv_cache"]["prediction_error_pct"] == pytest.approx(-4.63, abs=0.01)
 
 
+@pytest.mark.parametrize(
+    "tokens,first,warm,start,error_pct",
+    [
+        (100_000, 100_000, 110_000, "first start", 0.0),
+        (96_000, 100_000, 110_000, "first start", 4.17),  # kv_prediction_error: (predicted - actual) / actual
+        (111_000, 100_000, 110_000, "warm restart", -0.9),
+        (103_000, 100_000, 104_000, "warm restart", 0.97),  # within 5 % of both: the nearer
+        (102_000, 100_000, 104_000, "first start", -1.96),  # a tie: the first start
+        (110_000, 100_000, 120_000, "between first start and warm restart", -9.09),  # warm > first + 10.5 %
+        (117_000, 100_000, 110_000, "outside the planned band", -5.98),  # above warm x 1.05 = 115,500
+        (94_000, 100_000, 110_000, "outside the planned band", 6.38),  # below first x 0.95 = 95,000
+        (100_000, 100_000, None, "first start", 0.0),  # a plan made before the warm prediction
+        (None, 100_000, 110_000, None, None),
+        (100_000, None, 110_000, None, None),
+        (100_000, True, 110_000, None, None),
+    ],
+)
+def test_the_engines_kv_cache_is_told_first_start_warm_restart_or_outside_the_band(
+    tokens, first, warm, start, error_pct
+):
+    result = verdict.kv_start(tokens, first, warm)
+    assert result["start"] == start
+    assert result["error_pct"] == (pytest.approx(error_pct, abs=0.01) if error_pct is not None else None)
+    if start is None:
+        assert result["planned"] is None and result["band_tokens"] is None
+    elif start in ("first start", "warm restart"):
+        assert result["planned"] == "as planned (%s)" % start
+    else:
+        assert result["planned"].startswith(
+            "within the planned band" if start.startswith("between") else "outside the planned band"
+        )
+        assert result["band_tokens"] == [95_000, 126_000 if warm == 120_000 else 115_500]
+
+
+def test_a_warm_restart_is_as_planned_and_outside_the_band_is_reported_not_failed():
+    """The CPU fixture's engine sized 2,097,152 tokens: a warm restart of a plan that predicts 1.9 M first and
+    2.1 M warm, outside the band of one that predicts 1.5 M and 1.6 M. Like every planner error, it fails nothing."""
+    warm_plan = dict(PLAN_ENTRY, capacity={"kv_cache_tokens": 1_900_000, "kv_cache_tokens_warm": 2_100_000})
+    warm = verdict.host_entry("lab-1", probes(), expect(plan=warm_plan))
+    kv = warm["kv_cache"]
+    assert warm["ok"] and warm["errors"] == []
+    assert (kv["predicted_tokens"], kv["predicted_tokens_warm"]) == (1_900_000, 2_100_000)
+    assert kv["prediction_error_pct"] == pytest.approx(-9.4, abs=0.01)  # the first start's, as before
+    assert kv["prediction_error_warm_pct"] == kv["start_error_pct"] == pytest.approx(0.14, abs=0.01)
+    assert (kv["start"], kv["planned"], kv["band_tokens"]) == (
+        "warm restart",
+        "as planned (warm restart)",
+        [1_805_000, 2_205_000],
+    )
+    low_plan = dict(PLAN_ENTRY, capacity={"kv_cache_tokens": 1_500_000, "kv_cache_tokens_warm": 1_600_000})
+    low = verdict.host_entry("lab-1", probes(), expect(plan=low_plan))
+    assert low["ok"] and low["errors"] == [] and not [w for w in low["warnings"] if "KV" in w or "band" in w]
+    assert low["kv_cache"]["start"] == "outside the planned band"
+    assert low["kv_cache"]["planned"] == (
+        "outside the planned band 1,425,000-1,680,000 tokens; nearer the warm restart (error -23.71 %)"
+    )
+    cpu = verdict.host_entry("lab-1", probes(), expect())["kv_cache"]  # the CPU lab's plan: one prediction
+    assert (cpu["start"], cpu["start_error_pct"], cpu["predicted_tokens_warm"]) == ("first start", 0.0, 2_097_152)
+
+
 def test_version_with_a_local_label_matches_and_another_version_fails():
     assert verdict.host_entry("h", probes(version=ok({"version": "0.32.0+cpu"})), expect())["ok"]
     entry = verdict.host_entry("h", probes(version=ok({"version": "0.33.0"})), expect())
