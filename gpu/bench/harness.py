@@ -687,7 +687,8 @@ class Runner:
         """Start an experiment's server once more, alone, with the same arguments, so that vLLM finds the compile
         cache its first start wrote; record the KV cache it sizes then (the planner's warm-restart prediction is
         checked against it) and stop it. No load runs on it."""
-        again, server = self.start(dict(exp, name=f"{exp['name']}/warm-restart"), self.port)
+        # est_s: a start alone (76-124 s for the 4090's 7B on the H200 in run 10), not the experiment's loads
+        again, server = self.start(dict(exp, name=f"{exp['name']}/warm-restart", est_s=130), self.port)
         keep = ("status", "reason", "start_s", "cache_config", "memory")
         rec["warm_restart"] = {key: again[key] for key in keep if key in again}
         if server is not None:
