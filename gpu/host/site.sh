@@ -10,7 +10,8 @@
 #   gpu/host/site.sh stage          copy a bundle part (.gpu/part-NN) into /tmp/gpu-bundle
 #   gpu/host/site.sh run [BUDGET]   run, in order, the steps not yet done on this host while they
 #                                           fit in BUDGET seconds (default: all of them); run it again
-#                                           to go on. Steps:
+#                                           to go on; GPU_HOST_SKIP_STEPS=bare,wrong leaves those out
+#                                           (they stay "not run" in the results). Steps:
 #     prepare      join and check the bundle (gpu/bench/build-bundle.sh), ansible-core, the
 #                  wheelhouse, the dummy model, boot systemd
 #     site1        site.yml without vLLM's drain backstop (vllm_shutdown_timeout 0: no --shutdown-timeout):
@@ -470,6 +471,7 @@ run_steps() {  # 0 when every step that ran passed; a failed step is recorded as
   local budget=${1:-100000} start=$SECONDS s rc t0 failed=0
   for s in "${STEPS[@]}"; do
     [[ -f $WORK/done/$s ]] && continue
+    if [[ ",${GPU_HOST_SKIP_STEPS:-}," == *",$s,"* ]]; then say "step $s: skipped (GPU_HOST_SKIP_STEPS)"; continue; fi
     if (( SECONDS - start + COST[$s] > budget )); then say "stop before $s: ${COST[$s]} s would pass the budget"; break; fi
     t0=$(now)
     "step_$s" >"$LOGS/$s.log" 2>&1
