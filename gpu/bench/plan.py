@@ -793,6 +793,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="JSON",
         help="--tune: one more candidate, e.g. '{\"max_num_batched_tokens\": 4096}' (repeatable)",
     )
+    parser.add_argument(
+        "--warm-restart",
+        action="store_true",
+        help="--tune: after the loads, start each setting once more alone and record the KV cache it sizes with "
+        "vLLM's compile cache warm (the planner's warm-restart prediction; about a start's time each)",
+    )
     args = parser.parse_args(argv)
     if args.tune:
         if not args.card:
@@ -803,6 +809,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         except ValueError as exc:
             parser.error(str(exc))
+        for e in plan["experiments"] if args.warm_restart else []:
+            e["warm_restart"] = True
+            e["est_s"] += 130  # a start alone (harness.py Runner.warm_restart)
         for name, why in plan["tune"]["refused"].items():
             print(f"{name:30s} refused by the planner: {' | '.join(why)}")
     else:
