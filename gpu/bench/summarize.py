@@ -47,10 +47,14 @@ def load_results(folder: Path) -> list[dict]:
             with tarfile.open(raw) as tar:
                 for member in tar.getmembers():
                     if member.name.endswith("/server.log"):
-                        logs[member.name.split("/")[1]] = tar.extractfile(member).read().decode("utf-8", "replace")
+                        # round1/NAME/server.log, and round1/NAME/warm-restart/server.log for its warm restart
+                        key = "/".join(member.name.split("/")[1:-1])
+                        logs[key] = tar.extractfile(member).read().decode("utf-8", "replace")
         for exp in data["experiments"]:
             exp["_round"] = data["round"]
             exp["_log"] = logs.get(exp["name"], "")
+            if exp.get("warm_restart"):
+                exp["warm_restart"]["_log"] = logs.get(exp["name"] + "/warm-restart", "")
             exp["_environment"] = data.get("environment") or {}
             exp["_jit_cache"] = data.get("jit_cache")
         out.extend(data["experiments"])
@@ -68,6 +72,23 @@ def vllm_total_mib(rec: dict, exp_plan: dict) -> int:
     143,156 MiB measured there, else the host's nvidia-smi memory."""
     host = exp_plan["host_gpu"]
     return cuda_total_mib(rec["_environment"]) or (143156 if host["name"] == "H200" else host["memory_mib"])
+
+
+def plan_for_card(exp_plan: dict, plan: dict) -> dict:
+    """The planner on the card the experiment stands for, at the utilization its profile gives that card: the plan an
+    inventory makes (exp_plan["planner"] holds the first start's; this one also the warm restart's)."""
+    if "settings" in exp_plan:
+        name, overrides = None, dict(exp_plan["settings"])
+    else:
+        name, overrides = exp_plan["profile"], dict(exp_plan["overrides"])
+    overrides["gpu_memory_utilization"] = exp_plan["utilization"]
+    hostvars = {
+        "vllm_profile_name": name,
+        "vllm_profile": overrides,
+        "vllm_gpu": dict(plan["cards"][exp_plan["card"]], count=1),
+        "vllm_version": exp_plan.get("vllm_version", "0.26.0"),
+    }
+    return planner.plan_host(exp_plan["name"], hostvars)
 
 
 def replan(exp_plan: dict, memory_mib: int) -> dict:
@@ -206,6 +227,27 @@ def summarise(plan: dict, results: list[dict]) -> dict:
             },
             "note": basis.get("reason") if basis["status"] != "ran" else None,
         }
+        restarted = rec.get("warm_restart") or {}
+        if not warm and restarted.get("status") == "ran":  # the harness's own warm restart (plan.py --warm-restart)
+            warm_kv = int((restarted.get("cache_config") or {}).get("kv_cache_size_tokens") or 0) or None
+            card_warm = plan_for_card(exp, plan)["capacity"]["kv_cache_tokens_warm"]
+            budget_warm = now["capacity"]["kv_cache_tokens_warm"]
+            row["warm_restart"] = {
+                "round": rec["_round"],
+                "start_s": restarted.get("start_s"),
+                "engine_kv_tokens": warm_kv,
+                "compile_cache": compile_cache(restarted.get("_log", "")),
+                "activation_gib": (restarted.get("memory") or {}).get("usage_activation_gib"),
+                "error_card_pct": pct(
+                    card_plan_tokens := plan_for_card(exp, plan)["capacity"]["kv_cache_tokens"], warm_kv
+                ),
+                "planner_card_first_tokens": card_plan_tokens,
+                "planner_card_warm_tokens": card_warm,
+                "error_card_warm_pct": pct(card_warm, warm_kv),
+                "planner_budget_warm_tokens": budget_warm,
+                "error_budget_warm_pct": pct(budget_warm, warm_kv),
+                "graph_capture_s": graph_captures(restarted.get("_log", "")),
+            }
         if warm:
             warm_kv = engine_kv(warm)[0]
             row["warm_restart"] = {
@@ -564,6 +606,12 @@ def _fidelity_row(r: dict) -> list:
 def _compile_cell(r: dict) -> str:
     warm = r.get("warm_restart")
     cell = r.get("compile_cache") or "-"
+    if warm and warm.get("planner_card_warm_tokens"):  # the harness's warm restart, against both predictions
+        return cell + (
+            f"; warm restart ({warm['compile_cache']}): {_n(warm['engine_kv_tokens'])}, first-start plan "
+            f"{warm['error_card_pct']:+.1f}%, warm plan {_n(warm['planner_card_warm_tokens'])} "
+            f"{warm['error_card_warm_pct']:+.1f}% (vLLM's budget {warm['error_budget_warm_pct']:+.1f}%)"
+        )
     return cell + (
         f"; warm restart (round {warm['round']}): {_n(warm['engine_kv_tokens'])}, {warm['error_card_pct']:+.1f}%"
         if warm
