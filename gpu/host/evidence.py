@@ -15,7 +15,7 @@
     evidence.py restored LOG ID
         site.yml's output: the rollout stopped after restoring release ID and verifying it serving
 
-    evidence.py kv METRICS_URL JOURNAL REPORT HOST
+    evidence.py kv METRICS_URL JOURNAL REPORT HOST [--instance NAME]
         a measurement, not a verdict: the KV cache the running engine sized (vllm:cache_config_info), whether
         its start compiled vLLM's graphs or loaded them from the compile cache (the unit's journal since the
         start), against the planner's first-start and warm-restart predictions in the latest verification
@@ -172,7 +172,7 @@ def compile_cache(journal: str) -> str:
     return "cold" if "Compiling a graph for compile range" in journal else "unknown"
 
 
-def measure_kv(metrics_url: str, journal: Path, report: Path, host: str) -> str:
+def measure_kv(metrics_url: str, journal: Path, report: Path, host: str, instance: str = "main") -> str:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
     from vllm_fleet import bench  # stdlib only: the project's reader of vLLM's metrics
 
@@ -180,7 +180,10 @@ def measure_kv(metrics_url: str, journal: Path, report: Path, host: str) -> str:
         with urllib.request.urlopen(metrics_url, timeout=10) as answer:
             labels = bench.info_labels(answer.read().decode(), "vllm:cache_config_info")
         tokens = int(labels["kv_cache_size_tokens"])
-        kv = _json(report)["hosts"][host]["kv_cache"]
+        found = entry(_json(report), host, instance)
+        if found is None:
+            raise KeyError(f"{host}/{instance}")
+        kv = found["kv_cache"]
         text = journal.read_text(encoding="utf-8", errors="replace")
     except (OSError, KeyError, ValueError, TypeError) as exc:
         raise Unreadable(f"{metrics_url}, {journal}, {report}: {exc!r}") from exc
@@ -220,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("journal", type=Path)
     k.add_argument("report", type=Path)
     k.add_argument("host")
+    k.add_argument("--instance", default="main")
     d = sub.add_parser("restored")
     d.add_argument("log", type=Path)
     d.add_argument("id")
@@ -241,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "streams":
             good, said = check_streams(args.file, args.count, args.at, args.all_finished)
         elif args.cmd == "kv":
-            good, said = True, measure_kv(args.metrics_url, args.journal, args.report, args.host)
+            good, said = True, measure_kv(args.metrics_url, args.journal, args.report, args.host, args.instance)
         else:
             good, said = check_restored(args.log, args.id)
     except Unreadable as exc:

@@ -192,17 +192,18 @@ def test_command_line_exit_codes(tmp_path):
 
 @pytest.mark.parametrize("card", ["H100", "H200"])
 def test_the_gpu_inventory_plans_on_either_lent_card_with_egress_on(tmp_path, card):
-    """`playbooks/plan.yml` on gpu/inventory as site.sh's site1 runs it, the card being what the driver role's detection
-    finds (the catalogue's H100 or H200). At 13bb0d4 this stopped at plan time on any card: the egress check refused
-    the wheelhouse in a local folder (`has no host and port egress could admit`), and the group took an H200 only."""
+    """`playbooks/plan.yml` on gpu/inventory as site.sh's site1 runs it, with egress on as a site has it, the card
+    being what the driver role's detection finds (the catalogue's H100 or H200). At 13bb0d4 this stopped at plan time
+    on any card: the egress check refused the wheelhouse in a local folder (`has no host and port egress could
+    admit`), and the group took an H200 only."""
     catalog = yaml.safe_load((ROOT / "roles" / "nvidia_driver" / "defaults" / "main.yml").read_text())
     entry = catalog["nvidia_driver_gpu_catalog"][card]
     inventory = yaml.safe_load((ROOT / "gpu" / "inventory" / "group_vars" / "lent_gpu_nodes.yml").read_text())
     assert card in inventory["nvidia_driver_group_gpus"]["lent_gpu_nodes"]
-    assert inventory.get("vllm_egress", True) is not False  # egress as the site runs it, not turned off
     gpu = {"name": entry["names"][0], "memory_mib": entry["memory_mib"], "bandwidth_gb_s": entry["bandwidth_gb_s"]}
     settings = site_settings()[0] | {"vllm_gpu": gpu | {"count": 1, "compute_cap": "9.0"}}
     settings["vllm_report_dir"] = str(tmp_path)
+    settings["vllm_egress"] = True  # the check a site runs (the lent host itself has no nftables to apply it with)
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
     done = run_ansible(
         "ansible-playbook",
@@ -225,7 +226,8 @@ def test_the_gpu_inventory_plans_on_either_lent_card_with_egress_on(tmp_path, ca
 def test_kv_measures_the_engine_against_both_predictions_of_the_latest_report(tmp_path):
     """evidence.py kv, as site.sh's kv_line runs it after each start: the engine's KV from a real vLLM 0.26.0 CUDA
     scrape (tests/unit/fixtures/vllm/0.26.0-cuda-h200, 219,712 tokens) served on loopback, the start's kind from its
-    journal, the predictions from a report.json shaped as the vllm_verify role writes it (numbers made up)."""
+    journal, the predictions from a report.json keyed as the vllm_verify role keys it, host/instance (numbers made up;
+    run D on 2026-12-06 found the first version of this reader looking the host up alone)."""
     import http.server
     import threading
 
@@ -248,7 +250,11 @@ def test_kv_measures_the_engine_against_both_predictions_of_the_latest_report(tm
         report = tmp_path / "report.json"
         report.write_text(
             json.dumps(
-                {"hosts": {"gpu-host": {"kv_cache": {"predicted_tokens": 210000, "predicted_tokens_warm": 230000}}}}
+                {
+                    "hosts": {
+                        "gpu-host/main": {"kv_cache": {"predicted_tokens": 210000, "predicted_tokens_warm": 230000}}
+                    }
+                }
             )
         )
         journal = tmp_path / "journal.txt"
