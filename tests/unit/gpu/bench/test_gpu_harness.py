@@ -213,7 +213,7 @@ def fake_site(tmp_path, monkeypatch):
     smi = bin_dir / "nvidia-smi"
     smi.write_text(
         "#!/bin/sh\n"
-        'case "$*" in *memory.used\ *|*memory.used) echo 0;; '
+        'case "$*" in *"memory.used "*|*memory.used) echo 0;; '
         "*) echo 'NVIDIA H200, 143771 MiB, 0 MiB, 580.159.04, 1980 MHz, 3201 MHz';; esac\n"
     )
     smi.chmod(0o755)
