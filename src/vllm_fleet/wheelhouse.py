@@ -1,7 +1,10 @@
 """The lock and wheels of an offline vLLM wheelhouse, resolved for the hosts' Python and platform.
 
-scripts/wheelhouse.sh builds a folder of wheels plus ``requirements.lock`` (``name==version`` lines) that
-the hosts install with ``pip --no-index --no-deps -r requirements.lock --find-links <folder>``
+scripts/wheelhouse.sh builds a folder of wheels plus ``requirements.lock`` (``name==version
+--hash=sha256:<digest>`` lines: each wheel's own digest, which the signed bundle's manifest also carries and
+src/vllm_fleet/bundle.py checks against the lock before it signs) that the hosts install with ``pip --no-index
+--no-deps -r requirements.lock --find-links <folder>``: with a hash on every line pip checks each wheel it installs
+against it and installs nothing if one differs
 (roles/vllm/tasks/install.yml). With ``--no-deps`` nothing is resolved on the host, so the lock must
 hold every package, resolved for the host's Python and platform rather than the controller's:
 
@@ -22,16 +25,19 @@ hold every package, resolved for the host's Python and platform rather than the 
   first start without them downloads or compiles kernels: which packages, for which releases, and why, is the
   table data/flashinfer_kernels.yml (:func:`kernel_need`), read here and named nowhere else. They come from
   FlashInfer's own index (:data:`FLASHINFER_INDEX`, or a mirror of it).
-- :func:`download` fetches exactly the pinned wheels; :func:`missing_wheels` checks the folder.
+- :func:`download` fetches exactly the pinned wheels; :func:`missing_wheels` checks the folder;
+  :func:`wheel_hashes` reads each pinned wheel's SHA-256 for the lock (:func:`lock_text`).
 
 CLI, used by scripts/wheelhouse.sh:
-``python -m vllm_fleet.wheelhouse {folder,lock,build} NAME==VERSION [--python X.Y] [--platform TAG]``.
+``python -m vllm_fleet.wheelhouse {folder,lock,build} NAME==VERSION [--python X.Y] [--platform TAG]``, and
+``python -m vllm_fleet.wheelhouse hash FOLDER``, which writes the hashes into a lock written without them.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
 import platform as _platform
 import re
@@ -417,11 +423,61 @@ def lock(
     return lock_from_report(spec, resolve([spec], target, python), exclude, target, python, flashinfer_index)
 
 
-def lock_text(pins: dict[str, str]) -> str:
+def lock_text(pins: dict[str, str], hashes: Mapping[str, list[str]] | None = None) -> str:
     """The requirements.lock: one name==version a line, sorted as the wheel files sort (_ for -), the
-    order the earlier wheelhouse.sh wrote."""
+    order the earlier wheelhouse.sh wrote; with `hashes` ({name: [sha256 hex]}), each line also carries
+    ``--hash=sha256:...`` for each of its wheels, which puts pip in hash-checking mode."""
     names = sorted(pins, key=lambda name: name.replace("-", "_"))
-    return "".join(f"{name}=={pins[name]}\n" for name in names)
+    hashes = hashes or {}
+    return "".join(
+        f"{name}=={pins[name]}" + "".join(f" --hash=sha256:{digest}" for digest in hashes.get(name, [])) + "\n"
+        for name in names
+    )
+
+
+def read_lock(text: str) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """A requirements.lock's pins and hashes ({name: version}, {name: [sha256 hex]}), with or without hashes."""
+    pins: dict[str, str] = {}
+    hashes: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields or fields[0].startswith("#") or "==" not in fields[0]:
+            continue
+        name, version = fields[0].split("==", 1)
+        pins[name] = version
+        found = [f.split(":", 1)[1] for f in fields[1:] if f.startswith("--hash=sha256:")]
+        if found:
+            hashes[name] = found
+    return pins, hashes
+
+
+def wheel_hashes(folder: Path, pins: Mapping[str, str]) -> dict[str, list[str]]:
+    """The SHA-256 of each pinned wheel in `folder`, {name: [hex]} (every file of the pin's name and version)."""
+    wanted = {(normalize(name), version.lower()): name for name, version in pins.items()}
+    found: dict[str, list[str]] = {}
+    for wheel in sorted(folder.glob("*.whl")):
+        dist, version = wheel.name.split("-")[:2]
+        name = wanted.get((normalize(dist), version.lower()))
+        if name is not None:
+            digest = hashlib.sha256()
+            with wheel.open("rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+            found.setdefault(name, []).append(digest.hexdigest())
+    return found
+
+
+def hash_lock(folder: Path) -> int:
+    """Write the hashes of `folder`'s wheels into its requirements.lock (a lock written before locks carried them);
+    returns how many pins got one. A pin with no wheel in the folder is an error, as in :func:`build`."""
+    lock_file = folder / "requirements.lock"
+    pins, _ = read_lock(lock_file.read_text())
+    missing = missing_wheels(folder, pins)
+    if missing:
+        raise RuntimeError(f"{folder}: no wheel for {', '.join(missing)}")
+    hashes = wheel_hashes(folder, pins)
+    lock_file.write_text(lock_text(pins, hashes))
+    return len(hashes)
 
 
 def download(
@@ -471,7 +527,7 @@ def build(
     missing = missing_wheels(folder, locked.pins)
     if missing:
         raise RuntimeError(f"{folder}: no wheel for {', '.join(missing)}")
-    (folder / "requirements.lock").write_text(lock_text(locked.pins))
+    (folder / "requirements.lock").write_text(lock_text(locked.pins, wheel_hashes(folder, locked.pins)))
     return locked
 
 
@@ -483,6 +539,8 @@ def main(argv: list[str] | None = None) -> int:
         "lock": sub.add_parser("lock", help="resolve and write the lock only (no wheel is downloaded)"),
         "build": sub.add_parser("build", help="resolve, download the wheels into FOLDER, write its lock"),
     }
+    rehash = sub.add_parser("hash", help="write the hashes of FOLDER's wheels into its requirements.lock")
+    rehash.add_argument("folder", type=Path)
     for name, cmd in commands.items():
         cmd.add_argument("spec", nargs="?", default=LAB_SPEC, help=f"NAME==VERSION (default {LAB_SPEC})")
         if name == "build":
@@ -505,6 +563,14 @@ def main(argv: list[str] | None = None) -> int:
         if name == "lock":
             cmd.add_argument("--output", default="-", help="file to write (default: standard output)")
     args = parser.parse_args(argv)
+    if args.command == "hash":
+        try:
+            count = hash_lock(args.folder)
+        except (OSError, RuntimeError) as exc:
+            print(f"wheelhouse: {exc}", file=sys.stderr)
+            return 1
+        print(f"wheelhouse: {args.folder}/requirements.lock: the SHA-256 of {count} wheels written", file=sys.stderr)
+        return 0
     try:
         target = target_for(args.python, args.platform)
         if args.command == "folder":

@@ -418,3 +418,67 @@ def test_the_script_prints_the_lock_only():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "pyyaml==6.0.4\n"
     assert "cp312-manylinux_2_34_x86_64" in proc.stderr
+
+
+def test_the_lock_carries_each_wheels_sha256_and_reads_back(tmp_path):
+    import hashlib
+
+    wheel = _wheel(tmp_path, "tiny-pkg", "1.0")
+    other = _wheel(tmp_path, "Other_Pkg", "2.0")
+    pins = {"tiny-pkg": "1.0", "other-pkg": "2.0"}
+    hashes = wheelhouse.wheel_hashes(tmp_path, pins)
+    assert hashes == {
+        "tiny-pkg": [hashlib.sha256(wheel.read_bytes()).hexdigest()],
+        "other-pkg": [hashlib.sha256(other.read_bytes()).hexdigest()],
+    }
+    text = wheelhouse.lock_text(pins, hashes)
+    assert text.splitlines()[0] == f"other-pkg==2.0 --hash=sha256:{hashes['other-pkg'][0]}"
+    assert wheelhouse.read_lock(text) == (pins, hashes)
+    assert wheelhouse.read_lock(wheelhouse.lock_text(pins)) == (pins, {})
+
+
+def test_a_lock_written_without_hashes_gets_them_and_a_missing_wheel_is_named(tmp_path):
+    _wheel(tmp_path, "tiny-pkg", "1.0")
+    (tmp_path / "requirements.lock").write_text("tiny-pkg==1.0\n")
+    assert wheelhouse.main(["hash", str(tmp_path)]) == 0
+    assert "--hash=sha256:" in (tmp_path / "requirements.lock").read_text()
+    (tmp_path / "requirements.lock").write_text("tiny-pkg==1.0\ngone==3.0\n")
+    with pytest.raises(RuntimeError, match=re.escape("no wheel for gone==3.0")):
+        wheelhouse.hash_lock(tmp_path)
+
+
+def test_pip_installs_from_a_hashed_lock_and_refuses_an_altered_wheel_naming_it_and_both_digests(tmp_path):
+    """The hosts' own install command (roles/vllm/tasks/install.yml: pip --no-index --no-deps --find-links FOLDER -r
+    FOLDER/requirements.lock) with this project's lock, in a throwaway venv: it installs the signed wheel, and
+    installs nothing when the wheel on the mirror is another one of the same name (here: one file added inside)."""
+    import hashlib
+    import venv
+
+    house = tmp_path / "house"
+    house.mkdir()
+    wheel = _wheel(house, "tiny-pkg", "1.0")
+    pins = {"tiny-pkg": "1.0"}
+    (house / "requirements.lock").write_text(wheelhouse.lock_text(pins, wheelhouse.wheel_hashes(house, pins)))
+    venv.create(tmp_path / "venv", with_pip=True)
+    python = str(tmp_path / "venv" / "bin" / "python")
+    install = [python, "-m", "pip", "install", "--quiet", "--no-input", "--disable-pip-version-check", "--no-index"]
+    install += ["--no-deps", "--find-links", str(house), "-r", str(house / "requirements.lock")]
+    done = subprocess.run(
+        install, capture_output=True, text=True, timeout=300, env={**os.environ, "PIP_NO_CACHE_DIR": "1"}
+    )
+    assert done.returncode == 0, done.stderr
+    signed = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    subprocess.run([python, "-m", "pip", "uninstall", "-y", "-q", "tiny-pkg"], check=True, timeout=120)
+    with zipfile.ZipFile(wheel, "a") as altered:
+        altered.writestr("tiny_pkg/payload.py", "print('not what the site signed')\n")
+    found = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    done = subprocess.run(
+        install, capture_output=True, text=True, timeout=300, env={**os.environ, "PIP_NO_CACHE_DIR": "1"}
+    )
+    assert done.returncode != 0
+    assert "DO NOT MATCH THE HASHES" in done.stderr and "tiny-pkg==1.0" in done.stderr
+    assert signed in done.stderr and found in done.stderr
+    listed = subprocess.run(
+        [python, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True, timeout=120
+    )
+    assert "tiny-pkg" not in listed.stdout.lower().replace("_", "-")
