@@ -74,38 +74,32 @@ def vllm_total_mib(rec: dict, exp_plan: dict) -> int:
     return cuda_total_mib(rec["_environment"]) or (143156 if host["name"] == "H200" else host["memory_mib"])
 
 
-def plan_for_card(exp_plan: dict, plan: dict) -> dict:
-    """The planner on the card the experiment stands for, at the utilization its profile gives that card: the plan an
-    inventory makes (exp_plan["planner"] holds the first start's; this one also the warm restart's)."""
+def _plan_on(exp_plan: dict, gpu: dict, utilization: float) -> dict:
+    """The planner for the experiment's settings (the settings the plan resolved when it was made; plans of runs 1
+    and 2: the profile by name) on `gpu` at `utilization`."""
     if "settings" in exp_plan:
         name, overrides = None, dict(exp_plan["settings"])
     else:
         name, overrides = exp_plan["profile"], dict(exp_plan["overrides"])
-    overrides["gpu_memory_utilization"] = exp_plan["utilization"]
+    overrides["gpu_memory_utilization"] = utilization
     hostvars = {
         "vllm_profile_name": name,
         "vllm_profile": overrides,
-        "vllm_gpu": dict(plan["cards"][exp_plan["card"]], count=1),
+        "vllm_gpu": gpu,
         "vllm_version": exp_plan.get("vllm_version", "0.26.0"),
     }
     return planner.plan_host(exp_plan["name"], hostvars)
+
+
+def plan_for_card(exp_plan: dict, plan: dict) -> dict:
+    """The planner on the card the experiment stands for, at the utilization its profile gives that card: the plan an
+    inventory makes (exp_plan["planner"] holds the first start's; this one also the warm restart's)."""
+    return _plan_on(exp_plan, dict(plan["cards"][exp_plan["card"]], count=1), exp_plan["utilization"])
 
 
 def replan(exp_plan: dict, memory_mib: int) -> dict:
     """The planner on the host with the memory vLLM saw and the emulated utilization."""
-    # The settings the plan resolved when it was made (plans of runs 1 and 2: the profile by name).
-    if "settings" in exp_plan:
-        name, overrides = None, dict(exp_plan["settings"])
-    else:
-        name, overrides = exp_plan["profile"], dict(exp_plan["overrides"])
-    overrides["gpu_memory_utilization"] = exp_plan["emulated_utilization"]
-    hostvars = {
-        "vllm_profile_name": name,
-        "vllm_profile": overrides,
-        "vllm_gpu": dict(exp_plan["host_gpu"], memory_mib=memory_mib),
-        "vllm_version": exp_plan.get("vllm_version", "0.26.0"),
-    }
-    return planner.plan_host(exp_plan["name"], hostvars)
+    return _plan_on(exp_plan, dict(exp_plan["host_gpu"], memory_mib=memory_mib), exp_plan["emulated_utilization"])
 
 
 def pct(predicted: float | None, actual: float | None) -> float | None:
