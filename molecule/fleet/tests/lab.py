@@ -355,6 +355,29 @@ def sessions_by_server():
     return totals
 
 
+def wait_gateways_settled(timeout=120):
+    """Wait until no request is in flight at any running gateway's backend servers (scur 0) and each is UP or DRAIN
+    (DRAIN only as a test set it), at most `timeout` seconds: the prefix balance bounds each instance's load, so a
+    request that finds its instance busy with another (a load loop's last answer, the monitoring of an earlier test)
+    or down for a moment goes to the next one by design, and a test of where requests go must start from a settled
+    gateway. AssertionError with the rows otherwise."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = [
+            (host, row["svname"], row["status"], row["scur"])
+            for host in GATEWAY_HOSTS
+            for row in backend_rows(host, check=False)
+            if row["svname"] not in ("BACKEND", "FRONTEND")
+        ]
+        if rows and all(status in ("UP", "DRAIN") and scur in ("", "0") for _, _, status, scur in rows):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"the gateways did not settle within {timeout} s (host, server, status, in flight): {rows}"
+            )
+        time.sleep(1)
+
+
 def set_server_state(server, state):
     """Drain a backend server, or make it ready again, at every running gateway (HAProxy's runtime API), as the
     rollout's drain.yml and ready.yml do."""

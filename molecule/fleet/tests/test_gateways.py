@@ -15,6 +15,7 @@ from lab import (
     sessions_by_server,
     set_server_state,
     vip_holders,
+    wait_gateways_settled,
 )
 from vllm_fleet import streamload
 
@@ -38,6 +39,7 @@ def where(stream, system, count=TURNS):
     """The instances (backend servers) that served `count` requests with this system prompt, and how many each."""
     before = sessions_by_server()
     for turn in range(count):
+        wait_gateways_settled()
         send(stream, system, f"Question {turn}: what is {turn} plus {turn}?")
     after = sessions_by_server()
     return {server: after[server] - before.get(server, 0) for server in after if after[server] != before.get(server, 0)}
