@@ -9,6 +9,12 @@ description:
     (C(name), C(host), C(instance), C(address), C(port), C(retiring)); given C(hostvars | vllm_gateway_deployed(hosts))
     (the instances each host runs now, as site.yml read them), also one per instance a host still runs that its
     plan no longer has (C(retiring)). C(vllm_gateway_server_name) (host, instance) names one.
+  - C(vllm_gateway_routes) (vllm_gateway_api_keys) turns the servers into what the gateway routes by, one backend per
+    served model, the map of served names to backends, each tenant's allowed models and its C(GET /v1/models) list.
+    C(vllm_gateway_route_errors) (host, vllm_gateway_api_keys, vllm_gateway_max_body_bytes) gives the plan-time
+    errors of those settings; C(vllm_gateway_backend_name) names a served model's backend.
+  - C(hostvars | vllm_gateway_peers(gateways)) lists the gateways that share the tenants' request rates (HAProxy's
+    peers), each by its peer name and own address; C(vllm_gateway_peer_name) (host) is a gateway's peer name.
   - C(vllm_gateway_tenants) turns C(vllm_gateway_api_keys) into C({tenant, key_sha256, requests_per_minute}), since
     the gateway keeps only the keys' digests.
   - C(vllm_gateway_errors) (host) checks a gateway's settings; each message names the host, the setting and the fix,
@@ -101,6 +107,58 @@ def vllm_gateway_servers(instances_by_host, deployed_by_host=None):
         if not isinstance(value, Mapping):
             raise AnsibleFilterError("vllm_gateway_servers: expected %s, got %s" % (what, type(value).__name__))
     return gateway.servers(instances_by_host, deployed_by_host)
+
+
+def _servers_list(what, servers):
+    if isinstance(servers, (str, bytes, Mapping)) or not hasattr(servers, "__iter__"):
+        raise AnsibleFilterError(
+            f"{what}: expected vllm_gateway_servers' list of servers, got {type(servers).__name__}"
+        )
+    return [dict(s) for s in servers]
+
+
+def vllm_gateway_routes(servers, api_keys):
+    if not isinstance(api_keys, list) or not all(isinstance(e, Mapping) and "tenant" in e for e in api_keys):
+        raise AnsibleFilterError(
+            "vllm_gateway_routes: vllm_gateway_api_keys must be a list of {tenant, key, ...} (values not shown)"
+        )
+    return gateway.routes(_servers_list("vllm_gateway_routes", servers), api_keys)
+
+
+def vllm_gateway_route_errors(servers, host, api_keys, max_body=None):
+    return gateway.route_errors(str(host), _servers_list("vllm_gateway_route_errors", servers), api_keys, max_body)
+
+
+def vllm_gateway_peers(hostvars, gateways):
+    if (
+        not isinstance(hostvars, Mapping)
+        or isinstance(gateways, (str, bytes, Mapping))
+        or not hasattr(gateways, "__iter__")
+    ):
+        raise AnsibleFilterError(
+            "vllm_gateway_peers expects hostvars | vllm_gateway_peers(gateway host names), got "
+            f"{type(hostvars).__name__} and {type(gateways).__name__}"
+        )
+    found = {}
+    for name in gateways:
+        try:
+            variables = hostvars[name]
+        except KeyError:
+            raise AnsibleFilterError(f"vllm_gateway_peers: the gateway {name!r} is not in the inventory") from None
+        found[str(name)] = (
+            {key: variables.get(key) for key in ("vllm_gateway_source_address", "ansible_host")}
+            if hasattr(variables, "get")
+            else {}
+        )
+    return gateway.peers(found)
+
+
+def vllm_gateway_peer_name(host):
+    return gateway.peer_name(str(host))
+
+
+def vllm_gateway_backend_name(model):
+    return gateway.backend_name(str(model))
 
 
 def vllm_gateway_deployed(hostvars, hosts):
@@ -307,6 +365,11 @@ class FilterModule:
             "vllm_gateway_servers": vllm_gateway_servers,
             "vllm_gateway_deployed": vllm_gateway_deployed,
             "vllm_gateway_server_name": vllm_gateway_server_name,
+            "vllm_gateway_routes": vllm_gateway_routes,
+            "vllm_gateway_route_errors": vllm_gateway_route_errors,
+            "vllm_gateway_backend_name": vllm_gateway_backend_name,
+            "vllm_gateway_peers": vllm_gateway_peers,
+            "vllm_gateway_peer_name": vllm_gateway_peer_name,
             "vllm_gateway_tenants": vllm_gateway_tenants,
             "vllm_gateway_errors": vllm_gateway_errors,
             "vllm_gateway_backend_key": vllm_gateway_backend_key,

@@ -28,6 +28,7 @@ import datetime
 import hashlib
 import io
 import ipaddress
+import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -44,7 +45,16 @@ if TYPE_CHECKING:
 TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 # HAProxy server names: letters, digits and - _ . : only.
 _SERVER_UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
+# The longest served model name the gateway routes by.
+MODEL_NAME_LENGTH = 256
+# vllm_gateway_max_body_bytes: a request body is read whole, up to this, to find its model (HAProxy's buffer is sized
+# to hold it); a larger one gets 413. From 64 KiB (a long chat's prompt) to 64 MiB.
+MAX_BODY = (65536, 67108864)
+MAX_BODY_DEFAULT = 1048576
 MIN_KEY_LENGTH = 24
+# An entry of vllm_gateway_api_keys: the tenant, its key (from Vault), its limits (0: none) and the served models it
+# may use (left out: every one).
+TENANT_KEYS = ("tenant", "key", "requests_per_minute", "max_concurrent", "models")
 # One PEM block: its label and its body (headers such as an encrypted PKCS#1 key's Proc-Type included).
 PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.DOTALL)
 KEY_LABELS = ("PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY")
@@ -133,7 +143,12 @@ def servers(
         retiring: list[Mapping[str, Any]] = [
             dict(i, retiring=True) for i in deployed_by_host.get(host) or [] if i["name"] not in names
         ]
+        # The model a retiring instance served is the one its host serves (a host serves one model); an instance
+        # whose record names none and whose host plans none has no backend to be in.
+        host_model = next((str(i["served_model_name"]) for i in planned if i.get("served_model_name")), "")
+        host_weights = next((str(i.get("weights") or "") for i in planned if i.get("served_model_name")), "")
         for instance in sorted(planned + retiring, key=lambda i: i["name"]):
+            model = str(instance.get("served_model_name") or host_model)
             result.append(
                 {
                     "name": server_name(host, instance["name"]),
@@ -142,18 +157,176 @@ def servers(
                     "address": instance["address"],
                     "port": instance["port"],
                     "retiring": bool(instance.get("retiring")),
+                    "model": model,
+                    "weights": str(instance.get("weights") or (host_weights if model == host_model else "")),
+                    "backend": backend_name(model) if model else "",
                 }
             )
     return result
 
 
+def peer_name(host: str) -> str:
+    """A gateway's name among HAProxy's peers (its inventory name, made safe as a server's)."""
+    return _SERVER_UNSAFE.sub("-", host)
+
+
+def peers(gateways: Mapping[str, Mapping[str, Any]]) -> list[dict[str, str]]:
+    """The gateways that share the tenants' request rates, sorted by name: each one's peer name and own address (its
+    vllm_gateway_source_address, else its ansible_host, else its name), as keepalived's VRRP reaches it."""
+    return [
+        {
+            "name": peer_name(name),
+            "address": str(values.get("vllm_gateway_source_address") or values.get("ansible_host") or name),
+        }
+        for name, values in sorted(gateways.items())
+    ]
+
+
+def backend_name(model: str) -> str:
+    """The HAProxy backend of a served model: ``model-`` and its name where every character is one HAProxy allows
+    in a proxy's name (letters, digits, - _ . :), else the name with each other character made ``-`` and the first
+    10 hex digits of its SHA-256 after it, so that two names (``org/m`` and ``org-m``) never share a backend."""
+    safe = _SERVER_UNSAFE.sub("-", model)
+    if safe == model:
+        return f"model-{model}"
+    return f"model-{safe}-{hashlib.sha256(model.encode()).hexdigest()[:10]}"
+
+
+def _digest(text: str) -> str:
+    """A map key of the gateway for a name that may hold spaces: its SHA-256, hex (haproxy.cfg: digest(sha256),hex)."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def routes(servers_list: Iterable[Mapping[str, Any]], api_keys: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """What the gateway routes by, from its servers (``servers``) and its tenants (vllm_gateway_api_keys, each with
+    an optional ``models`` allow-list; none: every served model):
+
+    - ``backends``: one per served model, sorted by name: {name, model, servers};
+    - ``models``: {served name: backend} (the map a request's ``model`` is looked up in);
+    - ``allowed``: the sorted ``tenant/model`` keys a tenant may ask for;
+    - ``lists``: {tenant: the JSON of ``GET /v1/models`` for that tenant, in the OpenAI shape, on one line};
+    - ``maps``: the lines of the gateway's maps (``models``, ``allowed``, ``lists``, ``concurrency``: each tenant's
+      cap on requests in flight, 0 for none).
+
+    The errors (an unknown model in an allow-list, a tenant left with none) are ``route_errors``'s; here an unknown
+    name is left out."""
+    backends: dict[str, dict[str, Any]] = {}
+    for server in servers_list:
+        if not server.get("backend"):
+            continue
+        entry = backends.setdefault(
+            server["backend"], {"name": server["backend"], "model": server["model"], "servers": []}
+        )
+        entry["servers"].append(dict(server))
+    models = {entry["model"]: name for name, entry in sorted(backends.items())}
+    allowed: list[str] = []
+    lists: dict[str, str] = {}
+    for entry in api_keys:
+        tenant = str(entry["tenant"])
+        wanted = entry.get("models")
+        names = sorted(models) if wanted in (None, "") else sorted({str(m) for m in wanted if str(m) in models})
+        allowed += [f"{tenant}/{name}" for name in names]
+        lists[tenant] = json.dumps(
+            {
+                "object": "list",
+                "data": [{"id": name, "object": "model", "created": 0, "owned_by": "vllm-fleet"} for name in names],
+            },
+            separators=(",", ":"),
+        )
+    concurrency = {str(e["tenant"]): int(e.get("max_concurrent") or 0) for e in api_keys}
+    return {
+        "backends": [backends[name] for name in sorted(backends)],
+        "models": models,
+        "allowed": sorted(allowed),
+        "lists": lists,
+        # The gateway's maps, line by line. A map's key ends at its first space and a served name may hold spaces, so
+        # the model maps are keyed by the SHA-256 (hex) of the name, or of "tenant/name", as haproxy.cfg looks them up,
+        # each after a comment that names it; the rest of a line is the value.
+        "maps": {
+            "models": [
+                line for name, backend in models.items() for line in (f"# {name}", f"{_digest(name)} {backend}")
+            ],
+            "allowed": [line for key in sorted(allowed) for line in (f"# {key}", f"{_digest(key)} 1")],
+            "lists": [f"{tenant} {text}" for tenant, text in lists.items()],
+            "concurrency": [f"{tenant} {cap}" for tenant, cap in concurrency.items()],
+        },
+    }
+
+
+def route_errors(
+    host: str, servers_list: Iterable[Mapping[str, Any]], api_keys: Any, max_body: Any = None
+) -> list[str]:
+    """The errors of what the gateway `host` routes by, each naming the host, the setting, the value and the fix:
+    one served name given to two different models (weights); a served name the gateway cannot route by (a control
+    or format character, or longer than 256); an allow-list (vllm_gateway_api_keys[N].models) that is not a list of
+    names, names a model no backend host serves, or leaves its tenant with none; a body limit out of range."""
+    errors: list[str] = []
+    by_model: dict[str, dict[str, list[str]]] = {}
+    for server in servers_list:
+        if server.get("model") and not server.get("retiring"):
+            weights = str(server.get("weights") or "")
+            by_model.setdefault(str(server["model"]), {}).setdefault(weights, []).append(str(server["host"]))
+    for model, weights in sorted(by_model.items()):
+        if len(weights) > 1:
+            shown = "; ".join(
+                f"{w or 'unknown weights'} on {', '.join(sorted(set(h)))}" for w, h in sorted(weights.items())
+            )
+            errors.append(
+                f"{host}: the served name {model!r} is given to {len(weights)} different models ({shown}): a request "
+                "for it would get either; fix: give each model its own served_model_name in its hosts' profile "
+                "(vllm_profile: {served_model_name: NAME}), the same on every host that serves the same weights"
+            )
+        if inputs.CONTROL.search(model) or len(model) > MODEL_NAME_LENGTH:
+            on = ", ".join(sorted({h for hs in weights.values() for h in hs}))
+            errors.append(
+                f"{host}: the served name {inputs.short(model)} (on {on}) holds a control or format character, or is "
+                f"longer than {MODEL_NAME_LENGTH}: the gateway routes by it; fix: a served_model_name of printable "
+                f"characters, {MODEL_NAME_LENGTH} at most"
+            )
+    served = set(by_model)
+    for index, entry in enumerate(api_keys if isinstance(api_keys, list) else []):
+        if not isinstance(entry, Mapping) or "models" not in entry or entry.get("models") is None:
+            continue
+        where = f"{host}: vllm_gateway_api_keys[{index}].models (tenant {inputs.short(entry.get('tenant'))})"
+        wanted = entry.get("models")
+        if isinstance(wanted, (str, bytes, Mapping)) or not isinstance(wanted, Iterable):
+            errors.append(
+                f"{where}={inputs.short(wanted)} is not a list of served model names; fix: a list, e.g. "
+                f"[{', '.join(sorted(served)[:2]) or 'NAME'}], or leave it out for every model"
+            )
+            continue
+        names = [str(m) for m in wanted]
+        unknown = [n for n in names if n not in served]
+        if unknown:
+            errors.append(
+                f"{where} names {', '.join(repr(n) for n in unknown)}, which no backend host serves (served: "
+                f"{', '.join(sorted(served)) or 'none'}); fix: a served name of the list, or serve that model"
+            )
+        elif not names:
+            errors.append(
+                f"{where} is empty: the tenant could use no model and every request of its key would be refused; "
+                "fix: name the models it may use, leave models out for every model, or remove the tenant"
+            )
+    if max_body is not None:
+        number = _whole(max_body)
+        if number is None or not MAX_BODY[0] <= number <= MAX_BODY[1]:
+            errors.append(
+                f"{host}: vllm_gateway_max_body_bytes={inputs.short(max_body)} must be a whole number of bytes from "
+                f"{MAX_BODY[0]} to {MAX_BODY[1]} (the largest request the gateway reads whole to find its model; "
+                f"each request in flight holds a buffer of about that size); fix: e.g. {MAX_BODY_DEFAULT}"
+            )
+    return errors
+
+
 def tenants(api_keys: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The tenants as the gateway keeps them: name, the key's SHA-256 (hex) and the requests per minute."""
+    """The tenants as the gateway keeps them: name, the key's SHA-256 (hex), the requests per minute and the requests
+    in flight at once it may have (0: no limit)."""
     return [
         {
             "tenant": str(entry["tenant"]),
             "key_sha256": hashlib.sha256(str(entry["key"]).encode()).hexdigest(),
             "requests_per_minute": int(entry.get("requests_per_minute") or 0),
+            "max_concurrent": int(entry.get("max_concurrent") or 0),
         }
         for entry in api_keys
     ]
@@ -431,9 +604,15 @@ def check(host: str, values: Mapping[str, Any], now: datetime.datetime | None = 
         rate = entry.get("requests_per_minute", 0)
         if isinstance(rate, bool) or not isinstance(rate, int) or rate < 0:
             errors.append(f"{where}.requests_per_minute={rate!r} must be a whole number, 0 for no limit; fix: e.g. 600")
-        unknown = sorted(set(entry) - {"tenant", "key", "requests_per_minute"})
+        cap = entry.get("max_concurrent", 0)
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+            errors.append(
+                f"{where}.max_concurrent={inputs.short(cap)} must be a whole number of requests in flight at once, "
+                "0 for no limit; fix: e.g. 32"
+            )
+        unknown = sorted(set(entry) - set(TENANT_KEYS))
         if unknown:
-            errors.append(f"{where} has unknown keys {unknown}; fix: only tenant, key and requests_per_minute")
+            errors.append(f"{where} has unknown keys {unknown}; fix: only {', '.join(TENANT_KEYS)}")
     for name in ("vllm_gateway_port", "vllm_gateway_metrics_port"):
         port = values.get(name)
         if port is not None and not 1 <= (_whole(port) or 0) <= 65535:

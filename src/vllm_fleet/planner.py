@@ -252,6 +252,9 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
             errors.append(f"{host}: {exc}")
             return entry
         instance["args"] = rendered.args
+        # What the gateways route by: the name clients ask for, and the weights behind it (one name, one model).
+        instance["served_model_name"] = render.served_model_name(profile)
+        instance["weights"] = str(profile.get("model") or "")
         if device == "gpu":
             instance["environment"] = dict(instance["environment"], **needs["environment"])
     entry["instances"] = laid["instances"]

@@ -219,9 +219,10 @@ def runtime_api(host, command, check=True):
 
 
 def backend_rows(host, check=True):
-    """The vllm backend's servers in a gateway's `show stat` (CSV), each a {column: value} row."""
+    """The model backends' rows in a gateway's `show stat` (CSV: one backend per served model, model-NAME), each a
+    {column: value} row."""
     text = runtime_api(host, "show stat", check=check).lstrip("# ")
-    return [row for row in csv.DictReader(io.StringIO(text)) if row.get("pxname") == "vllm"]
+    return [row for row in csv.DictReader(io.StringIO(text)) if (row.get("pxname") or "").startswith("model-")]
 
 
 def gateway_state(server):
@@ -381,8 +382,11 @@ def wait_gateways_settled(timeout=120):
 def set_server_state(server, state):
     """Drain a backend server, or make it ready again, at every running gateway (HAProxy's runtime API), as the
     rollout's drain.yml and ready.yml do."""
+    backend = next(
+        row["pxname"] for host in GATEWAY_HOSTS for row in backend_rows(host, check=False) if row["svname"] == server
+    )
     for host in GATEWAY_HOSTS:
-        runtime_api(host, f"set server vllm/{server} state {state}")
+        runtime_api(host, f"set server {backend}/{server} state {state}")
 
 
 def watch_shared_address(seconds=120):

@@ -1,10 +1,14 @@
 """The two gateways behind their shared address (keepalived's VRRP; the failover under load, with the good change
 rolled out while one was down, is test_fleet.py's good_rollout), and the lab's prefix balance: requests whose bodies
 start alike (one system prompt, one conversation) go to one instance, and a drained instance's requests move to
-another and come back to it when it is ready again. Runs after test_fleet.py, on the fleet it leaves serving."""
+another and come back to it when it is ready again; the tenants' request rates, shared between the gateways, hold a
+tenant at its limit after the address moves. Runs after test_fleet.py, on the fleet it leaves serving."""
 
 import hashlib
 import ssl
+import time
+import urllib.error
+import urllib.request
 
 from lab import (
     CA,
@@ -14,6 +18,8 @@ from lab import (
     on,
     sessions_by_server,
     set_server_state,
+    start_gateway,
+    stop_gateway,
     vip_holders,
     wait_gateways_settled,
 )
@@ -53,10 +59,14 @@ def client():
 
 
 def test_both_gateways_hold_the_same_configuration_and_one_holds_the_address():
-    """The same haproxy.cfg on both (the role renders it from the fleet's plan alone), and one holder of the
-    shared address."""
+    """The same haproxy.cfg on both (the role renders it from the fleet's plan alone) but for the line that names
+    each one among its peers, and one holder of the shared address."""
+    configs = {host: on(host, "cat", "/etc/haproxy/haproxy.cfg").splitlines() for host in GATEWAY_HOSTS}
+    for host, lines in configs.items():
+        assert [line.strip() for line in lines if line.strip().startswith("localpeer ")] == [f"localpeer {host}"]
     digests = {
-        host: hashlib.sha256(on(host, "cat", "/etc/haproxy/haproxy.cfg").encode()).hexdigest() for host in GATEWAY_HOSTS
+        host: hashlib.sha256("\n".join(x for x in lines if not x.strip().startswith("localpeer ")).encode()).hexdigest()
+        for host, lines in configs.items()
     }
     assert len(set(digests.values())) == 1, digests
     assert len(vip_holders()) == 1, vip_holders()
@@ -89,3 +99,37 @@ def test_a_drained_instances_requests_move_and_come_back():
     assert len(moved) == 1 and server not in moved, (server, moved)
     back = where(stream, system)
     assert back == {server: TURNS}, (server, back)
+
+
+def shared_status(key, path="/v1/models"):
+    """The HTTP status of one GET through the shared address, the lab's CA checking the gateway's certificate."""
+    request = urllib.request.Request(SHARED + path, headers={"Authorization": f"Bearer {key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=ssl.create_default_context(cafile=str(CA))) as answer:
+            return answer.status
+    except urllib.error.HTTPError as refused:
+        return refused.code
+
+
+def test_a_tenant_at_its_limit_stays_limited_after_the_shared_address_moves():
+    """lab-team-b may send 120 requests a minute. At its limit through the shared address (429), the gateway holding
+    the address is stopped; the other takes it over and, having shared the tenant's count with it (HAProxy's peers),
+    refuses the tenant's next request too, within the same minute. The stopped gateway is started again."""
+    key = (KEYS / "lab-team-b").read_text().strip()
+    (holder,) = vip_holders()
+    started = time.monotonic()
+    statuses = [shared_status(key) for _ in range(125)]
+    assert 429 in statuses, statuses
+    stop_gateway(holder)
+    try:
+        deadline = time.monotonic() + 30
+        while vip_holders() in ([], [holder]) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        (other,) = vip_holders()
+        assert other != holder
+        after = shared_status(key)
+        elapsed = time.monotonic() - started
+    finally:
+        start_gateway(holder)
+    assert elapsed < 50, f"the test took {elapsed:.0f} s: the minute the limit counts would be over"
+    assert after == 429, (holder, other, after)

@@ -27,11 +27,15 @@ Not run, because they need a kernel module or a CUDA device: the driver's instal
 runs with PrivateDevices; the plan's device list per instance is tests/unit/vllm_fleet/test_placement.py's).
 """
 
+import csv
+import io
 import json
 import os
 import ssl
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import yaml
@@ -39,7 +43,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "src"))
-from vllm_fleet import egress  # noqa: E402
+from vllm_fleet import egress, gateway  # noqa: E402
 from vllm_fleet.streamload import Stream  # noqa: E402
 
 INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
@@ -48,6 +52,11 @@ HOSTS = ("prod-4090", "prod-l40")
 # Each host's instances as the re-plan with the detected cards places them, and their ports.
 INSTANCES = {"prod-4090": {"main": 8000}, "prod-l40": {"gpu0": 8000, "gpu1": 8001}}
 GATEWAY_ADDRESS = "10.89.77.33"
+# The served name of each host's model, as the layer gives it: the example's two models behind one gateway.
+MODELS = {
+    "prod-4090": "tiny qwen 100% $HOME \"q\" 'x'",
+    "prod-l40": "Qwen/Qwen2.5-14B-Instruct",
+}
 LAB = ROOT / ".cache" / "lab"
 
 
@@ -172,18 +181,19 @@ def test_each_unit_runs_its_instances_arguments_and_sees_its_own_card():
 
 
 def test_odd_strings_of_the_inventory_reach_the_service_byte_for_byte():
-    """prod-l40's layer has a served name with spaces, %, $ and quotes, an environment value and an API key with
-    quotes, backslashes and $: systemd hands the running service exactly those strings (read from /proc), the
-    key opens /v1 and nothing else does."""
+    """prod-4090's layer has a served name with spaces, %, $ and quotes, prod-l40's an environment value and an API
+    key with quotes, backslashes and $: systemd hands the running services exactly those strings (read from /proc),
+    the key opens /v1 and nothing else does."""
     variables = layer("prod-l40")
     environ = service_process("prod-l40", "gpu0", "environ")
     assert environ["VLLM_FLEET_READBACK"] == variables["vllm_environment"]["VLLM_FLEET_READBACK"]
     assert environ["VLLM_API_KEY"] == variables["vault_vllm_api_key"]
     assert environ["HF_HUB_OFFLINE"] == "1" and environ["VLLM_NO_USAGE_STATS"] == "1"
-    argv = service_process("prod-l40", "gpu1", "cmdline")
-    assert argv[argv.index("--served-model-name") + 1] == variables["vllm_profile"]["served_model_name"]
-    status, body = request("prod-l40", "/v1/models", key=variables["vault_vllm_api_key"])
-    assert status == 200 and json.loads(body)["data"][0]["id"] == variables["vllm_profile"]["served_model_name"]
+    odd = layer("prod-4090")["vllm_profile"]["served_model_name"]
+    argv = service_process("prod-4090", "main", "cmdline")
+    assert argv[argv.index("--served-model-name") + 1] == odd
+    status, body = request("prod-4090", "/v1/models", key=variables["vault_vllm_api_key"])
+    assert status == 200 and json.loads(body)["data"][0]["id"] == odd
     assert request("prod-l40", "/v1/models")[0] == 401
     assert request("prod-l40", "/v1/models", key=variables["vault_vllm_api_key"][:-1])[0] == 401
 
@@ -251,7 +261,7 @@ def tenant_key(tenant):
     return (LAB / "api-keys" / f"prod-{tenant}").read_text().strip()
 
 
-def stream(key, model="tiny qwen 100% $HOME \"q\" 'x'"):
+def stream(key, model=MODELS["prod-4090"]):
     """One streamed chat completion through the gateway from this machine, as a tenant's client sends it (TLS checked
     against the lab's CA); the lab's network must be routed here first."""
     route = subprocess.run(["ip", "route", "get", GATEWAY_ADDRESS], capture_output=True, text=True).stdout
@@ -262,14 +272,81 @@ def stream(key, model="tiny qwen 100% $HOME \"q\" 'x'"):
 
 def test_a_tenant_streams_through_the_gateway_to_vllm_hosts_with_their_key():
     """vllm_api_key is set on the vLLM hosts (the example's group_vars); the gateway deletes the tenant's key and
-    sends theirs, read from them: a tenant's streamed completions are answered to their end, whichever instance
-    the gateway chose (six in a row, over the three instances). A missing or wrong key gets 401 at the edge."""
+    sends theirs, read from them: a tenant's streamed completions are answered to their end, three for each of the
+    example's two models, whichever of the model's instances the gateway chose. A missing or wrong key gets 401 at
+    the edge."""
     key = tenant_key("chat-frontend")
-    results = [stream(key) for _ in range(6)]
+    results = [stream(key, model) for model in MODELS.values() for _ in range(3)]
     assert [r["outcome"] for r in results] == ["ok"] * 6, results
     assert all(r["tokens"] > 0 for r in results)
     assert stream("")["error"] == "HTTP 401"
     assert stream(key[:-1] + ("x" if key[-1] != "x" else "y"))["error"] == "HTTP 401"
+
+
+def through_gateway(key, path, body=None):
+    """(HTTP status, the JSON answer) of one request through the gateway from this machine (TLS checked against the
+    lab's CA): a POST of `body` (a dict, or bytes as they are), or a GET without one."""
+    route = subprocess.run(["ip", "route", "get", GATEWAY_ADDRESS], capture_output=True, text=True).stdout
+    assert " dev " in route and " via " not in route, f"no direct route to the lab network: {route!r}"
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        f"https://{GATEWAY_ADDRESS}{path}",
+        data=data,
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        method="POST" if data is not None else "GET",
+    )
+    context = ssl.create_default_context(cafile=str(LAB / "pki" / "ca.crt"))
+    try:
+        with urllib.request.urlopen(req, timeout=120, context=context) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read() or b"{}")
+
+
+def backend_sessions():
+    """{model backend: the sessions it has sent to its instances} at the gateway (the runtime API's show stat)."""
+    text = on("prod-gw", "sh", "-c", "echo 'show stat' | socat stdio /run/vllm-gateway/admin.sock").lstrip("# ")
+    return {
+        row["pxname"]: int(row["stot"] or 0)
+        for row in csv.DictReader(io.StringIO(text))
+        if row["pxname"].startswith("model-") and row["svname"] == "BACKEND"
+    }
+
+
+def test_the_gateway_routes_each_model_by_name_and_keeps_each_tenant_to_its_models():
+    """The example's two models behind its gateway, as shipped: chat-frontend (every model) gets a completion from
+    each by its name, answered by that model, and GET /v1/models lists exactly both; batch-jobs (the 14B only) sees
+    only that one, gets 403 for the other and 404 for an unknown model, both OpenAI-shaped and from the gateway
+    itself (no model backend sent a session). A body over vllm_gateway_max_body_bytes (1 MiB) gets 413 naming the
+    limit, unrouted; one just under it whose model comes after its messages reaches that model's backend."""
+    chat, batch = tenant_key("chat-frontend"), tenant_key("batch-jobs")
+    status, listed = through_gateway(chat, "/v1/models")
+    assert status == 200 and listed["object"] == "list", listed
+    assert sorted(m["id"] for m in listed["data"]) == sorted(MODELS.values()), listed
+    for host, model in MODELS.items():
+        status, answer = through_gateway(chat, "/v1/completions", {"model": model, "prompt": "Hello", "max_tokens": 4})
+        assert status == 200 and answer["model"] == model and answer["choices"], (host, answer)
+    status, listed = through_gateway(batch, "/v1/models")
+    assert status == 200 and [m["id"] for m in listed["data"]] == [MODELS["prod-l40"]], listed
+    before = backend_sessions()
+    status, refused = through_gateway(batch, "/v1/completions", {"model": MODELS["prod-4090"], "prompt": "Hi"})
+    assert status == 403 and refused["error"]["code"] == "model_not_allowed", refused
+    assert set(refused["error"]) == {"message", "type", "code"} and MODELS["prod-4090"] in refused["error"]["message"]
+    status, refused = through_gateway(batch, "/v1/chat/completions", {"messages": [], "model": "no-such-model"})
+    assert status == 404 and refused["error"]["code"] == "model_not_found", refused
+    assert "no-such-model" in refused["error"]["message"]
+    padding = "hello " * (1024 * 1024 // 6 + 1)
+    status, refused = through_gateway(chat, "/v1/completions", {"prompt": padding, "model": MODELS["prod-l40"]})
+    assert status == 413 and "1048576 bytes" in refused["error"]["message"], refused
+    assert backend_sessions() == before, "a refused request reached a model's backend"
+    near = {"messages": [{"role": "user", "content": "hello " * 170000}], "max_tokens": 1, "model": MODELS["prod-l40"]}
+    assert 1_000_000 < len(json.dumps(near)) < 1024 * 1024
+    status, answer = through_gateway(chat, "/v1/chat/completions", near)
+    after = backend_sessions()
+    l40 = gateway.backend_name(MODELS["prod-l40"])
+    # The tiny model's context is far shorter than the prompt: its vLLM answers 400, which it could only do if routed.
+    assert status in (200, 400) and after[l40] == before[l40] + 1, (status, answer, before, after)
+    assert {b: n for b, n in after.items() if b != l40} == {b: n for b, n in before.items() if b != l40}
 
 
 def test_the_rollout_proved_every_instance_through_the_gateway_with_a_tenant_key():
@@ -279,7 +356,7 @@ def test_the_rollout_proved_every_instance_through_the_gateway_with_a_tenant_key
     log = on("prod-gw", "journalctl", "-u", "haproxy", "--no-pager", "-o", "cat")
     for host in HOSTS:
         for instance in INSTANCES[host]:
-            server = f"vllm/{host}_{instance}"
+            server = f"{gateway.backend_name(MODELS[host])}/{host}_{instance}"
             lines = [
                 line
                 for line in log.splitlines()

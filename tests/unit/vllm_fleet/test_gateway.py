@@ -958,6 +958,8 @@ def test_the_plan_lists_its_instances():
         "url": "http://10.89.77.11:8000",
         "gpus": [0],
         "tensor_parallel_size": 1,
+        "served_model_name": "tiny-qwen2",
+        "weights": "lab/tiny-qwen2",
     }
     assert instance["args"][instance["args"].index("--port") + 1] == "8000"
     assert planner.instances("h", dict(PLANNED, vllm_bind_address="0.0.0.0"))[0]["address"] == "h"

@@ -24,7 +24,7 @@ USERS = [
 
 def test_exports_only_what_the_roles_and_playbooks_use():
     filters = plugin.FilterModule().filters()
-    assert len(filters) == 12 and all(name.startswith("vllm_gateway_") for name in filters)
+    assert len(filters) == 17 and all(name.startswith("vllm_gateway_") for name in filters)
     text = "\n".join(p.read_text() for p in USERS)
     assert [name for name in filters if name not in text] == []
 
@@ -34,6 +34,11 @@ def test_exports_only_what_the_roles_and_playbooks_use():
     [
         (lambda: plugin.vllm_gateway_servers("not a mapping"), "vllm_gateway_servers: expected vllm_plan_instances"),
         (lambda: plugin.vllm_gateway_tenants("team-a:secret"), "vllm_gateway_api_keys must be a list of"),
+        (lambda: plugin.vllm_gateway_routes({"a": 1}, []), "vllm_gateway_routes: expected vllm_gateway_servers' list"),
+        (lambda: plugin.vllm_gateway_routes([], "team-a:secret"), "vllm_gateway_api_keys must be a list of"),
+        (lambda: plugin.vllm_gateway_route_errors("x", "gw", []), "vllm_gateway_route_errors: expected"),
+        (lambda: plugin.vllm_gateway_peers({}, "gw"), "vllm_gateway_peers expects hostvars"),
+        (lambda: plugin.vllm_gateway_peers({}, ["gw"]), "vllm_gateway_peers: the gateway 'gw' is not in the inventory"),
         (lambda: plugin.vllm_gateway_clients(["gw"], ["gw"], [], "lab-1"), "vllm_gateway_clients expects hostvars"),
         (lambda: plugin.vllm_gateway_backend_key(["gw"], "gw", ["lab-1"]), "vllm_gateway_backend_key expects hostvars"),
         (
