@@ -65,9 +65,10 @@ def haproxy(tmp: Path) -> list[str]:
     """The command of Debian 12's HAProxy, unpacked from the lab mirror's packages into tmp."""
     debs = [next(iter(sorted(POOL.glob(f"{prefix}*.deb"))), None) for prefix in PACKAGES]
     if None in debs:
+        missing = [p for p, d in zip(PACKAGES, debs, strict=True) if d is None]
         pytest.fail(
-            f"{POOL} lacks {[p for p, d in zip(PACKAGES, debs, strict=True) if d is None]}: the lab's mirror is built by "
-            "scripts/test.sh's bootstrap (lab/scripts/apt-mirror.py); run `scripts/test.sh bootstrap` first"
+            f"{POOL} lacks {missing}: the lab's mirror is built by scripts/test.sh's bootstrap "
+            "(lab/scripts/apt-mirror.py); run `scripts/test.sh bootstrap` first"
         )
     root = tmp / "haproxy-deb"
     for deb in debs:
