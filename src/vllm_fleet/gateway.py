@@ -221,9 +221,9 @@ def routes(servers_list: Iterable[Mapping[str, Any]], api_keys: Iterable[Mapping
     models = {entry["model"]: name for name, entry in sorted(backends.items())}
     allowed: list[str] = []
     lists: dict[str, str] = {}
-    for entry in api_keys:
-        tenant = str(entry["tenant"])
-        wanted = entry.get("models")
+    for tenant_entry in api_keys:
+        tenant = str(tenant_entry["tenant"])
+        wanted = tenant_entry.get("models")
         names = sorted(models) if wanted in (None, "") else sorted({str(m) for m in wanted if str(m) in models})
         allowed += [f"{tenant}/{name}" for name in names]
         lists[tenant] = json.dumps(
@@ -264,8 +264,8 @@ def route_errors(
     by_model: dict[str, dict[str, list[str]]] = {}
     for server in servers_list:
         if server.get("model") and not server.get("retiring"):
-            weights = str(server.get("weights") or "")
-            by_model.setdefault(str(server["model"]), {}).setdefault(weights, []).append(str(server["host"]))
+            held = str(server.get("weights") or "")
+            by_model.setdefault(str(server["model"]), {}).setdefault(held, []).append(str(server["host"]))
     for model, weights in sorted(by_model.items()):
         if len(weights) > 1:
             shown = "; ".join(
