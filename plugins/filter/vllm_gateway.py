@@ -9,9 +9,10 @@ description:
     (C(name), C(host), C(instance), C(address), C(port), C(retiring)); given C(hostvars | vllm_gateway_deployed(hosts))
     (the instances each host runs now, as site.yml read them), also one per instance a host still runs that its
     plan no longer has (C(retiring)). C(vllm_gateway_server_name) (host, instance) names one.
-  - C(vllm_gateway_routes) (vllm_gateway_api_keys) turns the servers into what the gateway routes by, one backend per
-    served model, the map of served names to backends, each tenant's allowed models and its C(GET /v1/models) list.
-    C(vllm_gateway_route_errors) (host, vllm_gateway_api_keys, vllm_gateway_max_body_bytes) gives the plan-time
+  - C(vllm_gateway_routes) (vllm_gateway_api_keys, vllm_model_aliases) turns the servers into what the gateway routes
+    by, one backend per served model, the map of served names and aliases to backends, each tenant's allowed models
+    and its C(GET /v1/models) list. C(vllm_gateway_route_errors) (host, vllm_gateway_api_keys,
+    vllm_gateway_max_body_bytes, vllm_model_aliases) gives the plan-time
     errors of those settings; C(vllm_gateway_backend_name) names a served model's backend.
   - C(hostvars | vllm_gateway_peers(gateways)) lists the gateways that share the tenants' request rates (HAProxy's
     peers), each by its peer name and own address; C(vllm_gateway_peer_name) (host) is a gateway's peer name.
@@ -117,16 +118,22 @@ def _servers_list(what, servers):
     return [dict(s) for s in servers]
 
 
-def vllm_gateway_routes(servers, api_keys):
+def vllm_gateway_routes(servers, api_keys, aliases=None):
     if not isinstance(api_keys, list) or not all(isinstance(e, Mapping) and "tenant" in e for e in api_keys):
         raise AnsibleFilterError(
             "vllm_gateway_routes: vllm_gateway_api_keys must be a list of {tenant, key, ...} (values not shown)"
         )
-    return gateway.routes(_servers_list("vllm_gateway_routes", servers), api_keys)
+    if aliases not in (None, "") and not isinstance(aliases, Mapping):
+        raise AnsibleFilterError(
+            f"vllm_gateway_routes: vllm_model_aliases must be a mapping, got {type(aliases).__name__}"
+        )
+    return gateway.routes(_servers_list("vllm_gateway_routes", servers), api_keys, aliases or {})
 
 
-def vllm_gateway_route_errors(servers, host, api_keys, max_body=None):
-    return gateway.route_errors(str(host), _servers_list("vllm_gateway_route_errors", servers), api_keys, max_body)
+def vllm_gateway_route_errors(servers, host, api_keys, max_body=None, aliases=None):
+    return gateway.route_errors(
+        str(host), _servers_list("vllm_gateway_route_errors", servers), api_keys, max_body, aliases
+    )
 
 
 def vllm_gateway_peers(hostvars, gateways):

@@ -120,6 +120,7 @@ _PLAN_VARS = tuple(
             "vllm_model_config",
             "vllm_draft_model_config",
             "vllm_extra_args",
+            "vllm_model_aliases",
             *planner.DEPLOY_VARS,
             *inputs.UNIT_VARS,
         )

@@ -197,13 +197,19 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def routes(servers_list: Iterable[Mapping[str, Any]], api_keys: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+def routes(
+    servers_list: Iterable[Mapping[str, Any]],
+    api_keys: Iterable[Mapping[str, Any]],
+    aliases: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """What the gateway routes by, from its servers (``servers``) and its tenants (vllm_gateway_api_keys, each with
     an optional ``models`` allow-list; none: every served model):
 
     - ``backends``: one per served model, sorted by name: {name, model, servers};
-    - ``models``: {served name: backend} (the map a request's ``model`` is looked up in);
-    - ``allowed``: the sorted ``tenant/model`` keys a tenant may ask for;
+    - ``models``: {served name or alias: backend} (the map a request's ``model`` is looked up in): an alias
+      (``aliases``, vllm_model_aliases: {alias: served name}) goes to its model's backend;
+    - ``allowed``: the sorted ``tenant/name`` keys a tenant may ask for: the names in its list, and each alias of a
+      model in it;
     - ``lists``: {tenant: the JSON of ``GET /v1/models`` for that tenant, in the OpenAI shape, on one line};
     - ``maps``: the lines of the gateway's maps (``models``, ``allowed``, ``lists``, ``concurrency``: each tenant's
       cap on requests in flight, 0 for none).
@@ -218,18 +224,35 @@ def routes(servers_list: Iterable[Mapping[str, Any]], api_keys: Iterable[Mapping
             server["backend"], {"name": server["backend"], "model": server["model"], "servers": []}
         )
         entry["servers"].append(dict(server))
-    models = {entry["model"]: name for name, entry in sorted(backends.items())}
+    served = {entry["model"]: name for name, entry in sorted(backends.items())}
+    pointing = {
+        str(alias): str(target) for alias, target in (aliases or {}).items() if target in served and alias not in served
+    }
+    models = {**served, **{alias: served[target] for alias, target in sorted(pointing.items())}}
     allowed: list[str] = []
     lists: dict[str, str] = {}
     for tenant_entry in api_keys:
         tenant = str(tenant_entry["tenant"])
         wanted = tenant_entry.get("models")
-        names = sorted(models) if wanted in (None, "") else sorted({str(m) for m in wanted if str(m) in models})
+        if wanted in (None, ""):
+            names = sorted(models)
+        else:
+            chosen = {str(m) for m in wanted if str(m) in models}
+            names = sorted(chosen | {alias for alias, target in pointing.items() if target in chosen})
         allowed += [f"{tenant}/{name}" for name in names]
         lists[tenant] = json.dumps(
             {
                 "object": "list",
-                "data": [{"id": name, "object": "model", "created": 0, "owned_by": "vllm-fleet"} for name in names],
+                "data": [
+                    {
+                        "id": name,
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "vllm-fleet",
+                        "root": pointing.get(name, name),
+                    }
+                    for name in names
+                ],
             },
             separators=(",", ":"),
         )
@@ -254,7 +277,11 @@ def routes(servers_list: Iterable[Mapping[str, Any]], api_keys: Iterable[Mapping
 
 
 def route_errors(
-    host: str, servers_list: Iterable[Mapping[str, Any]], api_keys: Any, max_body: Any = None
+    host: str,
+    servers_list: Iterable[Mapping[str, Any]],
+    api_keys: Any,
+    max_body: Any = None,
+    aliases: Any = None,
 ) -> list[str]:
     """The errors of what the gateway `host` routes by, each naming the host, the setting, the value and the fix:
     one served name given to two different models (weights); a served name the gateway cannot route by (a control
@@ -284,6 +311,20 @@ def route_errors(
                 f"characters, {MODEL_NAME_LENGTH} at most"
             )
     served = set(by_model)
+    known = set(served)
+    for alias, target in (aliases or {}).items() if isinstance(aliases, Mapping) else []:
+        if alias in served:
+            errors.append(
+                f"{host}: vllm_model_aliases[{inputs.short(alias)}] is also a served model's name: a request for it "
+                "could mean either; fix: another alias, or no alias for a name already served"
+            )
+        elif target not in served:
+            errors.append(
+                f"{host}: vllm_model_aliases[{inputs.short(alias)}]={inputs.short(target)} points at a model no "
+                f"backend host serves (served: {', '.join(sorted(served)) or 'none'}); fix: a served name of the list"
+            )
+        else:
+            known.add(str(alias))
     for index, entry in enumerate(api_keys if isinstance(api_keys, list) else []):
         if not isinstance(entry, Mapping) or "models" not in entry or entry.get("models") is None:
             continue
@@ -296,11 +337,12 @@ def route_errors(
             )
             continue
         names = [str(m) for m in wanted]
-        unknown = [n for n in names if n not in served]
+        unknown = [n for n in names if n not in known]
         if unknown:
             errors.append(
-                f"{where} names {', '.join(repr(n) for n in unknown)}, which no backend host serves (served: "
-                f"{', '.join(sorted(served)) or 'none'}); fix: a served name of the list, or serve that model"
+                f"{where} names {', '.join(repr(n) for n in unknown)}, which no backend host serves and no alias "
+                f"names (served: {', '.join(sorted(served)) or 'none'}); fix: a served name of the list, or serve "
+                "that model"
             )
         elif not names:
             errors.append(

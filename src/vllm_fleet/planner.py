@@ -174,6 +174,8 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
             )
     # The one gate of the operator's arguments: nothing a setting of its own manages (the role's below included).
     errors += render.extra_args_errors(host, hostvars.get("vllm_extra_args"), release)
+    aliases, alias_errors = model_aliases(host, hostvars.get("vllm_model_aliases"))
+    errors += alias_errors
     extra = hostvars.get("vllm_extra_args") or {}
     prompt_tokens = hostvars.get("vllm_typical_prompt_tokens", DEFAULT_TYPICAL_PROMPT_TOKENS)
     output_tokens = hostvars.get("vllm_typical_output_tokens", DEFAULT_TYPICAL_OUTPUT_TOKENS)
@@ -247,6 +249,7 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
                 ),
                 draft_model_path=draft_model_path(profile, deploy),
                 extra_args={**needs["args"], **extra, **own},
+                aliases=aliases,
             )
         except ValueError as exc:
             errors.append(f"{host}: {exc}")
@@ -319,6 +322,36 @@ DEPLOY_VARS = (
     "vllm_shutdown_timeout",
     "vllm_gpus",
 )
+
+
+# An alias: a name tenants use for a served model (vllm_model_aliases), as the gateways and vLLM take it.
+ALIAS_LENGTH = 256
+
+
+def model_aliases(host: str, value: Any) -> tuple[dict[str, str], list[str]]:
+    """({alias: the served name it points at}, errors) of vllm_model_aliases: a mapping of names, each a string of
+    printable characters (256 at most), pointing at a served model's name. Whether that model is served, and that an
+    alias is not itself a served name, are the gateways' checks (gateway.route_errors), which see every host."""
+    fix = "fix: vllm_model_aliases: {ALIAS: SERVED NAME}, e.g. {chat: Qwen/Qwen2.5-14B-Instruct}, in group_vars/all"
+    if value in (None, "", {}):
+        return {}, []
+    if not isinstance(value, Mapping):
+        return {}, [f"{host}: vllm_model_aliases={inputs.short(value)} is not a mapping of alias to served name; {fix}"]
+    aliases, errors = {}, []
+    for alias, target in value.items():
+        if not isinstance(alias, str) or not isinstance(target, str) or not alias.strip() or not target.strip():
+            errors.append(
+                f"{host}: vllm_model_aliases[{inputs.short(alias)}]={inputs.short(target)}: an alias and the served "
+                f"name it points at must be non-empty strings; {fix}"
+            )
+        elif inputs.CONTROL.search(alias + target) or len(alias) > ALIAS_LENGTH or alias.startswith("-"):
+            errors.append(
+                f"{host}: vllm_model_aliases[{inputs.short(alias)}] holds a control or format character, starts "
+                f"with -, or is longer than {ALIAS_LENGTH}; fix: a name of printable characters, {ALIAS_LENGTH} at most"
+            )
+        else:
+            aliases[alias] = target
+    return aliases, errors
 
 
 def instances(host: str, hostvars: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -450,6 +450,7 @@ def render_args(
     model_path: str | None = None,
     draft_model_path: str | None = None,
     extra_args: Mapping[str, Any] | None = None,
+    aliases: Iterable[str] = (),
 ) -> RenderResult:
     """The `vllm serve` arguments of a resolved, valid profile for vLLM `version`.
 
@@ -462,7 +463,9 @@ def render_args(
         raise ValueError("the profile has no model; fix: set model")
     result = RenderResult()
     result.args.append(str(model_path or profile["model"]))  # era('model'): positional throughout
-    result.args += ["--served-model-name", served_model_name(profile)]
+    # The fleet's aliases (vllm_model_aliases) after the model's own name, which vLLM reports: every instance answers to
+    # each, and the gateways send an alias only to the instances of its model, so that moving one restarts nothing.
+    result.args += ["--served-model-name", served_model_name(profile), *sorted(set(aliases))]
 
     for key in _VALUE_KEYS:
         if key in profile:

@@ -34,6 +34,8 @@ import os
 import ssl
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -315,19 +317,21 @@ def backend_sessions():
 
 def test_the_gateway_routes_each_model_by_name_and_keeps_each_tenant_to_its_models():
     """The example's two models behind its gateway, as shipped: chat-frontend (every model) gets a completion from
-    each by its name, answered by that model, and GET /v1/models lists exactly both; batch-jobs (the 14B only) sees
-    only that one, gets 403 for the other and 404 for an unknown model, both OpenAI-shaped and from the gateway
+    each by its name and from the 14B through the example's alias (chat), each answered by that model, and
+    GET /v1/models lists exactly both and the alias; batch-jobs (the 14B only) sees only that one and its alias, gets
+    403 for the other and 404 for an unknown model, both OpenAI-shaped and from the gateway
     itself (no model backend sent a session). A body over vllm_gateway_max_body_bytes (1 MiB) gets 413 naming the
     limit, unrouted; one just under it whose model comes after its messages reaches that model's backend."""
     chat, batch = tenant_key("chat-frontend"), tenant_key("batch-jobs")
     status, listed = through_gateway(chat, "/v1/models")
     assert status == 200 and listed["object"] == "list", listed
-    assert sorted(m["id"] for m in listed["data"]) == sorted(MODELS.values()), listed
-    for host, model in MODELS.items():
-        status, answer = through_gateway(chat, "/v1/completions", {"model": model, "prompt": "Hello", "max_tokens": 4})
-        assert status == 200 and answer["model"] == model and answer["choices"], (host, answer)
+    assert sorted(m["id"] for m in listed["data"]) == sorted([*MODELS.values(), "chat"]), listed
+    # By name, and through the example's alias (chat: the 14B), which vLLM answers as the model's own name.
+    for asked, model in [*((m, m) for m in MODELS.values()), ("chat", MODELS["prod-l40"])]:
+        status, answer = through_gateway(chat, "/v1/completions", {"model": asked, "prompt": "Hello", "max_tokens": 4})
+        assert status == 200 and answer["model"] == model and answer["choices"], (asked, answer)
     status, listed = through_gateway(batch, "/v1/models")
-    assert status == 200 and [m["id"] for m in listed["data"]] == [MODELS["prod-l40"]], listed
+    assert status == 200 and [m["id"] for m in listed["data"]] == [MODELS["prod-l40"], "chat"], listed
     before = backend_sessions()
     status, refused = through_gateway(batch, "/v1/completions", {"model": MODELS["prod-4090"], "prompt": "Hi"})
     assert status == 403 and refused["error"]["code"] == "model_not_allowed", refused
@@ -347,6 +351,53 @@ def test_the_gateway_routes_each_model_by_name_and_keeps_each_tenant_to_its_mode
     # The tiny model's context is far shorter than the prompt: its vLLM answers 400, which it could only do if routed.
     assert status in (200, 400) and after[l40] == before[l40] + 1, (status, answer, before, after)
     assert {b: n for b, n in after.items() if b != l40} == {b: n for b, n in before.items() if b != l40}
+
+
+def main_pids():
+    """{host/instance: the main PID of its unit}."""
+    return {
+        f"{host}/{instance}": on(
+            host, "systemctl", "show", "-p", "MainPID", "--value", f"vllm@{instance}.service"
+        ).strip()
+        for host in HOSTS
+        for instance in INSTANCES[host]
+    }
+
+
+def test_moving_an_alias_is_one_run_that_restarts_nothing_and_drops_no_request(tmp_path):
+    """chat points at the 14B; one site.yml run with chat pointed at the other model reloads the gateway and restarts
+    no instance (every instance already answers to chat), while a client sends requests for chat all along: every one
+    is answered, and after the run chat is answered by the other model. A second run puts it back."""
+    key = tenant_key("chat-frontend")
+    moved = tmp_path / "moved.yml"
+    moved.write_text(yaml.safe_dump({"vllm_model_aliases": {"chat": MODELS["prod-4090"]}}))
+    before = main_pids()
+    answers, done = [], threading.Event()
+
+    def client():
+        deadline = time.monotonic() + 900
+        while not done.is_set() and time.monotonic() < deadline and len(answers) < 3000:
+            status, answer = through_gateway(key, "/v1/completions", {"model": "chat", "prompt": "Hi", "max_tokens": 2})
+            answers.append((status, answer.get("model") if status == 200 else answer))
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    try:
+        rc, out = playbook("site.yml", "-e", f"@{moved}")
+    finally:
+        time.sleep(2)
+        done.set()
+        thread.join(timeout=200)
+    assert rc == 0, out[-4000:]
+    assert len(answers) > 20 and all(status == 200 for status, _ in answers), [a for a in answers if a[0] != 200][:5]
+    served = [model for _, model in answers]
+    assert served[0] == MODELS["prod-l40"] and served[-1] == MODELS["prod-4090"], (served[0], served[-1])
+    assert main_pids() == before
+    rc, out = playbook("site.yml")
+    assert rc == 0, out[-4000:]
+    status, answer = through_gateway(key, "/v1/completions", {"model": "chat", "prompt": "Hi", "max_tokens": 2})
+    assert status == 200 and answer["model"] == MODELS["prod-l40"], answer
 
 
 def test_the_rollout_proved_every_instance_through_the_gateway_with_a_tenant_key():

@@ -384,30 +384,30 @@ def test_the_rendered_configuration_passes_haproxys_own_check(gateways):
 
 def test_each_request_goes_to_the_instances_of_the_model_it_names(gateways):
     """The example's two models (the 4090 group's 7B, the L40 group's 14B) behind one gateway: a request reaches a
-    host of the model it names, with the vLLM hosts' key in place of the tenant's; the model may come after the
-    messages (the openai SDK's order)."""
+    host of the model it names, or of the model its alias points at (the example's chat, the 14B), with the vLLM
+    hosts' key in place of the tenant's; the model may come after the messages (the openai SDK's order)."""
     door, _ = gateways["doors"]["gw-01.example.internal"]
     small = {a for n, a in BACKENDS.items() if n.startswith("gpu-4090")}
     large = {a for n, a in BACKENDS.items() if n.startswith("gpu-l40")}
-    for model, hosts in ((SMALL, small), (LARGE, large)):
+    for model, hosts in ((SMALL, small), (LARGE, large), ("chat", large)):
         for _ in range(4):
             body = {"messages": [{"role": "user", "content": "hello " * 200}], "model": model}
             code, answer = status(door, KEYS["chat-frontend"], "/v1/chat/completions", body)
+            # The stand-in echoes the name asked for; a vLLM instance answers to each alias too (its served names).
             assert code == 200 and answer["model"] == model and answer["address"] in hosts, answer
             assert answer["key"] == "Bearer " + "v" * 40
 
 
 def test_each_tenant_lists_and_uses_only_its_models_and_refusals_reach_no_instance(gateways):
-    """chat-frontend lists both models; batch-jobs (the example limits it to the 14B) lists that one and gets 403 for
-    the other; an unknown model gets 404, a body without a model 400, a GET other than /v1/models 404: OpenAI-shaped,
-    from the gateway, and no stand-in got a request."""
+    """chat-frontend lists both models and the alias; batch-jobs (the example limits it to the 14B) lists that one and
+    its alias, and gets 403 for the other; an unknown model gets 404, a body without a model 400, a GET other than
+    /v1/models 404: OpenAI-shaped, from the gateway, and no stand-in got a request."""
     door, _ = gateways["doors"]["gw-01.example.internal"]
     code, listed = status(door, KEYS["chat-frontend"], "/v1/models")
-    assert (
-        code == 200 and listed["object"] == "list" and sorted(m["id"] for m in listed["data"]) == sorted([SMALL, LARGE])
-    )
+    assert code == 200 and listed["object"] == "list"
+    assert sorted(m["id"] for m in listed["data"]) == sorted([SMALL, LARGE, "chat"])
     code, listed = status(door, KEYS["batch-jobs"], "/v1/models")
-    assert code == 200 and [m["id"] for m in listed["data"]] == [LARGE]
+    assert code == 200 and [(m["id"], m["root"]) for m in listed["data"]] == [(LARGE, LARGE), ("chat", LARGE)]
     before = {name: b.posts for name, b in gateways["backends"].items()}
     for key, body, path, wanted, error in (
         (KEYS["batch-jobs"], {"model": SMALL, "prompt": "hi"}, "/v1/completions", 403, "model_not_allowed"),

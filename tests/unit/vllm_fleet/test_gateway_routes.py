@@ -174,3 +174,46 @@ def test_the_gateways_share_request_rates_as_peers_by_their_own_addresses():
         {"name": "gw-2", "address": "10.0.0.6"},
         {"name": "gw-3.example", "address": "gw-3.example"},
     ]
+
+
+def test_an_alias_goes_to_its_models_backend_for_the_tenants_of_that_model():
+    """vllm_model_aliases {chat: the 14B}: a request for chat goes to the 14B's backend; a tenant limited to the 14B may
+    use chat too and lists it (its root the 14B); a tenant limited to the other model neither."""
+    servers = gateway.servers(PLANNED)
+    keys = [
+        {"tenant": "all", "key": SECRET},
+        {"tenant": "big", "key": SECRET, "models": ["Qwen/Qwen2.5-14B-Instruct"]},
+        {"tenant": "small", "key": SECRET, "models": [ODD]},
+        {"tenant": "alias", "key": SECRET, "models": ["chat"]},
+    ]
+    aliases = {"chat": "Qwen/Qwen2.5-14B-Instruct"}
+    assert gateway.route_errors("gw", servers, keys, None, aliases) == []
+    routes = gateway.routes(servers, keys, aliases)
+    assert routes["models"]["chat"] == gateway.backend_name("Qwen/Qwen2.5-14B-Instruct")
+    listed = {tenant: json.loads(text)["data"] for tenant, text in routes["lists"].items()}
+    assert [(m["id"], m["root"]) for m in listed["big"]] == [
+        ("Qwen/Qwen2.5-14B-Instruct", "Qwen/Qwen2.5-14B-Instruct"),
+        ("chat", "Qwen/Qwen2.5-14B-Instruct"),
+    ]
+    assert [m["id"] for m in listed["small"]] == [ODD]
+    assert [m["id"] for m in listed["alias"]] == ["chat"]
+    assert sorted(m["id"] for m in listed["all"]) == sorted(["Qwen/Qwen2.5-14B-Instruct", ODD, "chat"])
+    assert "big/chat" in routes["allowed"] and "small/chat" not in routes["allowed"]
+    # Moved to the other model: only the gateway's maps change.
+    moved = gateway.routes(servers, keys, {"chat": ODD})
+    assert moved["models"]["chat"] == gateway.backend_name(ODD) and "small/chat" in moved["allowed"]
+
+
+@pytest.mark.parametrize(
+    "aliases, wanted",
+    [
+        (
+            {"chat": "Qwen/Qwen2.5-72B-Instruct"},
+            "vllm_model_aliases['chat']='Qwen/Qwen2.5-72B-Instruct' points at a model no",
+        ),
+        ({ODD: "Qwen/Qwen2.5-14B-Instruct"}, "is also a served model's name"),
+    ],
+)
+def test_an_alias_must_point_at_a_served_model_and_be_no_served_name(aliases, wanted):
+    errors = gateway.route_errors("gw", gateway.servers(PLANNED), [], None, aliases)
+    assert len(errors) == 1 and errors[0].startswith("gw: ") and wanted in errors[0] and "fix:" in errors[0], errors
