@@ -7,6 +7,7 @@ from functools import cache, lru_cache
 
 from ansible.errors import AnsibleError, AnsibleFilterError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.common.validation import check_type_bool, check_type_float, check_type_int
 from jinja2 import Undefined
 
 # The library of this checkout, beside the plugin (never another installed copy): every filter plugin loads it so.
@@ -128,16 +129,47 @@ _PLAN_VARS = tuple(
 )
 
 
+# The scalar types of the argument specs a text from the command line is taken as (-e name=25 gives the text '25').
+_CONVERT = {"int": check_type_int, "float": check_type_float, "bool": check_type_bool}
+
+
+@cache
+def _scalar_types():
+    """{setting: its spec's type} for the int, float and bool settings of the roles site.yml runs on a vLLM host and
+    of vllm_defaults."""
+    types = {}
+    for role in ("vllm_defaults", *(r for _, roles in SITE_ROLES for r in roles)):
+        for name, option in datafiles.role_options(ROLES, role).items():
+            if option.get("type") in _CONVERT:
+                types.setdefault(name, option["type"])
+    return types
+
+
+def _as_spec_type(name, value):
+    """A text given for an int, float or bool setting, as that type, the way Ansible's argument specs take it
+    (`-e vllm_shutdown_timeout=25`); anything else, or a text that is not one, as it is (the plan names it)."""
+    kind = _scalar_types().get(name)
+    if kind is None or not isinstance(value, str):
+        return value
+    try:
+        return _CONVERT[kind](value)
+    except (TypeError, ValueError):
+        return value
+
+
 def plan_inputs(variables, skip=()):
     """The planning variables of one host (a dict, or Ansible's lazy hostvars), with the role's defaults (also
-    in place of the names in `skip`, which its argument spec refused)."""
+    in place of the names in `skip`, which its argument spec refused); a text given for a number or a boolean (as
+    -e gives every value) taken as the spec's type."""
     values = {}
     defaults = deploy_defaults()
     for name in _PLAN_VARS:
         value = None if name in skip else variables.get(name)
         if isinstance(value, Undefined):
             continue  # built from what the plan publishes (vllm_profile_effective): the role checks it
-        values[name] = defaults.get(name) if value is None and name in defaults else inputs.plain(value)
+        values[name] = (
+            defaults.get(name) if value is None and name in defaults else _as_spec_type(name, inputs.plain(value))
+        )
     for name in ("vllm_typical_prompt_tokens", "vllm_typical_output_tokens", "ansible_host"):
         if variables.get(name) is not None:
             values[name] = variables.get(name)

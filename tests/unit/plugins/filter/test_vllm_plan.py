@@ -107,6 +107,28 @@ def test_the_filter_fills_what_the_inventory_leaves_from_the_vllm_roles_defaults
     assert "9000" in filters.vllm_plan_hosts(hostvars, ["h1"])["hosts"]["h1"]["instances"][0]["args"]
 
 
+def test_numbers_given_on_the_command_line_are_taken_as_their_specs_type():
+    """-e gives every value as text: `-e vllm_shutdown_timeout=25` and `-e vllm_port=9000` plan as 25 and 9000, as
+    Ansible's own argument specs take them, for the host's plan and for the instances a gateway reads; a text that is
+    no number still gets the plan's message."""
+    filters = load_filters()
+    host = {
+        "vllm_profile_name": "cpu-lab-tiny",
+        "vllm_version": "0.32.0",
+        "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0},
+        "group_names": ["vllm_nodes"],
+        "vllm_shutdown_timeout": "25",
+        "vllm_port": "9000",
+    }
+    entry = filters.vllm_plan_hosts({"h1": host}, ["h1"])["hosts"]["h1"]
+    assert entry["errors"] == []
+    args = entry["instances"][0]["args"]
+    assert args[args.index("--shutdown-timeout") + 1] == "25" and args[args.index("--port") + 1] == "9000"
+    assert filters.vllm_plan_instances({"h1": host}, ["h1"])["h1"][0]["port"] == 9000
+    refused = filters.vllm_plan_hosts({"h1": dict(host, vllm_shutdown_timeout="25s")}, ["h1"])["hosts"]["h1"]
+    assert any("vllm_shutdown_timeout='25s'" in error for error in refused["errors"]), refused["errors"]
+
+
 def test_detected_gpus_replace_the_groups_assumption_with_its_bandwidth_for_the_same_card():
     """The nvidia_driver role publishes nvidia_driver_gpus; the plan sizes the host with them: the detected name,
     count, smallest memory and compute capability, the group's bandwidth when the group names the same card (by
