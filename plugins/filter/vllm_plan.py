@@ -1,5 +1,6 @@
 """Filters over vllm_fleet: resolve a host's profile, render its vLLM arguments, plan its capacity."""
 
+import json
 import os
 import sys
 from collections.abc import Mapping
@@ -229,11 +230,30 @@ def spec_errors(host, variables):
                 if value is None or isinstance(value, Undefined):
                     continue  # Undefined: built from what the plan publishes (vllm_profile_effective)
                 value = inputs.plain(value)
-                result = _validator(role, name).validate({name: value})
-                if result.error_messages:
-                    errors.append(_spec_message(host, role, name, option, value, result.errors.errors[0]))
+                error = _spec_error(role, name, value)
+                if error is not None:
+                    errors.append(_spec_message(host, role, name, option, value, error))
                     failed.add(name)
     return errors, failed
+
+
+_SPEC_ERRORS: dict = {}
+
+
+def _spec_error(role, name, value):
+    """The first error of a setting's value against its role's spec, or None; remembered by the value's JSON, since
+    the hosts of a group share most values (the plan of 10,000 hosts validated each setting once per distinct value)."""
+    try:
+        key = (role, name, json.dumps(value, sort_keys=True))
+    except (TypeError, ValueError):
+        key = None
+    if key is not None and key in _SPEC_ERRORS:
+        return _SPEC_ERRORS[key]
+    result = _validator(role, name).validate({name: value})
+    error = result.errors.errors[0] if result.error_messages else None
+    if key is not None and len(_SPEC_ERRORS) < 100_000:
+        _SPEC_ERRORS[key] = error
+    return error
 
 
 def vllm_plan_host(hostvars, host):
