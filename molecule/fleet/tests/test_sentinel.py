@@ -204,16 +204,6 @@ def test_an_xid_that_needs_a_reboot_marks_the_instances_fires_its_alert_and_rest
     )
 
 
-def test_a_scrape_of_the_sentinel_runs_as_a_user_of_its_own_without_a_warning():
-    """The metrics scrape runs with DynamicUser= (not the shared nobody, which made systemd warn on every scrape):
-    Prometheus has scraped it many times by now, and the host's journal holds no such warning."""
-    assert sentinel_metrics("fleet-1"), "the sentinel's metrics are empty"
-    unit = on("fleet-1", "systemctl", "cat", "vllm-sentinel-metrics@.service")
-    assert "DynamicUser=yes" in unit and "User=nobody" not in unit, unit
-    journal = on("fleet-1", "journalctl", "--no-pager", "-o", "cat", check=False)
-    assert "Special user nobody configured" not in journal
-
-
 def test_a_hand_edit_of_a_unit_shows_as_drift_within_one_round():
     unit = "/etc/systemd/system/vllm@cpu1.service"
     original = on("fleet-1", "cat", unit)
