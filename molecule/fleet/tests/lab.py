@@ -356,6 +356,9 @@ def sessions_by_server():
     return totals
 
 
+SETTLED = ("UP", "DRAIN", "UP (agent)", "DRAIN (agent)")
+
+
 def wait_gateways_settled(timeout=120):
     """Wait until no request is in flight at any running gateway's backend servers (scur 0) and each is UP or DRAIN
     (DRAIN only as a test set it), at most `timeout` seconds: the prefix balance bounds each instance's load, so a
@@ -370,7 +373,8 @@ def wait_gateways_settled(timeout=120):
             for row in backend_rows(host, check=False)
             if row["svname"] not in ("BACKEND", "FRONTEND")
         ]
-        if rows and all(status in ("UP", "DRAIN") and scur in ("", "0") for _, _, status, scur in rows):
+        # HAProxy adds "(agent)" to a state the sentinel's agent check set or confirms; "UP 1/2" is on its way down.
+        if rows and all(status in SETTLED and scur in ("", "0") for _, _, status, scur in rows):
             return
         if time.monotonic() > deadline:
             raise AssertionError(
