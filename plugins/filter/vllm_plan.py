@@ -138,7 +138,7 @@ _CONVERT = {"int": check_type_int, "float": check_type_float, "bool": check_type
 def _scalar_types():
     """{setting: its spec's type} for the int, float and bool settings of the roles site.yml runs on a vLLM host and
     of vllm_defaults."""
-    types = {}
+    types: dict[str, str] = {}
     for role in ("vllm_defaults", *(r for _, roles in SITE_ROLES for r in roles)):
         for name, option in datafiles.role_options(ROLES, role).items():
             if option.get("type") in _CONVERT:
