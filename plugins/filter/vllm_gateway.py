@@ -136,28 +136,27 @@ def vllm_gateway_route_errors(servers, host, api_keys, max_body=None, aliases=No
     )
 
 
-def vllm_gateway_peers(hostvars, gateways):
-    if (
-        not isinstance(hostvars, Mapping)
-        or isinstance(gateways, (str, bytes, Mapping))
-        or not hasattr(gateways, "__iter__")
-    ):
+def _gateway_vars(what, usage, hostvars, names):
+    """{gateway: its variables ({} where hostvars holds none)} for `names`, from hostvars; an error naming the filter
+    (`what`, called as `usage`) when the arguments are not hostvars and a list of names, or a gateway is unknown."""
+    if not isinstance(hostvars, Mapping) or isinstance(names, (str, bytes, Mapping)) or not hasattr(names, "__iter__"):
         raise AnsibleFilterError(
-            "vllm_gateway_peers expects hostvars | vllm_gateway_peers(gateway host names), got "
-            f"{type(hostvars).__name__} and {type(gateways).__name__}"
+            f"{what} expects hostvars | {usage}, got {type(hostvars).__name__} and {type(names).__name__}"
         )
     found = {}
-    for name in gateways:
+    for name in names:
         try:
             variables = hostvars[name]
         except KeyError:
-            raise AnsibleFilterError(f"vllm_gateway_peers: the gateway {name!r} is not in the inventory") from None
-        found[str(name)] = (
-            {key: variables.get(key) for key in ("vllm_gateway_source_address", "ansible_host")}
-            if hasattr(variables, "get")
-            else {}
-        )
-    return gateway.peers(found)
+            raise AnsibleFilterError(f"{what}: the gateway {name!r} is not in the inventory") from None
+        found[str(name)] = variables if hasattr(variables, "get") else {}
+    return found
+
+
+def vllm_gateway_peers(hostvars, gateways):
+    found = _gateway_vars("vllm_gateway_peers", "vllm_gateway_peers(gateway host names)", hostvars, gateways)
+    keys = ("vllm_gateway_source_address", "ansible_host")
+    return gateway.peers({name: {key: values.get(key) for key in keys} for name, values in found.items()})
 
 
 def vllm_gateway_peer_name(host):
@@ -312,22 +311,15 @@ def _vault_source(value):
 def vllm_gateway_vip_errors(hostvars, host, gateways):
     """The errors of the gateways' shared virtual address for the gateway `host` (vllm_fleet.gateway.vip_errors),
     with where each gateway's vllm_gateway_vrrp_password came from."""
-    if (
-        not isinstance(hostvars, Mapping)
-        or isinstance(gateways, (str, bytes, Mapping))
-        or not hasattr(gateways, "__iter__")
-    ):
-        raise AnsibleFilterError(
-            "vllm_gateway_vip_errors expects hostvars | vllm_gateway_vip_errors(gateway host, gateway host names), "
-            f"got {type(hostvars).__name__} and {type(gateways).__name__}"
-        )
-    found = {}
-    for name in [*gateways, *([] if host in gateways else [host])]:  # the gateway checked, always
-        try:
-            variables = hostvars[name]
-        except KeyError:
-            raise AnsibleFilterError(f"vllm_gateway_vip_errors: the gateway {name!r} is not in the inventory") from None
-        found[str(name)] = variables if hasattr(variables, "get") else {}
+    listed = not isinstance(gateways, (str, bytes, Mapping)) and hasattr(gateways, "__iter__")
+    # The gateway checked, always; a value that is no list of names is refused below, with its type.
+    names = [*gateways, *([] if host in gateways else [host])] if listed else gateways
+    found = _gateway_vars(
+        "vllm_gateway_vip_errors",
+        "vllm_gateway_vip_errors(gateway host, gateway host names)",
+        hostvars,
+        names,
+    )
     # The password is read only where a gateway shares an address: without one it is never templated.
     if not any(values.get("vllm_gateway_vip") for values in found.values()):
         return []
