@@ -304,6 +304,13 @@ def running_config(config: Path) -> Path:
     return running
 
 
+def start(command: list[str], config: Path) -> subprocess.Popen:
+    """One gateway in the foreground (-db) on `config` in its running form (``running_config``), its output dropped."""
+    return subprocess.Popen(
+        [*command, "-db", "-f", str(running_config(config))], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
 def rss_kib(pid: int) -> int:
     """A process's resident memory in KiB (/proc/PID/status)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

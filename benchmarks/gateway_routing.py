@@ -47,19 +47,12 @@ from gateway_loopback import (  # noqa: E402
     haproxy,
     render,
     rss_kib,
-    running_config,
+    start,
 )
 
 CONTEXT = ssl.create_default_context()
 CONTEXT.check_hostname = False
 CONTEXT.verify_mode = ssl.CERT_NONE  # the run's own self-signed certificate, on loopback
-
-
-def start(command, config):
-    """One HAProxy in the foreground on `config` (the running form); its process."""
-    return subprocess.Popen(
-        [*command, "-db", "-f", str(running_config(config))], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
 
 
 def wait_ready(address, port, seconds=20):

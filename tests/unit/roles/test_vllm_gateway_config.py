@@ -37,7 +37,7 @@ from gateway_loopback import (  # noqa: E402
     free_port,
     haproxy,
     render,
-    running_config,
+    start,
 )
 
 
@@ -57,8 +57,7 @@ def gateways(tmp_path_factory):
     try:
         for name, address in GATEWAYS.items():
             config = etc / name / "haproxy.cfg"
-            running = running_config(config)
-            procs.append(subprocess.Popen([*command, "-db", "-f", str(running)], stderr=subprocess.PIPE, text=True))
+            procs.append(start(command, config))
             doors[name] = (f"https://{address}:{ports['front']}", config)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
