@@ -17,13 +17,6 @@ export STAGING_DIR=$CACHE_DIR/connected
 export CONTAINERS_CONF=$CACHE_DIR/podman/containers.conf
 export LAB_IMAGE=${LAB_IMAGE:-localhost/debian12-systemd}
 export ANSIBLE_CONFIG=$ROOT/ansible.cfg
-# The lab's secrets that a site keeps in Ansible Vault (the gateways' VRRP password) are encrypted with the vault id
-# "lab", whose password lab/scripts/vault-password makes on first use in $CACHE_DIR/lab. An operator's own vault ids
-# (ANSIBLE_VAULT_IDENTITY_LIST, --vault-id) are kept beside it.
-case ",${ANSIBLE_VAULT_IDENTITY_LIST:-}," in
-  *",lab@$ROOT/lab/scripts/vault-password,"*) ;;
-  *) export ANSIBLE_VAULT_IDENTITY_LIST=lab@$ROOT/lab/scripts/vault-password${ANSIBLE_VAULT_IDENTITY_LIST:+,$ANSIBLE_VAULT_IDENTITY_LIST} ;;
-esac
 export PATH=$VENV/bin:$PATH
 # The lab hosts' systemd must see cgroup v2 to know when a unit's processes are gone: on this machine kind
 # (cgroup v1 with the v2 hierarchy mounted beside it, at /sys/fs/cgroup/unified) Podman gives a container

@@ -99,15 +99,19 @@ STRINGS = (
     "vllm_gateway_balance",
     "vllm_gateway_source_address",
 )
-# keepalived (VRRPv2): a gateway's priority (255 is the address owner's, which a shared address has none of), the
-# virtual router id (one byte, 0 reserved), the advertisement interval (whole seconds, one byte) and the PASS
-# password (keepalived reads only its first 8 characters: a longer one would be cut silently). The defaults are
+# keepalived's VRRP: a gateway's priority (255 is the address owner's, which a shared address has none of), the
+# virtual router id (one byte, 0 reserved), the version (3 by default: adverts in hundredths of a second and no
+# authentication, VRRP admitted only from the peers by the gateways' own rules; 2: whole seconds and the PASS password,
+# which travels in clear text), the advertisement interval (v2: whole seconds, one byte; v3: hundredths, 12 bits) and
+# v2's password (keepalived reads only its first 8 characters: a longer one would be cut silently). The defaults are
 # the role's.
 VRRP_PRIORITY = (1, 254)
 VRRP_ROUTER_ID = (1, 255)
 VRRP_ROUTER_ID_DEFAULT = 51
-VRRP_ADVERT = (1, 255)
-VRRP_ADVERT_DEFAULT = 1
+VRRP_VERSIONS = (2, 3)
+VRRP_VERSION_DEFAULT = 3
+VRRP_ADVERT = {2: (1, 255), 3: (0.01, 40.95)}
+VRRP_ADVERT_DEFAULT = 0.5
 VRRP_PASSWORD_LENGTH = 8
 VRRP_PASSWORD = re.compile(r"[!-~]{1,%d}" % VRRP_PASSWORD_LENGTH)  # printable ASCII, no space
 # A Linux interface name: 1 to 15 characters (IFNAMSIZ less its NUL), here letters, digits and _ . : - only.
@@ -698,7 +702,7 @@ def _setting(values: Mapping[str, Any], name: str) -> str:
     return text if text is not None else str(value)
 
 
-def _or_default(values: Mapping[str, Any], name: str, default: int) -> Any:
+def _or_default(values: Mapping[str, Any], name: str, default: float) -> Any:
     """A setting the role defaults (absent or null: the default)."""
     value = values.get(name)
     return default if value is None else value
@@ -786,29 +790,15 @@ def _vrrp_numbers(host: str, gateways: Mapping[str, Mapping[str, Any]]) -> list[
                 "leave which holds the address to chance; fix: a different priority on each gateway"
             )
     name = "vllm_gateway_vrrp_router_id"
-    for setting, (low, high), default, what, fix in (
-        (
-            name,
-            VRRP_ROUTER_ID,
-            VRRP_ROUTER_ID_DEFAULT,
-            "a whole number",
-            "(VRRP's virtual_router_id); fix: e.g. {default}, the same on every gateway and unused by other VRRP "
-            "routers of the network",
-        ),
-        (
-            "vllm_gateway_vrrp_advert_s",
-            VRRP_ADVERT,
-            VRRP_ADVERT_DEFAULT,
-            "whole seconds",
-            "(VRRPv2 advertises in whole seconds); fix: e.g. {default}",
-        ),
-    ):
-        value = _or_default(values, setting, default)
-        if not low <= (_whole(value) or 0) <= high:
-            errors.append(
-                f"{host}: {setting}={inputs.short(value)} must be {what} from {low} to {high} "
-                + fix.format(default=default)
-            )
+    low, high = VRRP_ROUTER_ID
+    value = _or_default(values, name, VRRP_ROUTER_ID_DEFAULT)
+    if not low <= (_whole(value) or 0) <= high:
+        errors.append(
+            f"{host}: {name}={inputs.short(value)} must be a whole number from {low} to {high} (VRRP's "
+            f"virtual_router_id); fix: e.g. {VRRP_ROUTER_ID_DEFAULT}, the same on every gateway and unused by other "
+            "VRRP routers of the network"
+        )
+    errors += _vrrp_timing(host, gateways)
     router_id = _whole(_or_default(values, name, VRRP_ROUTER_ID_DEFAULT))
     if router_id is not None and VRRP_ROUTER_ID[0] <= router_id <= VRRP_ROUTER_ID[1]:
         ids = {n: _whole(_or_default(v, name, VRRP_ROUTER_ID_DEFAULT)) for n, v in gateways.items()}
@@ -820,6 +810,64 @@ def _vrrp_numbers(host: str, gateways: Mapping[str, Mapping[str, Any]]) -> list[
                 "gateways of different router ids are separate VRRP routers and each would take the address; "
                 "fix: one vllm_gateway_vrrp_router_id for all, in the group_vars of vllm_gateways"
             )
+    return errors
+
+
+def vrrp_version(values: Mapping[str, Any]) -> int | None:
+    """A gateway's VRRP version (vllm_gateway_vrrp_version, by default 3); None when it is not 2 or 3."""
+    version = _whole(_or_default(values, "vllm_gateway_vrrp_version", VRRP_VERSION_DEFAULT))
+    return version if version in VRRP_VERSIONS else None
+
+
+def _interval(value: Any) -> float | None:
+    """A number of seconds of the inventory (an int or a float, or its text: -e gives strings); None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    text = _text(value)
+    return float(text) if text is not None and re.fullmatch(r"[0-9]+(\.[0-9]+)?", text) else None
+
+
+def _vrrp_timing(host: str, gateways: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The version (2 or 3, the same on every gateway: a v2 and a v3 router ignore each other's adverts) and the
+    advertisement interval that version can carry (v2 whole seconds, v3 hundredths)."""
+    values = gateways.get(host) or {}
+    name = "vllm_gateway_vrrp_version"
+    raw = _or_default(values, name, VRRP_VERSION_DEFAULT)
+    version = vrrp_version(values)
+    if version is None:
+        return [
+            f"{host}: {name}={inputs.short(raw)} must be 2 or 3; fix: 3 (the default: sub-second adverts, VRRP "
+            "admitted only from the other gateways), or 2 (whole-second adverts with a password from Ansible Vault)"
+        ]
+    errors = []
+    differ = sorted(n for n, v in gateways.items() if n != host and vrrp_version(v) != version)
+    if differ:
+        shown = {n: str(_or_default(gateways[n], name, VRRP_VERSION_DEFAULT)) for n in differ}
+        errors.append(
+            f"{host}: {name}={version} differs from the other gateways': {_others(differ, shown)}; a VRRPv2 and a "
+            "VRRPv3 router ignore each other's adverts and each would take the address; fix: one "
+            "vllm_gateway_vrrp_version for all, in the group_vars of vllm_gateways"
+        )
+    name = "vllm_gateway_vrrp_advert_s"
+    value = _or_default(values, name, VRRP_ADVERT_DEFAULT if version == 3 else 1)
+    seconds = _interval(value)
+    low, high = VRRP_ADVERT[version]
+    if version == 2 and (seconds is None or seconds != int(seconds) or not low <= seconds <= high):
+        errors.append(
+            f"{host}: {name}={inputs.short(value)} must be whole seconds from {low} to {high} with "
+            "vllm_gateway_vrrp_version 2 (VRRPv2 advertises in whole seconds); fix: e.g. 1, or version 3 for "
+            "sub-second adverts"
+        )
+    elif version == 3 and (
+        seconds is None or abs(round(seconds * 100) - seconds * 100) > 1e-6 or not low <= seconds <= high
+    ):
+        errors.append(
+            f"{host}: {name}={inputs.short(value)} must be seconds from {low} to {high} in hundredths with "
+            f"vllm_gateway_vrrp_version 3 (VRRPv3 advertises in centiseconds); fix: e.g. {VRRP_ADVERT_DEFAULT} (a "
+            "vanished holder is taken over after three missed adverts and a skew under one)"
+        )
     return errors
 
 
@@ -894,7 +942,15 @@ def vip_errors(host: str, gateways: Mapping[str, Mapping[str, Any]], sources: Ma
             "0.0.0.0 (or :: for IPv6 too)"
         )
     errors += _vrrp_numbers(host, {**gateways, host: values})
-    errors += _vrrp_password(host, {**gateways, host: values}, sources)
+    if vrrp_version(values) == 2:
+        errors += _vrrp_password(host, {**gateways, host: values}, sources)
+    elif vrrp_version(values) == 3 and _setting(values, "vllm_gateway_vrrp_password"):
+        errors.append(
+            f"{host}: vllm_gateway_vrrp_password (value not shown) is set, but VRRPv3 (vllm_gateway_vrrp_version 3, "
+            "the default) carries no authentication, so keepalived would ignore it; the gateways admit VRRP only "
+            "from each other's addresses instead; fix: remove vllm_gateway_vrrp_password (and its vault entry), or "
+            "set vllm_gateway_vrrp_version: 2 to keep VRRPv2's clear-text password and whole-second adverts"
+        )
     interface = values.get("vllm_gateway_vrrp_interface")
     if interface:
         text = _text(interface)

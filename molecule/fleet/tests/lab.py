@@ -45,6 +45,7 @@ RECEIVER = ("10.89.77.1", 9099)
 GATEWAY = "https://10.89.77.20"
 # The two gateways and the address they share (molecule/fleet/host_vars: keepalived's VRRP, fleet-gw first).
 GATEWAY_HOSTS = ("fleet-gw", "fleet-gw2")
+GATEWAY_ADDRESSES = {"fleet-gw": "10.89.77.20", "fleet-gw2": "10.89.77.24"}
 VIP = "10.89.77.29"
 SHARED = f"https://{VIP}"
 CACHE = Path(os.environ.get("CACHE_DIR", ROOT / ".cache"))
@@ -401,6 +402,12 @@ def watch_shared_address(seconds=120):
 def stop_gateway(host):
     """Stop a gateway's host (systemd's clean shutdown, as an operator's `poweroff`)."""
     subprocess.run(["podman", "stop", host], check=True, capture_output=True)
+
+
+def kill_gateway(host):
+    """Take a gateway's host away at once (podman kill: every process gets SIGKILL and its network goes, no clean
+    stop of anything: as a power loss)."""
+    subprocess.run(["podman", "kill", host], check=True, capture_output=True)
 
 
 def start_gateway(host, timeout=120):

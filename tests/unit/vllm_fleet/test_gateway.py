@@ -506,8 +506,8 @@ VRRP_SECRET = "Vr7q!x2z"  # 8 characters: a test value that must never appear in
 
 
 def pair(**changes):
-    """Two gateways that share 10.89.77.9/24 correctly; `changes`: {gateway, or "all": {setting: value, None to
-    remove}}."""
+    """Two gateways that share 10.89.77.9/24 correctly over VRRPv2 (version 2 and its password: the password's checks
+    run with it); `changes`: {gateway, or "all": {setting: value, None to remove}}."""
     gateways = {
         "gw-1": {"ansible_host": "10.89.77.11", "vllm_gateway_vrrp_priority": 150},
         "gw-2": {"ansible_host": "10.89.77.12", "vllm_gateway_vrrp_priority": 100},
@@ -515,6 +515,7 @@ def pair(**changes):
     for values in gateways.values():
         values.update(
             vllm_gateway_vip="10.89.77.9/24",
+            vllm_gateway_vrrp_version=2,
             vllm_gateway_vrrp_password=VRRP_SECRET,
             vllm_gateway_bind_address="0.0.0.0",
         )
@@ -654,6 +655,7 @@ def test_a_valid_pair_has_no_vip_errors_and_no_vip_turns_the_check_off():
                 "gw-3": {
                     "ansible_host": "10.89.77.13",
                     "vllm_gateway_vip": "10.89.77.9/24",
+                    "vllm_gateway_vrrp_version": 2,
                     "vllm_gateway_vrrp_priority": 50,
                 },
             },
@@ -673,6 +675,54 @@ def test_a_valid_pair_has_no_vip_errors_and_no_vip_turns_the_check_off():
     ids=itertools.count(),
 )
 def test_each_vip_error_names_the_host_the_setting_the_value_and_the_fix(changes, needles):
+    errors = vip_errors(pair(**changes))
+    assert len(errors) == 1, errors
+    assert all(needle in errors[0] for needle in needles), errors
+
+
+# VRRPv3, the role's default: no password, adverts in hundredths of a second.
+V3 = {"vllm_gateway_vrrp_version": None, "vllm_gateway_vrrp_password": None}
+
+
+def test_vrrp_v3_is_the_default_and_takes_no_password_and_sub_second_adverts():
+    assert vip_errors(pair(all=V3)) == []
+    for advert in (0.5, "0.25", 0.01, 40.95, 1, "2"):
+        assert vip_errors(pair(all={**V3, "vllm_gateway_vrrp_advert_s": advert})) == [], advert
+    assert vip_errors(pair(all={**V3, "vllm_gateway_vrrp_version": "3"})) == []
+
+
+@pytest.mark.parametrize(
+    "changes, needles",
+    [
+        (
+            {"all": {**V3, "vllm_gateway_vrrp_password": VRRP_SECRET}},
+            [
+                "gw-1: vllm_gateway_vrrp_password (value not shown) is set, but VRRPv3",
+                "carries no authentication",
+                "fix: remove vllm_gateway_vrrp_password",
+                "or set vllm_gateway_vrrp_version: 2",
+            ],
+        ),
+        (
+            {"all": {**V3, "vllm_gateway_vrrp_advert_s": 0.005}},
+            ["vllm_gateway_vrrp_advert_s=0.005 must be seconds from 0.01 to 40.95 in hundredths", "fix: e.g. 0.5"],
+        ),
+        ({"all": {**V3, "vllm_gateway_vrrp_advert_s": 0.125}}, ["vllm_gateway_vrrp_advert_s=0.125 must be seconds"]),
+        ({"all": {**V3, "vllm_gateway_vrrp_advert_s": 41}}, ["vllm_gateway_vrrp_advert_s=41 must be seconds"]),
+        ({"all": {**V3, "vllm_gateway_vrrp_advert_s": "fast"}}, ["vllm_gateway_vrrp_advert_s='fast' must be"]),
+        ({"all": {**V3, "vllm_gateway_vrrp_advert_s": True}}, ["vllm_gateway_vrrp_advert_s=True must be"]),
+        ({"all": {**V3, "vllm_gateway_vrrp_version": 4}}, ["vllm_gateway_vrrp_version=4 must be 2 or 3", "fix: 3"]),
+        (
+            {"all": V3, "gw-2": {"vllm_gateway_vrrp_version": 2, "vllm_gateway_vrrp_password": VRRP_SECRET}},
+            [
+                "gw-1: vllm_gateway_vrrp_version=3 differs from the other gateways': gw-2 ('2')",
+                "ignore each other's adverts",
+            ],
+        ),
+    ],
+    ids=itertools.count(),
+)
+def test_each_vrrp_v3_error_names_the_host_the_setting_the_value_and_the_fix(changes, needles):
     errors = vip_errors(pair(**changes))
     assert len(errors) == 1, errors
     assert all(needle in errors[0] for needle in needles), errors

@@ -160,7 +160,9 @@ def _vault_inventory(tmp_path):
         for i, name in enumerate(GATEWAYS)
     }
     (inventory / "hosts.yml").write_text(yaml.safe_dump({"vllm_gateways": {"hosts": hosts}}))
-    (inventory / "group_vars" / "vllm_gateways" / "main.yml").write_text("vllm_gateway_vip: 10.89.77.9/24\n")
+    (inventory / "group_vars" / "vllm_gateways" / "main.yml").write_text(
+        "vllm_gateway_vip: 10.89.77.9/24\nvllm_gateway_vrrp_version: 2\n"
+    )
     (inventory / "group_vars" / "vllm_gateways" / "vault.yml").write_text(
         f"vllm_gateway_vrrp_password: {VRRP_PASSWORD}\n"
     )
@@ -222,6 +224,7 @@ def test_without_data_tags_no_password_is_taken_as_from_vault(monkeypatch):
             "ansible_host": address,
             "vllm_gateway_vip": "10.89.77.9/24",
             "vllm_gateway_vrrp_priority": priority,
+            "vllm_gateway_vrrp_version": 2,
             "vllm_gateway_vrrp_password": VRRP_PASSWORD,
         }
         for name, address, priority in (("gw-1", "10.89.77.11", 150), ("gw-2", "10.89.77.12", 100))
