@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 # The benchmark's percentile (nearest rank) and its reader of a streamed answer's events.
@@ -146,7 +146,7 @@ class Stream:
 
 
 def run(
-    stream: Stream,
+    stream: Stream | Sequence[Stream],
     concurrency: int,
     max_seconds: float,
     max_requests: int,
@@ -160,6 +160,10 @@ def run(
         raise ValueError(
             "bounds: concurrency 1-64, max-seconds up to 7200, max-requests up to 100000, think-seconds up to 60"
         )
+    # Several streams (one per model): the users take them in turn, user i the stream i modulo their number.
+    streams = [stream] if isinstance(stream, Stream) else list(stream)
+    if not streams:
+        raise ValueError("no stream to send: give at least one model")
     began, began_at = time.monotonic(), time.time()
     lock = threading.Lock()
     requests: list[dict[str, Any]] = []
@@ -176,21 +180,23 @@ def run(
             sent[0] += 1
         return True
 
-    def worker() -> None:
+    def worker(own: Stream) -> None:
         while more():
             start = time.monotonic() - began
-            result = stream.send(prompt)
-            result.update(start=round(start, 3), end=round(time.monotonic() - began, 3))
+            result = own.send(prompt)
+            result.update(model=own.model, start=round(start, 3), end=round(time.monotonic() - began, 3))
             with lock:
                 requests.append(result)
             if think_seconds:
                 time.sleep(think_seconds)
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    threads = [
+        threading.Thread(target=worker, args=(streams[i % len(streams)],), daemon=True) for i in range(concurrency)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(max_seconds + stream.timeout + 5)
+        thread.join(max_seconds + max(s.timeout for s in streams) + 5)
     # When the loop began (unix time): each request's start and end are seconds after it.
     return dict(summarise(requests, time.monotonic() - began, concurrency), began_at=round(began_at, 3))
 
@@ -198,8 +204,12 @@ def run(
 def summarise(requests: list[dict[str, Any]], wall: float, concurrency: int) -> dict[str, Any]:
     outcomes = {"ok": 0, "failed": 0, "cut": 0}
     errors: dict[str, int] = {}
+    by_model: dict[str, dict[str, int]] = {}
     for request in requests:
         outcomes[request["outcome"]] += 1
+        if "model" in request:
+            counts = by_model.setdefault(request["model"], {"ok": 0, "failed": 0, "cut": 0})
+            counts[request["outcome"]] += 1
         if request["error"]:
             errors[request["error"]] = errors.get(request["error"], 0) + 1
     ttfts = [r["ttft"] * 1000 for r in requests if r["ttft"] is not None]
@@ -209,6 +219,7 @@ def summarise(requests: list[dict[str, Any]], wall: float, concurrency: int) -> 
         "failed": outcomes["failed"],
         "cut": outcomes["cut"],
         "errors": errors,
+        "models": by_model,
         "concurrency": concurrency,
         "seconds": round(wall, 1),
         "ttft_ms": {"p50": _round(percentile(ttfts, 50)), "p99": _round(percentile(ttfts, 99))},
@@ -225,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", required=True, help="the gateway, e.g. https://10.89.77.10")
     parser.add_argument("--key-file", help="a file holding the tenant's API key (never given on the command line)")
     parser.add_argument("--cafile", help="the CA that signed the gateway's certificate")
-    parser.add_argument("--model", required=True)
+    parser.add_argument(
+        "--model", required=True, action="append", help="a served name; repeated, the users take the models in turn"
+    )
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--max-seconds", type=float, default=300)
@@ -243,12 +256,13 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.key_file) as handle:
             key = handle.read().strip()
     context = ssl.create_default_context(cafile=args.cafile) if args.cafile else ssl.create_default_context()
-    stream = Stream(
-        args.url, key, args.model, args.max_tokens, context, args.timeout, args.connect_retries, args.connect_timeout
-    )
+    streams = [
+        Stream(args.url, key, model, args.max_tokens, context, args.timeout, args.connect_retries, args.connect_timeout)
+        for model in args.model
+    ]
     json.dump(
         run(
-            stream,
+            streams,
             args.concurrency,
             args.max_seconds,
             args.max_requests,

@@ -34,6 +34,9 @@ INVENTORY = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "operator-invento
 shutil.rmtree(INVENTORY, ignore_errors=True)
 shutil.copytree(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent, INVENTORY, symlinks=False)
 HOSTS = {"fleet-1": "10.89.77.21", "fleet-2": "10.89.77.22"}
+# The two models the fleet serves, one per host (the tiny model's weights under two names: molecule/fleet/host_vars),
+# each a backend of its own at the gateways.
+MODELS = {"fleet-1": "tiny-qwen2", "fleet-2": "tiny-qwen2-b"}
 # Each lab host's two CPU slots: the plan's instances and their ports (lab/inventory/group_vars/lab_nodes.yml).
 INSTANCES = {"cpu0": 8000, "cpu1": 8001}
 GATEWAY_HOST = "fleet-gw"
@@ -173,7 +176,7 @@ def history(host, instance="cpu0"):
 
 def completion_request(host, instance):
     """curl's arguments for a 4-token completion of the instance: its URL, the JSON header and the body."""
-    body = json.dumps({"model": "tiny-qwen2", "prompt": "Hello", "max_tokens": 4})
+    body = json.dumps({"model": MODELS[host], "prompt": "Hello", "max_tokens": 4})
     url = f"http://{HOSTS[host]}:{INSTANCES[instance]}/v1/completions"
     return [url, "-H", "Content-Type: application/json", "-d", body]
 
@@ -430,8 +433,9 @@ def stream_loop(run_id, seconds=1200, think=2, url=GATEWAY, connect_retries=0):
     """Start a bounded loop of streamed chat completions through the gateway (2 users at a time, each pausing
     `think` s between answers, so that the loop leaves the 2 cores to what it watches: with 4 users and 1 s, each
     instance's start took 80 to 106 s on the lab instead of 26 s, and the good change 1,178 s); stop() ends it and
-    returns its result (vllm_fleet.streamload). With `connect_retries`, a request that could not connect (1 s each)
-    tries again, a quarter second apart, as the openai SDK's client does."""
+    returns its result (vllm_fleet.streamload). One user streams each of the fleet's two models (MODELS), so both
+    backends are under load. With `connect_retries`, a request that could not connect (1 s each) tries again, a
+    quarter second apart, as the openai SDK's client does."""
     stop = REPORTS / f"{run_id}.gateway.stop"
     stop.unlink(missing_ok=True)
     proc = subprocess.Popen(
@@ -449,8 +453,7 @@ def stream_loop(run_id, seconds=1200, think=2, url=GATEWAY, connect_retries=0):
             str(KEYS / "lab-team-a"),
             "--cafile",
             str(CA),
-            "--model",
-            "tiny-qwen2",
+            *(arg for model in sorted(set(MODELS.values())) for arg in ("--model", model)),
             "--concurrency",
             "2",
             "--max-tokens",

@@ -23,6 +23,7 @@ from lab import (
     GATEWAY_HOST,
     HOSTS,
     INSTANCES,
+    MODELS,
     MONITORING_HOST,
     REPORTS,
     ROOT,
@@ -190,7 +191,7 @@ def window():
                 )
                 return {"VllmKvCacheNearFull", "VllmPreemptionsGrowing"} <= set(fired)
 
-            counts = load(URL, "tiny-qwen2", seconds=150, max_requests=2000, stop=both_fired)
+            counts = load(URL, MODELS["fleet-2"], seconds=150, max_requests=2000, stop=both_fired)
             ended = time.time()
             # The condition ends with the load: Prometheus stops holding the KV alert, Alertmanager says so.
             deadline = time.monotonic() + 120
@@ -244,7 +245,7 @@ def test_a_kv_cache_held_full_and_preemptions_raise_their_alerts(window):
     assert window["counts"]["ok"] > 0, window["counts"]
     kv, preempted = window["fired"].get("VllmKvCacheNearFull"), window["fired"].get("VllmPreemptionsGrowing")
     assert kv and preempted, window["fired"]
-    assert (kv["labels"]["model_name"], kv["labels"]["severity"]) == ("tiny-qwen2", "warning")
+    assert (kv["labels"]["model_name"], kv["labels"]["severity"]) == (MODELS["fleet-2"], "warning")
     assert preempted["labels"]["finding"] == "preemptions_growing"
     # Once the load had ended the KV alert resolved: the last firing of it (the preemption alert looks back 10 minutes
     # and holds).

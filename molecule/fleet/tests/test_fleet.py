@@ -53,6 +53,7 @@ from lab import (
     HOSTS,
     INSTANCES,
     KEYS,
+    MODELS,
     MONITORING_HOST,
     OUTPUTS,
     REPORTS,
@@ -92,8 +93,8 @@ CHANGE_THINK_S = 6
 CHANGE_PROBE_INTERVAL_S = 15
 
 
-def front_door(path, key=None, method="GET"):
-    """(HTTP status, body) of one request to the gateway, the lab CA verifying its certificate."""
+def front_door(path, key=None, method="GET", body=None):
+    """(HTTP status, body) of one request to the gateway, the lab CA verifying its certificate; `body`: JSON sent."""
     cmd = [
         "curl",
         "-s",
@@ -111,6 +112,8 @@ def front_door(path, key=None, method="GET"):
     ]
     if key is not None:
         cmd += ["-H", f"Authorization: Bearer {key}"]
+    if body is not None:
+        cmd += ["-H", "Content-Type: application/json", "-d", json.dumps({"max_tokens": 2, **body})]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     body, _, status = out.rpartition("\n")
     return int(status), body
@@ -398,7 +401,7 @@ def test_nothing_through_the_gateway_fails_or_is_cut_during_the_good_change(good
     """Each instance was drained at every gateway that was up before its restart (vLLM's --shutdown-timeout as the
     backstop), so the streams in flight finished and new ones went to the other instances; the stopped gateway
     was passed over (down: no SSH, twice, and no front door), and no client request failed or was cut during the
-    change."""
+    change, to either of the fleet's two models (one per host, each its own backend at the gateways)."""
     ran_with_one_gateway_down(good_rollout)
     down = good_rollout["failover"]["stopped"]
     assert f"the gateway(s) {down} are down (no SSH, twice; no front door): passed over" in good_rollout["output"]
@@ -408,6 +411,9 @@ def test_nothing_through_the_gateway_fails_or_is_cut_during_the_good_change(good
     during = [r for r in result["log"] if r["start"] >= back]
     assert len(during) >= 20, result
     assert [r for r in during if r["outcome"] != "ok"] == [], result["errors"]
+    for model in set(MODELS.values()):
+        served = [r for r in during if r["model"] == model]
+        assert len(served) >= 10 and all(r["outcome"] == "ok" for r in served), (model, result["models"])
 
 
 def test_good_change_rolls_out_and_every_instance_verifies(good_rollout):
@@ -640,7 +646,13 @@ def test_the_front_door_refuses_a_client_without_a_valid_key_and_never_serves_me
     assert front_door("/metrics", key=key)[0] == 404
     assert front_door("/metrics")[0] == 404
     status, body = front_door("/v1/models", key=key)
-    assert status == 200 and json.loads(body)["data"][0]["id"] == "tiny-qwen2"
+    # The gateway lists the fleet's two models (the tenant may use every one), and routes each by its name.
+    assert status == 200 and sorted(m["id"] for m in json.loads(body)["data"]) == sorted(MODELS.values()), body
+    for model in MODELS.values():
+        status, body = front_door("/v1/completions", key=key, method="POST", body={"model": model, "prompt": "Hi"})
+        assert status == 200 and json.loads(body)["model"] == model, (model, status, body[:500])
+    status, body = front_door("/v1/completions", key=key, method="POST", body={"model": "no-such-model"})
+    assert status == 404 and json.loads(body)["error"]["code"] == "model_not_found", body[:500]
     # vLLM listens on the hosts' internal addresses only, not on loopback: each instance on its own port.
     for name, address in HOSTS.items():
         for port in INSTANCES.values():

@@ -1016,9 +1016,11 @@ def test_the_plan_lists_its_instances():
 
 
 class Streaming(http.server.BaseHTTPRequestHandler):
-    """Streams chat chunks like vLLM; a prompt of 'cut' ends the stream early, 'refuse' answers 401."""
+    """Streams chat chunks like vLLM; a prompt of 'cut' ends the stream early, 'refuse' (or the model 'unknown')
+    answers 401. ``models``: the model of every request received."""
 
     protocol_version = "HTTP/1.1"
+    models: list[str] = []
 
     def log_message(self, *args):
         pass
@@ -1026,7 +1028,8 @@ class Streaming(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         prompt = body["messages"][0]["content"]
-        if prompt == "refuse" or self.headers.get("Authorization") != "Bearer k":
+        Streaming.models.append(body["model"])
+        if prompt == "refuse" or self.headers.get("Authorization") != "Bearer k" or body["model"] == "unknown":
             self.send_response(401)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -1073,6 +1076,21 @@ def test_streamload_users_pause_between_answers():
         )
     starts = [r["start"] for r in result["log"]]
     assert result["ok"] == 3 and all(b - a >= 0.2 for a, b in itertools.pairwise(starts)), starts
+
+
+def test_streamload_users_take_the_models_in_turn_and_each_models_outcomes_are_counted():
+    """Two models, four users: users 0 and 2 stream the first, 1 and 3 the second; the summary counts each model's
+    outcomes (here the second model's requests are refused)."""
+    Streaming.models.clear()
+    with LocalServer(Streaming) as server:
+        streams = [streamload.Stream(server.url, "k", model, 3, None, timeout=10) for model in ("m", "unknown")]
+        result = streamload.run(streams, concurrency=4, max_seconds=30, max_requests=12, stop_file=None)
+    assert sorted(set(Streaming.models)) == ["m", "unknown"] and len(Streaming.models) == 12, Streaming.models
+    assert result["models"]["m"]["ok"] == Streaming.models.count("m") > 0, result["models"]
+    assert result["models"]["unknown"] == {"ok": 0, "failed": Streaming.models.count("unknown"), "cut": 0}
+    assert {r["model"] for r in result["log"]} == {"m", "unknown"}
+    with pytest.raises(ValueError, match="no stream"):
+        streamload.run([], concurrency=1, max_seconds=30, max_requests=1, stop_file=None)
 
 
 def free_port():
