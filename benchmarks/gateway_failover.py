@@ -2,7 +2,8 @@
 """The gateways' shared address moving under load: how long clients go unanswered, and what they lose.
 
     benchmarks/gateway_failover.py [--ways haproxy,stop,kill] [--repeats 3] [--concurrency 2]
-    benchmarks/gateway_failover.py --gateways fleet-gw,fleet-gw2 --vip 10.89.77.29   # the fleet scenario's pair
+    benchmarks/gateway_failover.py --gateways fleet-gw,fleet-gw2 --vip 10.89.77.29 \
+        --model tiny-qwen2 --model tiny-qwen2-b          # the fleet scenario's pair and its two models
 
 On the lab (lab/scripts/lab.sh up: lab-gw and lab-gw2 sharing 10.89.77.9 through keepalived's VRRP), a bounded loop
 of streamed chat completions (vllm_fleet.streamload, connections retried as the openai SDK retries them) runs through
@@ -10,7 +11,10 @@ the shared address while the gateway holding it loses, in turn: its HAProxy (`sy
 shut down cleanly (`podman stop`, systemd's shutdown) and its host gone at once (`podman kill`, as a power loss).
 A watch asks the address's /health every 50 ms (vllm_fleet.failover). Each trial prints the time from the first
 unanswered ask to the next answer, the requests lost (failed or cut) and how many of them began after the address
-answered again (none may); then the gateway is brought back and both are seen serving before the next trial. Every
+answered again (none may), and the seconds from the act to the next answer. With --limited-tenant, that tenant is
+brought to its request-rate limit (429) before each act and asked once more after the address moved: the status it
+gets says whether its count moved with the address (HAProxy's peers). Then the gateway is brought back and both are
+seen serving before the next trial. Every
 loop is bounded in requests and seconds; nothing is sent before this machine is seen to have a route to the lab
 network (its bridge holds the lab's gateway address).
 """
@@ -23,6 +27,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import yaml
@@ -83,7 +89,24 @@ def restore(way, host):
         subprocess.run(["podman", "start", host], check=True, capture_output=True)
 
 
-def trial(way, gateways, vip, stream, context, concurrency):
+def status(vip, key, context):
+    """The HTTP status of one GET /v1/models through the shared address with the tenant's key."""
+    request = urllib.request.Request(f"https://{vip}/v1/models", headers={"Authorization": f"Bearer {key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as answer:
+            return answer.status
+    except urllib.error.HTTPError as refused:
+        return refused.code
+    except OSError:
+        return None
+
+
+def at_limit(vip, key, context, most=400):
+    """Ask until the tenant is refused for its rate (429), at most `most` times; whether it was."""
+    return any(status(vip, key, context) == 429 for _ in range(most))
+
+
+def trial(way, gateways, vip, stream, context, concurrency, limited_key=None):
     serving(gateways, vip)
     (holder,) = holders(gateways, vip)
     stop = Path(f"/tmp/gateway-failover-{os.getpid()}.stop")
@@ -95,10 +118,12 @@ def trial(way, gateways, vip, stream, context, concurrency):
     loop.start()
     with failover.Watch(vip, context, seconds=90) as watch:
         time.sleep(3)
+        limited = at_limit(vip, limited_key, context) if limited_key else None
         acted_at, acted_unix = watch.now(), time.time()
         act(way, holder)
         acted_took = watch.now() - acted_at  # the old holder is gone when its stop returns
         watch.wait_answering(since=watch.now())
+        limited_after = status(vip, limited_key, context) if limited_key else None
         time.sleep(3)
     stop.touch()
     loop.join(180)
@@ -117,6 +142,10 @@ def trial(way, gateways, vip, stream, context, concurrency):
         "holder": holder,
         "taken_by": holders(gateways, vip),
         "outage_s": window["seconds"] if window["first_failed"] is not None else 0.0,
+        # From the act to the first answer after the first unanswered ask (0 when no ask went unanswered).
+        "answered_again_s": round(window["back"] - acted_at, 3) if window["back"] is not None else 0.0,
+        "tenant_at_limit_before": limited,
+        "tenant_status_after": limited_after,
         "requests": result["requests"],
         "lost": len(lost),
         "lost_after_back": sum(1 for r in lost if r["start"] >= back),
@@ -134,6 +163,8 @@ def main():
     parser.add_argument("--tenant", default="lab-team-a")
     parser.add_argument("--gateways", help="the pair's container names (default: the lab inventory's gateways)")
     parser.add_argument("--vip", help="the shared address (default: the lab inventory's vllm_gateway_vip)")
+    parser.add_argument("--model", action="append", help="a served name (repeated: the users take them in turn)")
+    parser.add_argument("--limited-tenant", help="a tenant with a request-rate limit, brought to it before each act")
     args = parser.parse_args()
     ways = args.ways.split(",")
     if not (set(ways) <= set(WAYS) and 1 <= args.repeats <= 10 and 1 <= args.concurrency <= 16):
@@ -144,37 +175,46 @@ def main():
     check_route(bridge, vip)
     key = (CACHE / "lab" / "api-keys" / args.tenant).read_text().strip()
     context = ssl.create_default_context(cafile=str(CACHE / "lab" / "pki" / "ca.crt"))
-    stream = streamload.Stream(
-        f"https://{vip}",
-        key,
-        "tiny-qwen2",
-        args.max_tokens,
-        context,
-        timeout=120,
-        connect_retries=20,
-        connect_timeout=1,
+    streams = [
+        streamload.Stream(
+            f"https://{vip}", key, model, args.max_tokens, context, timeout=120, connect_retries=20, connect_timeout=1
+        )
+        for model in args.model or ["tiny-qwen2"]
+    ]
+    limited_key = (
+        (CACHE / "lab" / "api-keys" / args.limited_tenant).read_text().strip() if args.limited_tenant else None
     )
     rows = []
+    print(
+        "| the holder lost | moved | outage s | answered again after the act, s | requests | lost | lost after "
+        "back | after back | retried connections | tenant at its limit before, status after |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for way in ways:
         for _ in range(args.repeats):
-            rows.append(trial(way, gateways, vip, stream, context, args.concurrency))
+            rows.append(trial(way, gateways, vip, streams, context, args.concurrency, limited_key))
             r = rows[-1]
             print(
-                f"| {WAYS[way]} | {r['holder']} -> {','.join(r['taken_by'])} | {r['outage_s']} | {r['requests']} "
-                f"| {r['lost']} | {r['lost_after_back']} | {r['after_back']} | {r['retried_connections']} |",
+                f"| {WAYS[way]} | {r['holder']} -> {','.join(r['taken_by'])} | {r['outage_s']} "
+                f"| {r['answered_again_s']} | {r['requests']} | {r['lost']} | {r['lost_after_back']} "
+                f"| {r['after_back']} | {r['retried_connections']} "
+                f"| {r['tenant_at_limit_before']}, {r['tenant_status_after']} |",
                 flush=True,
             )
     serving(gateways, vip)
     print(f"\n{args.concurrency} streamed chat completions of {args.max_tokens} tokens at a time through {vip}")
-    print("| the holder lost | trials | outage s, median | outage s, max | lost | lost after the address answered |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(
+        "| the holder lost | trials | outage s, median | outage s, max | answered again after the act s, max | lost "
+        "| lost after the address answered |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for way in ways:
         mine = [r for r in rows if r["way"] == way]
         outages = [r["outage_s"] for r in mine if r["outage_s"] is not None]
         print(
             f"| {WAYS[way]} | {len(mine)} | {statistics.median(outages) if outages else '-'} "
-            f"| {max(outages) if outages else '-'} | {sum(r['lost'] for r in mine)} "
-            f"| {sum(r['lost_after_back'] for r in mine)} |"
+            f"| {max(outages) if outages else '-'} | {max(r['answered_again_s'] for r in mine)} "
+            f"| {sum(r['lost'] for r in mine)} | {sum(r['lost_after_back'] for r in mine)} |"
         )
 
 

@@ -303,3 +303,23 @@ def test_a_changed_agent_socket_is_taken_up_anew_while_connections_come():
     assert output.count("TASK [Start again: vllm-sentinel-agent.socket]") == rounds, output[-4000:]
     assert on("fleet-1", "systemctl", "is-active", "vllm-sentinel-agent.socket").strip() == "active"
     assert outcomes.get("up", 0) >= 100, outcomes  # the connections came all along, and were answered
+
+
+def test_each_metrics_scrape_runs_as_its_own_user_and_leaves_no_warning_in_the_journal():
+    """Prometheus scrapes the sentinel's metrics every few seconds, each scrape one start of
+    vllm-sentinel-metrics@.service: as the user vllm-sentinel (the role's, owning nothing), not `nobody`, so systemd
+    logs no "Special user nobody configured, this is not safe!" for it. Its sandbox's exposure is printed."""
+    unit = on("fleet-1", "systemctl", "cat", "vllm-sentinel-metrics@.service")
+    assert "\nUser=vllm-sentinel\n" in unit and "\nGroup=vllm-sentinel\n" in unit, unit
+    assert on("fleet-1", "id", "-u", "vllm-sentinel").strip() != "0"
+    served = json.loads(
+        on("fleet-1", "systemctl", "show", "-p", "NAccepted", "--value", "vllm-sentinel-metrics.socket")
+    )
+    assert served > 0, "no scrape of the sentinel's metrics was accepted yet"
+    journal = on("fleet-1", "journalctl", "-b", "--no-pager", "-o", "cat", "--since", "-10min")
+    assert "Special user nobody configured" not in journal
+    security = on(
+        "fleet-1", "systemd-analyze", "security", "--no-pager", "vllm-sentinel-metrics@probe.service", check=False
+    )
+    print(security.splitlines()[-1] if security else "no security report")
+    assert "Overall exposure level" in security, security[-2000:]
