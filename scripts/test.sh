@@ -81,7 +81,6 @@ phase_bootstrap() {
   "$VENV/bin/python" lab/scripts/apt-mirror.py &&
   # The lab's mirror serves only what a signed bundle of all that carried there, verified (playbooks/bundle.yml).
   lab/scripts/bundle.sh &&
-  scripts/vllm-parser-venv.sh &&
   # The Molecule scenarios that serve vLLM use the lab's network, mirror and SSH key.
   ansible-playbook -i lab/inventory lab/playbooks/lab.yml -e lab_mirror_only=true
 }
@@ -110,7 +109,10 @@ phase_unit() {
     --ignore=tests/unit/vllm_fleet/test_vllm_parser.py
 }
 
+# The parser's venv (vLLM itself, about 2 minutes to install) is built here rather than in bootstrap: nothing else needs
+# it, and this phase runs beside the fleet scenario.
 phase_parser() {
+  scripts/vllm-parser-venv.sh || return 1
   VLLM_FLEET_NO_SKIPS=1 PYTHONPATH=$ROOT/src pytest_strict "$ROOT/.venv-vllm/bin/python" -m pytest -q -p no:cacheprovider \
     tests/unit/vllm_fleet/test_vllm_parser.py -m vllm_parser
 }
