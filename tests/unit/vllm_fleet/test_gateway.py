@@ -16,6 +16,7 @@ import socket
 import sys
 import threading
 import time
+import typing
 
 import pytest
 import yaml
@@ -1020,7 +1021,7 @@ class Streaming(http.server.BaseHTTPRequestHandler):
     answers 401. ``models``: the model of every request received."""
 
     protocol_version = "HTTP/1.1"
-    models: list[str] = []
+    models: typing.ClassVar[list[str]] = []
 
     def log_message(self, *args):
         pass
