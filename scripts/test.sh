@@ -135,7 +135,6 @@ molecule_scenario() {
 # 1,971 s against 1,640 s. MOLECULE_LANES=1 runs every scenario one after the other.
 phase_molecule() {
   local rc=0 s beside="" times=$LOGS/molecule-times scenarios=() rest=()
-  beside_phases=()
   # Also when the bootstrap phase is not run: a machine set up by hand must not hide a missing install step.
   lab/scripts/check-podman.sh || return 1
   for s in $MOLECULE_SCENARIOS; do [[ -f molecule/$s/molecule.yml ]] && scenarios+=("$s"); done
@@ -173,11 +172,14 @@ total_start=$SECONDS
 beside_results=$LOGS/beside-phases.sh
 BESIDE_PHASES=${BESIDE_PHASES:-lint syntax unit parser}
 deferred=()
+# shellcheck disable=SC2086  # the scenarios' names as words (ls gives them one per line)
+scenario_words=" $(echo $MOLECULE_SCENARIOS) "
 if [[ $BESIDE_PHASES != none && ${MOLECULE_LANES:-2} == 2 && " $PHASES " == *" molecule "* \
-      && " $MOLECULE_SCENARIOS " == *" fleet "* && $(wc -w <<<"$MOLECULE_SCENARIOS") -gt 1 ]]; then
+      && $scenario_words == *" fleet "* && $(wc -w <<<"$scenario_words") -gt 1 ]]; then
   for phase in $BESIDE_PHASES; do [[ " $PHASES " == *" $phase "* ]] && deferred+=("$phase"); done
 fi
 rm -f "$beside_results"
+beside_phases=()
 for phase in $all_phases; do
   [[ " ${deferred[*]} " == *" $phase "* ]] && continue
   if [[ $phase == molecule ]]; then beside_phases=("${deferred[@]}"); fi
