@@ -30,7 +30,7 @@ import io
 import ipaddress
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import inputs, metrics
@@ -801,16 +801,37 @@ def _vrrp_numbers(host: str, gateways: Mapping[str, Mapping[str, Any]]) -> list[
     errors += _vrrp_timing(host, gateways)
     router_id = _whole(_or_default(values, name, VRRP_ROUTER_ID_DEFAULT))
     if router_id is not None and VRRP_ROUTER_ID[0] <= router_id <= VRRP_ROUTER_ID[1]:
-        ids = {n: _whole(_or_default(v, name, VRRP_ROUTER_ID_DEFAULT)) for n, v in gateways.items()}
-        differ = sorted(n for n in ids if ids[n] != router_id)
-        if differ:
-            shown = {n: str(_or_default(gateways[n], name, VRRP_ROUTER_ID_DEFAULT)) for n in differ}
-            errors.append(
-                f"{host}: {name}={router_id} differs from the other gateways': {_others(differ, shown)}; "
-                "gateways of different router ids are separate VRRP routers and each would take the address; "
-                "fix: one vllm_gateway_vrrp_router_id for all, in the group_vars of vllm_gateways"
-            )
+        errors += _same_on_all(
+            host,
+            gateways,
+            name,
+            router_id,
+            lambda v: _whole(_or_default(v, name, VRRP_ROUTER_ID_DEFAULT)),
+            VRRP_ROUTER_ID_DEFAULT,
+            "gateways of different router ids are separate VRRP routers and each would take the address",
+        )
     return errors
+
+
+def _same_on_all(
+    host: str,
+    gateways: Mapping[str, Mapping[str, Any]],
+    name: str,
+    mine: Any,
+    read: Callable[[Mapping[str, Any]], Any],
+    default: float,
+    why: str,
+) -> list[str]:
+    """A setting every gateway must share: an error naming the others' values (``read`` from each one's settings)
+    where they differ from this gateway's ``mine``, and ``why`` it matters; [] where they agree."""
+    differ = sorted(n for n, v in gateways.items() if n != host and read(v) != mine)
+    if not differ:
+        return []
+    shown = {n: str(_or_default(gateways[n], name, default)) for n in differ}
+    return [
+        f"{host}: {name}={mine} differs from the other gateways': {_others(differ, shown)}; {why}; fix: one "
+        f"{name} for all, in the group_vars of vllm_gateways"
+    ]
 
 
 def vrrp_version(values: Mapping[str, Any]) -> int | None:
@@ -841,15 +862,15 @@ def _vrrp_timing(host: str, gateways: Mapping[str, Mapping[str, Any]]) -> list[s
             f"{host}: {name}={inputs.short(raw)} must be 2 or 3; fix: 3 (the default: sub-second adverts, VRRP "
             "admitted only from the other gateways), or 2 (whole-second adverts with a password from Ansible Vault)"
         ]
-    errors = []
-    differ = sorted(n for n, v in gateways.items() if n != host and vrrp_version(v) != version)
-    if differ:
-        shown = {n: str(_or_default(gateways[n], name, VRRP_VERSION_DEFAULT)) for n in differ}
-        errors.append(
-            f"{host}: {name}={version} differs from the other gateways': {_others(differ, shown)}; a VRRPv2 and a "
-            "VRRPv3 router ignore each other's adverts and each would take the address; fix: one "
-            "vllm_gateway_vrrp_version for all, in the group_vars of vllm_gateways"
-        )
+    errors = _same_on_all(
+        host,
+        gateways,
+        name,
+        version,
+        vrrp_version,
+        VRRP_VERSION_DEFAULT,
+        "a VRRPv2 and a VRRPv3 router ignore each other's adverts and each would take the address",
+    )
     name = "vllm_gateway_vrrp_advert_s"
     value = _or_default(values, name, VRRP_ADVERT_DEFAULT if version == 3 else 1)
     seconds = _interval(value)
