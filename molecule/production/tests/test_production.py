@@ -367,7 +367,9 @@ def main_pids():
 def test_moving_an_alias_is_one_run_that_restarts_nothing_and_drops_no_request(tmp_path):
     """chat points at the 14B; one site.yml run with chat pointed at the other model reloads the gateway and restarts
     no instance (every instance already answers to chat), while a client sends requests for chat all along: every one
-    is answered, and after the run chat is answered by the other model. A second run puts it back."""
+    is answered, and after the run chat is answered by the other model. The scenario leaves chat there: the tests after
+    this one run limited to prod-4090 or only read, and none asks for chat (a run that put it back cost CI's two cores
+    another whole site.yml, about 190 s)."""
     key = tenant_key("chat-frontend")
     moved = tmp_path / "moved.yml"
     moved.write_text(yaml.safe_dump({"vllm_model_aliases": {"chat": MODELS["prod-4090"]}}))
@@ -394,10 +396,6 @@ def test_moving_an_alias_is_one_run_that_restarts_nothing_and_drops_no_request(t
     served = [model for _, model in answers]
     assert served[0] == MODELS["prod-l40"] and served[-1] == MODELS["prod-4090"], (served[0], served[-1])
     assert main_pids() == before
-    rc, out = playbook("site.yml")
-    assert rc == 0, out[-4000:]
-    status, answer = through_gateway(key, "/v1/completions", {"model": "chat", "prompt": "Hi", "max_tokens": 2})
-    assert status == 200 and answer["model"] == MODELS["prod-l40"], answer
 
 
 def test_the_rollout_proved_every_instance_through_the_gateway_with_a_tenant_key():

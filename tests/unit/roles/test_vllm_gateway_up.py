@@ -42,8 +42,9 @@ class Health(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def tls_server(tmp_path):
-    """A front door that answers /health over TLS on loopback (a self-signed certificate made here)."""
+def tls_server(tmp_path, opens_when=None):
+    """A front door that answers /health over TLS on loopback (a self-signed certificate made here). With
+    `opens_when` (a path), it closes every connection at once, before TLS, until that file exists: a door shut."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gw-open")])
     now = datetime.datetime.now(datetime.UTC)
@@ -65,12 +66,26 @@ def tls_server(tmp_path):
     server = LocalServer(Health)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(pem)
-    server.server.socket = context.wrap_socket(server.server.socket, server_side=True)
+    if opens_when is None:
+        server.server.socket = context.wrap_socket(server.server.socket, server_side=True)
+        return server
+    accept = server.server.socket.accept
+
+    def get_request():
+        conn, address = accept()
+        if not opens_when.exists():
+            conn.close()
+            raise OSError("the door is shut")  # socketserver drops this connection and serves on
+        return context.wrap_socket(conn, server_side=True), address
+
+    server.server.get_request = get_request
     return server
 
 
-def run_up(tmp_path, gateways):
-    """up.yml on the host node for `gateways` ({name: its vars}); (rc, output, the gateways kept as up)."""
+def run_up(tmp_path, gateways, passes=1, between=None):
+    """up.yml on the host node for `gateways` ({name: its vars}), `passes` times in one run (as the drain, the
+    readiness and the probe of each instance do), running the command `between` after the first; (rc, output, the
+    gateways the last pass kept as up)."""
     inventory = {
         "all": {
             "children": {
@@ -95,6 +110,15 @@ def run_up(tmp_path, gateways):
                     },
                     "tasks": [
                         {"ansible.builtin.include_tasks": str(ROOT / "roles" / "vllm_gateway" / "tasks" / "up.yml")},
+                        *(
+                            [{"ansible.builtin.command": {"argv": between}, "delegate_to": "localhost", "changed_when": False}]
+                            if between
+                            else []
+                        ),
+                        *(
+                            {"ansible.builtin.include_tasks": str(ROOT / "roles" / "vllm_gateway" / "tasks" / "up.yml")}
+                            for _ in range(passes - 1)
+                        ),
                         {
                             "ansible.builtin.copy": {
                                 "content": "{{ __vllm_gateway_up | to_json }}",
@@ -178,3 +202,29 @@ def test_a_gateway_whose_first_ssh_connection_fails_is_reached_again_and_kept(tm
     assert first.exists(), "the first SSH connection was never tried"
     assert rc == 0, output[-3000:]
     assert kept == ["gw-up", "gw-flaky"] and "are down (no SSH" not in output
+
+
+def test_a_gateway_found_down_is_asked_only_at_its_front_door_for_the_rest_of_the_run(tmp_path):
+    """Three passes in one run: the first tries SSH twice and the front door; the next two ask only its front door,
+    still silent, and pass it over again by name, without an SSH try."""
+    gateways = {"gw-up": {"ansible_connection": "local"}, "gw-down": unreachable(closed_port())}
+    rc, output, kept = run_up(tmp_path, gateways, passes=3)
+    assert rc == 0, output[-3000:]
+    assert kept == ["gw-up"]
+    assert output.count("the gateway(s) gw-down are down") == 3, output[-3000:]
+    # Each SSH try that fails shows as a failed item of the gateway: only the first pass's two.
+    assert output.count("failed: [node -> gw-down] (item=gw-down)") == 2, output[-3000:]
+
+
+def test_a_gateway_found_down_whose_front_door_answers_again_is_tried_over_ssh_and_stops_the_run(tmp_path):
+    """Down at the first pass; by the second its front door answers (a host come back, its SSH not yet): it goes
+    through the two SSH tries again, and the run stops there, before anything restarts."""
+    opened = tmp_path / "door-open"
+    with tls_server(tmp_path, opens_when=opened) as door:
+        gateways = {"gw-up": {"ansible_connection": "local"}, "gw-back": unreachable(door.port)}
+        rc, output, kept = run_up(tmp_path, gateways, passes=2, between=["touch", str(opened)])
+    assert rc == 2 and kept is None, output[-3000:]
+    assert output.count("the gateway(s) gw-back are down") == 1, output[-3000:]
+    assert output.count("failed: [node -> gw-back] (item=gw-back)") == 4, output[-3000:]
+    assert "Ansible cannot reach the gateway(s) gw-back (SSH, twice: " in output
+    assert "but their front door answers" in output
