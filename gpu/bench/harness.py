@@ -949,6 +949,7 @@ class Runner:
                     "[defaults]",
                     f"roles_path = {REPO / 'roles'}",
                     f"filter_plugins = {REPO / 'plugins/filter'}",
+                    f"action_plugins = {REPO / 'plugins/action'}",
                     f"library = {REPO / 'plugins/modules'}",
                     f"module_utils = {REPO / 'plugins/module_utils'}",
                     "stdout_callback = ansible.builtin.default",

@@ -65,6 +65,7 @@ def ansible_cfg(to: Path, work: Path, collections: Path) -> None:
         f"library = {ROOT}/plugins/modules",
         f"module_utils = {ROOT}/plugins/module_utils",
         f"filter_plugins = {ROOT}/plugins/filter",
+        f"action_plugins = {ROOT}/plugins/action",
         f"collections_path = {collections}",
         "stdout_callback = ansible.builtin.default",
         "callback_result_format = yaml",

@@ -111,7 +111,13 @@ def run_up(tmp_path, gateways, passes=1, between=None):
                     "tasks": [
                         {"ansible.builtin.include_tasks": str(ROOT / "roles" / "vllm_gateway" / "tasks" / "up.yml")},
                         *(
-                            [{"ansible.builtin.command": {"argv": between}, "delegate_to": "localhost", "changed_when": False}]
+                            [
+                                {
+                                    "ansible.builtin.command": {"argv": between},
+                                    "delegate_to": "localhost",
+                                    "changed_when": False,
+                                }
+                            ]
                             if between
                             else []
                         ),

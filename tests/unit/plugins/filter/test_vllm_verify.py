@@ -14,6 +14,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from conftest import ROOT, fixture_json, fixture_text, load_source
+from vllm_fleet import fragments, report
 
 IDLE = fixture_text("vllm", "0.32.0-cpu", "metrics_idle.txt")
 AFTER = fixture_text("vllm", "0.32.0-cpu", "metrics_after_20_requests.txt")
@@ -75,10 +76,10 @@ def test_verify_result_and_report_filters():
     entry = F["vllm_verify_result"](PROBES, "lab-1", EXPECT, {"min_prefix_queries": 100})
     assert entry["ok"] and entry["host"] == "lab-1"
     frag = R["vllm_report_fragment"](entry, "lab-1", "verify")
-    assert R["vllm_report_fragment_name"](frag).endswith("--lab-1--verify.json")
-    merged = R["vllm_report_merge"]([frag], "run-1")
+    assert fragments.fragment_name(frag).endswith("--lab-1--verify.json")
+    merged = fragments.merge([frag], run_id="run-1")
     assert merged["summary"]["ok"] == ["lab-1"]
-    assert R["vllm_report_markdown"](merged).startswith("# vLLM rollout report: run-1")
+    assert report.render_markdown(merged).startswith("# vLLM rollout report: run-1")
     verdict = F["vllm_verify_unit_verdict"]("ActiveState=active\nSubState=running\nNRestarts=0\n", "vllm@main.service")
     assert verdict["error"] == "" and verdict["restarts"] == 0
 
