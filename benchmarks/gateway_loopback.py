@@ -128,6 +128,8 @@ def render(tmp: Path, ports: dict[str, int], template: Path | None = None, extra
                     "gather_facts": False,
                     "vars_files": [str(role / "vars" / "main.yml")],
                     "vars": {"role_path": str(role)},
+                    # The maps' task notifies the role's reload; here the bench starts HAProxy itself.
+                    "handlers": [{"name": "Reload HAProxy", "ansible.builtin.debug": {"msg": "started by the bench"}}],
                     "tasks": [
                         {
                             "name": "Folders",
@@ -141,28 +143,8 @@ def render(tmp: Path, ports: dict[str, int], template: Path | None = None, extra
                                 "mode": "0600",
                             },
                         },
-                        {
-                            "name": "Keys and limits",
-                            "ansible.builtin.copy": {
-                                "content": (
-                                    "{% for t in vllm_gateway_api_keys | vllm_gateway_tenants %}"
-                                    "{{ t.key_sha256 if item == 'keys' else t.tenant }} "
-                                    "{{ t.tenant if item == 'keys' else t.requests_per_minute }}\n{% endfor %}"
-                                ),
-                                "dest": "{{ _vllm_gateway_keys_map if item == 'keys' else _vllm_gateway_limits_map }}",
-                                "mode": "0600",
-                            },
-                            "loop": ["keys", "limits"],
-                        },
-                        {
-                            "name": "The routes' maps",
-                            "ansible.builtin.copy": {
-                                "content": "{% for line in item.value %}{{ line }}\n{% endfor %}",
-                                "dest": "{{ _vllm_gateway_dir }}/{{ item.key }}.map",
-                                "mode": "0600",
-                            },
-                            "loop": "{{ _vllm_gateway_routes.maps | dict2items }}",
-                        },
+                        # The role's own task file: every map as the gateways get it.
+                        {"ansible.builtin.import_tasks": str(role / "tasks" / "maps.yml")},
                         {
                             "name": "Backend key",
                             "ansible.builtin.copy": {
