@@ -29,6 +29,7 @@ import posixpath
 import re
 import sys
 import unicodedata
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -89,6 +90,8 @@ UNIT_VARS = (
     "vllm_hf_token",
     "vllm_install_source",
     "vllm_wheelhouse_url",
+    "vllm_signed_manifest_url",
+    "vllm_signed_manifest_public_key",
     "vllm_keep_releases",
     "vllm_model_source",
     "vllm_model_url",
@@ -262,6 +265,7 @@ def _release(host: str, values: Mapping[str, Any], draft: bool) -> list[str]:
             f"{host}: vllm_install_source=wheelhouse needs vllm_wheelhouse_url, which is empty; fix: the URL "
             "or path of a wheelhouse built by scripts/wheelhouse.sh (wheels plus requirements.lock)"
         )
+    errors += _signed(host, values, draft)
     keep = values.get("vllm_keep_releases")
     if keep is not None and (isinstance(keep, bool) or not str(keep).strip().isdigit() or int(str(keep)) < 2):
         errors.append(
@@ -283,6 +287,42 @@ def _release(host: str, values: Mapping[str, Any], draft: bool) -> list[str]:
             )
         elif source in ("controller", "path"):
             errors += _path(host, f"{prefix}_src", values[f"{prefix}_src"]) if source == "path" else []
+    return errors
+
+
+def _signed(host: str, values: Mapping[str, Any], draft: bool) -> list[str]:
+    """The chain of custody's settings (vllm_fleet.custody): the signed manifest's URL, the key to check it with, and
+    every folder the host takes from the mirror under that manifest's root."""
+    url = values.get("vllm_signed_manifest_url")
+    if not url:
+        return []
+    parts = urllib.parse.urlsplit(str(url))
+    if parts.scheme not in ("http", "https") or not parts.netloc or not parts.path.endswith("/BUNDLE.sha256"):
+        return [
+            f"{host}: vllm_signed_manifest_url={short(url)} must be the http(s) URL of the mirror's BUNDLE.sha256; "
+            "fix: e.g. http://mirror.site/BUNDLE.sha256 (playbooks/bundle.yml keeps it at the mirror's root), or empty"
+        ]
+    errors = []
+    if not values.get("vllm_signed_manifest_public_key"):
+        errors.append(
+            f"{host}: vllm_signed_manifest_url is set but vllm_signed_manifest_public_key is empty; fix: the path on "
+            "the controller of the site's minisign public key (site.pub) that signs the bundle"
+        )
+    base = str(url).rsplit("/", 1)[0] + "/"
+    folders = []
+    if values.get("vllm_install_source") == "wheelhouse":
+        folders.append("vllm_wheelhouse_url")
+    for prefix in ("vllm_model", "vllm_draft_model") if draft else ("vllm_model",):
+        if values.get(f"{prefix}_source") == "url":
+            folders.append(f"{prefix}_url")
+    for name in folders:
+        folder = values.get(name)
+        if folder and not str(folder).startswith(base):
+            errors.append(
+                f"{host}: {name}={short(folder)} is not under the mirror of vllm_signed_manifest_url ({base}): nothing "
+                "the site signed vouches for what it serves; fix: serve it from that mirror, or leave "
+                "vllm_signed_manifest_url empty for a site without a signed bundle"
+            )
     return errors
 
 

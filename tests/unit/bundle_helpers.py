@@ -3,6 +3,7 @@ staging folder of what a site's mirror serves, a git project, and minisign key p
 (a missing minisign fails the tests that need it, it does not skip them)."""
 
 import hashlib
+import http.server
 import os
 import shutil
 import subprocess
@@ -10,6 +11,7 @@ import zipfile
 
 import pytest
 
+from serving import LocalServer
 from vllm_fleet import wheelhouse
 
 GIT_ENV = {
@@ -78,3 +80,29 @@ def make_keys(folder):
     pub, sec = folder / "site.pub", folder / "site.key"
     subprocess.run([minisign(), "-G", "-W", "-p", str(pub), "-s", str(sec)], check=True, capture_output=True)
     return pub, sec
+
+
+def sign_manifest(folder, sec, text, comment="bundle lab-1 commit abc123"):
+    """`text` as a mirror's BUNDLE.sha256 in `folder`, signed with the secret key `sec` (its .minisig beside it)."""
+    manifest = folder / "BUNDLE.sha256"
+    manifest.write_text(text)
+    subprocess.run(
+        [minisign(), "-S", "-s", str(sec), "-m", str(manifest), "-x", str(manifest) + ".minisig", "-t", comment],
+        check=True,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+    )
+    return manifest
+
+
+def serve_folder(root):
+    """A stand-in mirror: the files under `root`, over HTTP on loopback."""
+
+    class Files(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def log_message(self, *args):
+            pass
+
+    return LocalServer(Files)

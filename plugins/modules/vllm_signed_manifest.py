@@ -1,0 +1,62 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Part of the vllm-fleet Ansible package. The documentation of an action plugin
+# (plugins/action/vllm_signed_manifest.py), which runs on the controller: nothing here runs on a host.
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: vllm_signed_manifest
+short_description: Read the mirror's signed manifest on the controller and check its signature
+description:
+  - Runs on the controller, in the task's own worker (an action plugin); no module is sent to a host.
+  - Reads O(url) (the mirror's C(BUNDLE.sha256), which C(playbooks/bundle.yml) keeps at the mirror's root) and its
+    minisign signature (O(url) with C(.minisig) added), checks the signature with C(minisign -V) and O(public_key)
+    before reading the manifest, and returns every file it lists with its SHA-256.
+  - The C(vllm) role then checks on each host, before it uses them, a wheelhouse's C(requirements.lock) and a model's
+    C(SHA256SUMS) against the digests the site signed (C(vllm_fleet.custody), docs/air-gap.md).
+  - Fails, naming the URL, the key and the fix, when either file cannot be read, the signature does not verify, or
+    a line of the manifest is not C(<sha256>  <path>) with a path inside the mirror. Changes nothing; runs in check
+    mode too.
+version_added: "0.1.0"
+author:
+  - vllm-fleet maintainers
+options:
+  url:
+    description: The mirror's C(BUNDLE.sha256), for example C(http://mirror.site/BUNDLE.sha256).
+    type: str
+    required: true
+  public_key:
+    description: The site's minisign public key, a file on the controller (C(site.pub)).
+    type: path
+    required: true
+  timeout:
+    description: Seconds to wait for each of the two files.
+    type: float
+    default: 30
+requirements:
+  - minisign on the controller
+"""
+
+EXAMPLES = r"""
+- name: Read the site's signed manifest
+  vllm_signed_manifest:
+    url: http://mirror.site/BUNDLE.sha256
+    public_key: /etc/vllm-site/site.pub
+  register: signed
+  run_once: true
+"""
+
+RETURN = r"""
+manifest:
+  description: The manifest (C(url), C(base), C(digests) by relative path, C(trusted_comment), C(manifest_sha256)).
+  type: dict
+  returned: success
+files:
+  description: How many files the manifest lists.
+  type: int
+  returned: success
+"""

@@ -1,0 +1,161 @@
+"""The chain of custody from the signed bundle to each host.
+
+The mirror serves the manifest of the bundle it unpacked (``BUNDLE.sha256``, ``sha256sum`` format) and its minisign
+signature (``BUNDLE.sha256.minisig``) at its root (docs/air-gap.md). The controller reads both once a run, checks the
+signature with the site's public key, and gives each host the SHA-256 the signed manifest lists for the two files
+that vouch for everything else it takes from the mirror: a wheelhouse's ``requirements.lock`` (whose every line
+carries its wheel's SHA-256, which pip checks) and a model's ``SHA256SUMS`` (against which each of its files is
+checked as it lands and again before use). A host that finds another digest stops before it changes anything.
+
+Standard library only, and the ``minisign`` program.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+
+SIGNATURE_SUFFIX = ".minisig"
+MAX_MANIFEST = 64 * 1024 * 1024
+MAX_SIGNATURE = 64 * 1024
+_LINE = re.compile(r"^([0-9a-f]{64})  (\S(?:.*\S)?)$")
+
+
+class CustodyError(ValueError):
+    """A signed manifest that cannot be read or trusted, or a file it does not vouch for: the message says which,
+    and the fix."""
+
+
+@dataclass(frozen=True)
+class SignedManifest:
+    url: str
+    digests: dict[str, str] = field(repr=False)
+    trusted_comment: str
+    manifest_sha256: str
+
+    @property
+    def base(self) -> str:
+        """The mirror's root: where the manifest's relative paths start."""
+        return self.url.rsplit("/", 1)[0]
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "url": self.url,
+            "base": self.base,
+            "digests": dict(self.digests),
+            "trusted_comment": self.trusted_comment,
+            "manifest_sha256": self.manifest_sha256,
+        }
+
+
+def parse(text: str, source: str) -> dict[str, str]:
+    """{relative path: SHA-256} of a manifest in ``sha256sum`` format; a line of another shape, a path that climbs
+    out or an absolute one, or a path listed twice is refused, naming the line."""
+    digests: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line:
+            continue
+        match = _LINE.match(line)
+        if match is None:
+            raise CustodyError(f"{source}, line {number}, is not '<sha256>  <path>': {line[:120]!r}")
+        digest, path = match.groups()
+        if path.startswith("/") or ".." in path.split("/"):
+            raise CustodyError(f"{source}, line {number}, names a path outside the mirror: {path!r}")
+        if path in digests:
+            raise CustodyError(f"{source}, line {number}, lists {path!r} a second time")
+        digests[path] = digest
+    if not digests:
+        raise CustodyError(f"{source} lists no file")
+    return digests
+
+
+def _fetch(url: str, limit: int, timeout: float) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
+            data: bytes = answer.read(limit + 1)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise CustodyError(f"could not read {url}: {reason}") from exc
+    if len(data) > limit:
+        raise CustodyError(f"{url} is larger than {limit} bytes: not a manifest or its signature")
+    return data
+
+
+def verify(minisign: str, public_key: str, manifest: bytes, signature: bytes, url: str) -> str:
+    """The trusted comment of `signature` when minisign verifies it for `manifest` with `public_key`."""
+    with tempfile.TemporaryDirectory(prefix="vllm-custody-") as folder:
+        manifest_path, signature_path = os.path.join(folder, "manifest"), os.path.join(folder, "manifest.minisig")
+        with open(manifest_path, "wb") as out:
+            out.write(manifest)
+        with open(signature_path, "wb") as out:
+            out.write(signature)
+        proc = subprocess.run(
+            [minisign, "-V", "-p", public_key, "-m", manifest_path, "-x", signature_path],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, LC_ALL="C"),
+            check=False,
+        )
+    if proc.returncode != 0:
+        said = " ".join((proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}").split())
+        raise CustodyError(
+            f"the signature of {url} does not verify with the site's public key {public_key} ({said}): the mirror "
+            "serves a manifest the site did not sign; fix: serve the site's signed bundle again with "
+            "playbooks/bundle.yml, and check the key (vllm_signed_manifest_public_key)"
+        )
+    for line in proc.stdout.splitlines():
+        if line.startswith("Trusted comment: "):
+            return line[len("Trusted comment: ") :]
+    return ""
+
+
+def read(url: str, public_key: str, timeout: float = 30.0) -> SignedManifest:
+    """The mirror's manifest at `url`, its signature (`url` + ``.minisig``) checked with `public_key` first."""
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise CustodyError(f"{url!r} is not an http(s) URL of the mirror's BUNDLE.sha256")
+    if not os.path.isfile(public_key):
+        raise CustodyError(
+            f"the site's public key {public_key} is not a file on the controller; fix: the site.pub that "
+            "scripts/bundle.sh signed with (vllm_signed_manifest_public_key)"
+        )
+    minisign = shutil.which("minisign")
+    if minisign is None:
+        raise CustodyError("minisign is not installed on the controller; fix: apt-get install minisign")
+    manifest = _fetch(url, MAX_MANIFEST, timeout)
+    signature = _fetch(url + SIGNATURE_SUFFIX, MAX_SIGNATURE, timeout)
+    comment = verify(minisign, public_key, manifest, signature, url)
+    try:
+        text = manifest.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CustodyError(f"{url} is not UTF-8 text") from exc
+    return SignedManifest(url, parse(text, url), comment, hashlib.sha256(manifest).hexdigest())
+
+
+def digest_of(signed: dict[str, object], location: str, name: str) -> str:
+    """The SHA-256 the signed manifest (`SignedManifest.as_dict()`) lists for `name` in the folder at `location` (a
+    URL under the mirror's root); refused, naming both, when the folder is elsewhere or the file is not listed."""
+    base = str(signed["base"]).rstrip("/")
+    folder = location.rstrip("/")
+    if not folder.startswith(base + "/"):
+        raise CustodyError(
+            f"{folder} is not under the mirror whose signed manifest is read ({base}/): nothing vouches for what it "
+            f"serves; fix: serve it from that mirror (the signed bundle's entries), or leave "
+            "vllm_signed_manifest_url empty for a site without a signed bundle"
+        )
+    path = f"{folder[len(base) + 1 :]}/{name}"
+    digests = signed["digests"]
+    assert isinstance(digests, dict)
+    if path not in digests:
+        raise CustodyError(
+            f"the signed manifest {signed['url']} does not list {path}: the site did not sign it; fix: build the "
+            "bundle with it (scripts/bundle.sh) and serve that bundle"
+        )
+    return str(digests[path])
