@@ -13,8 +13,8 @@ module: vllm_report_write
 short_description: Write a run report's fragment, and its report.json, report.md and report.html, on the controller
 description:
   - Runs on the controller, in the task's own worker (an action plugin); no module is sent to a host.
-  - With O(fragment) (the output of the C(vllm_report_fragment) filter), writes it to O(run_dir)C(/hosts/), named by
-    C(vllm_report_fragment_name).
+  - With O(fragment) (the output of the C(vllm_report_fragment) filter), writes it to O(run_dir)C(/hosts/), named so
+    that the fragments sort in time order (C(vllm_fleet.fragments.fragment_name)).
   - With O(render), merges every fragment of O(run_dir) (C(vllm_fleet.fragments)) and writes C(report.json),
     C(report.md) and C(report.html) (one page, plots embedded) there. Hosts that render at once take turns under a
     lock in O(run_dir), so the last report holds every fragment written before it.
