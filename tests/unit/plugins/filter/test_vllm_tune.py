@@ -150,9 +150,19 @@ def test_dataset_arguments_leave_the_concurrency_to_the_search():
     ]
 
 
+# The group's mirror and cache as Ansible renders them (lab/inventory/group_vars/all.yml).
+RENDERED = {"{{ lab_mirror_url }}": "http://10.89.77.2:8080", "{{ lab_cache_dir }}": "/srv/vllm-fleet/.cache"}
+
+
+def rendered(value):
+    for jinja, text in RENDERED.items():
+        value = value.replace(jinja, text) if isinstance(value, str) else value
+    return value
+
+
 def lab_host(**more):
     return dict(
-        LAB_HOST,
+        {name: rendered(value) for name, value in LAB_HOST.items()},
         vllm_version="0.32.0",
         vllm_gpus=[0],
         ansible_host="10.89.77.21",
