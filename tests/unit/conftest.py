@@ -88,6 +88,19 @@ def run_ansible(
     )
 
 
+def ansible_env(home: str | os.PathLike[str], **more: str) -> dict[str, str]:
+    """The environment a test's ansible-playbook runs in: this project's ansible.cfg, this Python's tools first on
+    PATH, `home` as HOME, no colours, each result on one line (JSON); `more` adds or overrides settings."""
+    return {
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
+        "HOME": str(home),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+        **more,
+    }
+
+
 def run_module(tmp_path: Path, module: str, args: dict[str, Any], path: tuple[str, ...] = ()) -> dict[str, Any]:
     """One of plugins/modules run by Ansible itself on this machine (an ad-hoc task on localhost, with `path`
     first on PATH for its stand-ins): the module's result, with ``failed``."""

@@ -11,8 +11,6 @@ import http.server
 import json
 import socket
 import ssl
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -21,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from conftest import ROOT, LocalServer, run_ansible
+from conftest import ROOT, LocalServer, ansible_env, run_ansible
 
 pytestmark = pytest.mark.integration
 
@@ -138,14 +136,7 @@ def run_up(tmp_path, gateways, passes=1, between=None):
             ]
         )
     )
-    env = {
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "ANSIBLE_FORCE_COLOR": "0",
-        "ANSIBLE_HOST_KEY_CHECKING": "false",
-        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",  # messages on one line each
-    }
+    env = ansible_env(tmp_path, ANSIBLE_HOST_KEY_CHECKING="false")
     proc = run_ansible("ansible-playbook", "-i", "hosts.yml", "up.yml", cwd=tmp_path, env=env)
     kept = json.loads(out.read_text()) if out.exists() else None
     return proc.returncode, proc.stdout + proc.stderr, kept

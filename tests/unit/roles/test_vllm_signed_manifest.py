@@ -6,14 +6,12 @@ model or a lock changed on the mirror (with its files changed to match, as someo
 refused by name, before the host's folder is made."""
 
 import hashlib
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from bundle_helpers import make_keys, serve_folder, sign_manifest
-from conftest import ROOT, run_ansible
+from conftest import ROOT, ansible_env, run_ansible
 
 pytestmark = pytest.mark.integration
 
@@ -60,13 +58,7 @@ def run(site, url, tasks):
     (tmp / "play.yml").write_text(
         yaml.safe_dump([{"hosts": "node", "gather_facts": False, "vars": variables, "tasks": tasks}])
     )
-    env = {
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
-        "HOME": str(tmp),
-        "ANSIBLE_FORCE_COLOR": "0",
-        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
-    }
+    env = ansible_env(tmp)
     proc = run_ansible("ansible-playbook", "-i", "hosts.yml", "play.yml", cwd=tmp, env=env, timeout=300)
     return proc.returncode, proc.stdout + proc.stderr
 

@@ -3,13 +3,11 @@ fragments written per host, the report merged from all of them (hosts that rende
 replaced whole, nothing written in check mode, and bad input refused by name, not with a traceback."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import ROOT, run_ansible
+from conftest import ansible_env, run_ansible
 
 pytestmark = pytest.mark.integration
 
@@ -21,14 +19,7 @@ def play(tmp_path, tasks, *extra):
     inventory = {"all": {"hosts": {h: {"ansible_connection": "local"} for h in HOSTS}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
     (tmp_path / "play.yml").write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}]))
-    env = {
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "ANSIBLE_FORCE_COLOR": "0",
-        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
-        "ANSIBLE_FORKS": "4",
-    }
+    env = ansible_env(tmp_path, ANSIBLE_FORKS="4")
     proc = run_ansible("ansible-playbook", "-i", "hosts.yml", "play.yml", *extra, cwd=tmp_path, env=env, timeout=300)
     return proc.returncode, proc.stdout + proc.stderr
 
