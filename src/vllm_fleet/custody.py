@@ -139,18 +139,25 @@ def read(url: str, public_key: str, timeout: float = 30.0) -> SignedManifest:
     return SignedManifest(url, parse(text, url), comment, hashlib.sha256(manifest).hexdigest())
 
 
+def relative(base: str, location: str) -> str | None:
+    """The path of the folder at `location` under the mirror's root `base` (the signed manifest's folder), or None
+    when it is not under it."""
+    root, folder = base.rstrip("/") + "/", location.rstrip("/")
+    return folder[len(root) :] if folder.startswith(root) and len(folder) > len(root) else None
+
+
 def digest_of(signed: dict[str, object], location: str, name: str) -> str:
     """The SHA-256 the signed manifest (`SignedManifest.as_dict()`) lists for `name` in the folder at `location` (a
     URL under the mirror's root); refused, naming both, when the folder is elsewhere or the file is not listed."""
     base = str(signed["base"]).rstrip("/")
-    folder = location.rstrip("/")
-    if not folder.startswith(base + "/"):
+    folder = relative(base, location)
+    if folder is None:
         raise CustodyError(
-            f"{folder} is not under the mirror whose signed manifest is read ({base}/): nothing vouches for what it "
-            f"serves; fix: serve it from that mirror (the signed bundle's entries), or leave "
+            f"{location.rstrip('/')} is not under the mirror whose signed manifest is read ({base}/): nothing vouches "
+            "for what it serves; fix: serve it from that mirror (the signed bundle's entries), or leave "
             "vllm_signed_manifest_url empty for a site without a signed bundle"
         )
-    path = f"{folder[len(base) + 1 :]}/{name}"
+    path = f"{folder}/{name}"
     digests = signed["digests"]
     assert isinstance(digests, dict)
     if path not in digests:

@@ -33,6 +33,8 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from . import custody
+
 
 def short(value: Any, limit: int = 120, render: Callable[[Any], str] = repr) -> str:
     """A value for an error message: rendered (its repr by default) and cut to `limit` characters. The one such
@@ -308,7 +310,7 @@ def _signed(host: str, values: Mapping[str, Any], draft: bool) -> list[str]:
             f"{host}: vllm_signed_manifest_url is set but vllm_signed_manifest_public_key is empty; fix: the path on "
             "the controller of the site's minisign public key (site.pub) that signs the bundle"
         )
-    base = str(url).rsplit("/", 1)[0] + "/"
+    base = str(url).rsplit("/", 1)[0] + "/"  # the mirror's root, as custody.SignedManifest.base gives it
     folders = []
     if values.get("vllm_install_source") == "wheelhouse":
         folders.append("vllm_wheelhouse_url")
@@ -317,7 +319,7 @@ def _signed(host: str, values: Mapping[str, Any], draft: bool) -> list[str]:
             folders.append(f"{prefix}_url")
     for name in folders:
         folder = values.get(name)
-        if folder and not str(folder).startswith(base):
+        if folder and custody.relative(base, str(folder)) is None:
             errors.append(
                 f"{host}: {name}={short(folder)} is not under the mirror of vllm_signed_manifest_url ({base}): nothing "
                 "the site signed vouches for what it serves; fix: serve it from that mirror, or leave "
