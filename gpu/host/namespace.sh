@@ -9,8 +9,8 @@
 #                                 and journalctl on PATH
 #   namespace.sh stop             end it (every process in it ends with it)
 #
-# Its own log goes to the kernel ring buffer (dmesg). Nothing outside /opt/sd, /etc/systemd/system and
-# /run (a tmpfs of its own) is written by it.
+# Its own log goes to the kernel ring buffer (dmesg). Nothing outside /opt/sd, /etc/systemd/system, /run (a
+# tmpfs of its own) and the three tools' wrappers in /usr/bin (where the host has none) is written by it.
 set -uo pipefail
 SD=/opt/sd
 WRAP=$SD/wrap
@@ -41,6 +41,9 @@ unpack() {
   for tool in /bin/systemctl /bin/journalctl /usr/bin/systemd-analyze; do
     printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$LDP" "$SD$tool" >"$WRAP/${tool##*/}"
     chmod 755 "$WRAP/${tool##*/}"
+    # Where a host with systemd has them (/usr/bin): a program that runs them with no PATH of its own (the
+    # sentinel, whose environment is LC_ALL alone) finds them on Python's default search path (/bin:/usr/bin).
+    [[ -e /usr/bin/${tool##*/} ]] || cp "$WRAP/${tool##*/}" "/usr/bin/${tool##*/}"
   done
   mkdir -p /etc/systemd/system
   cat >"$SD/boot.sh" <<BOOT
@@ -66,8 +69,8 @@ BOOT
 
 boot() {
   local debs=${1:?DEB_DIR}
-  if [[ -n $(pid) ]]; then pid; return 0; fi
   unpack "$debs"
+  if [[ -n $(pid) ]]; then pid; return 0; fi
   echo on >/proc/sys/kernel/printk_devkmsg 2>/dev/null || true
   setsid unshare --pid --fork --mount --mount-proc --cgroup bash "$SD/boot.sh" </dev/null >/var/tmp/gpu-host-systemd.log 2>&1 &
   local u=$! p="" state=""
