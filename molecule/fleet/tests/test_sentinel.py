@@ -305,21 +305,28 @@ def test_a_changed_agent_socket_is_taken_up_anew_while_connections_come():
     assert outcomes.get("up", 0) >= 100, outcomes  # the connections came all along, and were answered
 
 
-def test_each_metrics_scrape_runs_as_its_own_user_and_leaves_no_warning_in_the_journal():
-    """Prometheus scrapes the sentinel's metrics every few seconds, each scrape one start of
-    vllm-sentinel-metrics@.service: as the user vllm-sentinel (the role's, owning nothing), not `nobody`, so systemd
-    logs no "Special user nobody configured, this is not safe!" for it. Its sandbox's exposure is printed."""
-    unit = on("fleet-1", "systemctl", "cat", "vllm-sentinel-metrics@.service")
+def test_one_process_answers_the_scrapes_as_its_own_user_and_leaves_no_warning_in_the_journal():
+    """Prometheus scrapes the sentinel's metrics every few seconds, and the gateways ask its agent every few seconds
+    per instance: one process each answers them all (their sockets hand it their connections, Accept=no), not a
+    process per connection. The metrics' one runs as the user vllm-sentinel (the role's, owning nothing), not
+    `nobody`, so systemd logs no "Special user nobody configured, this is not safe!" for it. Its sandbox's exposure is
+    printed."""
+    unit = on("fleet-1", "systemctl", "cat", "vllm-sentinel-metrics.service")
     assert "\nUser=vllm-sentinel\n" in unit and "\nGroup=vllm-sentinel\n" in unit, unit
     assert on("fleet-1", "id", "-u", "vllm-sentinel").strip() != "0"
-    served = json.loads(
-        on("fleet-1", "systemctl", "show", "-p", "NAccepted", "--value", "vllm-sentinel-metrics.socket")
-    )
-    assert served > 0, "no scrape of the sentinel's metrics was accepted yet"
+    for socket_unit in ("vllm-sentinel-metrics.socket", "vllm-sentinel-agent.socket"):
+        assert on("fleet-1", "systemctl", "show", "-p", "Accept", "--value", socket_unit).strip() == "no"
+    scrape = ["curl", "-s", "-m", "10", "-o", "/dev/null", "-w", "%{http_code}", "http://127.0.0.1:9172/metrics"]
+    pids = set()
+    for _ in range(3):
+        assert on("fleet-1", *scrape).strip() == "200"
+        pids.add(
+            on("fleet-1", "systemctl", "show", "-p", "MainPID", "--value", "vllm-sentinel-metrics.service").strip()
+        )
+    assert len(pids) == 1 and pids != {"0"}, pids  # one process answered the three scrapes
+    assert on("fleet-1", "ps", "-o", "user=", "-p", pids.pop()).strip() == "vllm-sentinel"
     journal = on("fleet-1", "journalctl", "-b", "--no-pager", "-o", "cat", "--since", "-10min")
     assert "Special user nobody configured" not in journal
-    security = on(
-        "fleet-1", "systemd-analyze", "security", "--no-pager", "vllm-sentinel-metrics@probe.service", check=False
-    )
+    security = on("fleet-1", "systemd-analyze", "security", "--no-pager", "vllm-sentinel-metrics.service", check=False)
     print(security.splitlines()[-1] if security else "no security report")
     assert "Overall exposure level" in security, security[-2000:]

@@ -1,8 +1,12 @@
 """The sentinel of a vLLM host: takes an instance that stops answering out of every gateway, heals it, puts it back.
 
     vllm-sentinel check   [--config FILE]   one round (what vllm-sentinel.timer starts every interval)
-    vllm-sentinel agent   [--config FILE]   answer one gateway's agent check (vllm-sentinel-agent.socket)
-    vllm-sentinel metrics [--config FILE]   answer one scrape of its metrics (vllm-sentinel-metrics.socket)
+    vllm-sentinel agent   [--config FILE]   answer the gateways' agent checks (vllm-sentinel-agent.service)
+    vllm-sentinel metrics [--config FILE]   answer the scrapes of its metrics (vllm-sentinel-metrics.service)
+
+`agent` and `metrics` run as one process each for as long as their socket (vllm-sentinel-agent.socket,
+vllm-sentinel-metrics.socket) listens: systemd hands them its listening socket (LISTEN_FDS) and each connection is
+answered in a thread. Without that socket they answer one connection on standard input and output.
 
 Installed by the vllm role (tasks/sentinel.yml) with vllm_unit.py beside it. Standard library only, but for reading
 vLLM's /metrics (prometheus_client's parser): `check` runs with the Python of the host's vLLM release, `agent` and
@@ -28,8 +32,7 @@ verification stays out of the gateways. Past the budget it stops acting and says
 alert VllmSentinelGaveUp). While a rollout works on the host (the pause file it writes) the sentinel does nothing.
 """
 
-# urllib (its ssl import) is imported where a probe needs it: the agent and the metrics answer a gateway's check
-# or a scrape several times a second in all, each a process of its own.
+# urllib (its ssl import) is imported where a probe needs it: the agent's and the metrics' processes need none.
 import argparse
 import contextlib
 import json
@@ -394,26 +397,26 @@ def wait_for_gateways(config, name, word):
     return time.time() - start
 
 
-def agent(config):
+def agent(config, rfile, wfile, peer):
     """One agent check: HAProxy sends the instance's name and a newline, and reads `up` or `down`."""
-    line = sys.stdin.buffer.readline(128).decode("ascii", "replace").strip()
+    line = rfile.readline(128).decode("ascii", "replace").strip()
     word = "up"
     if NAME.match(line):
         word = ((read_bytes(agent_state_path(config, line)) or b"up").decode().split() or ["up"])[0]
-        peer = re.sub(r"[^0-9A-Fa-f.:]", "_", os.environ.get("REMOTE_ADDR", "unknown"))[:64]
+        peer = re.sub(r"[^0-9A-Fa-f.:]", "_", peer.removeprefix("::ffff:"))[:64]
         with contextlib.suppress(OSError):  # the answer matters more than its record
             write_atomic(
                 os.path.join(config["run_dir"], "polls", "%s@%s" % (line, peer)), "%f %s\n" % (time.time(), word)
             )
-    sys.stdout.write(word + "\n")
-    sys.stdout.flush()
+    wfile.write((word + "\n").encode())
+    wfile.flush()
     return 0
 
 
-def metrics(config):
+def metrics(config, rfile, wfile, peer):
     """One scrape: a minimal HTTP/1.0 answer with the metrics file of the last round and the pause as it is now."""
-    request = sys.stdin.buffer.readline(1024).decode("ascii", "replace").split()
-    while sys.stdin.buffer.readline(8192) not in (b"\r\n", b"\n", b""):
+    request = rfile.readline(1024).decode("ascii", "replace").split()
+    while rfile.readline(8192) not in (b"\r\n", b"\n", b""):
         pass
     if len(request) >= 2 and request[0] == "GET" and request[1].split("?")[0] == "/metrics":
         last = (read_bytes(os.path.join(config["run_dir"], "metrics.prom")) or b"").decode("utf-8", "replace")
@@ -424,9 +427,50 @@ def metrics(config):
     else:
         body = b"not found\n"
         head = "HTTP/1.0 404 Not Found\r\nContent-Type: text/plain\r\n"
-    sys.stdout.buffer.write(("%sContent-Length: %d\r\n\r\n" % (head, len(body))).encode() + body)
-    sys.stdout.buffer.flush()
+    wfile.write(("%sContent-Length: %d\r\n\r\n" % (head, len(body))).encode() + body)
+    wfile.flush()
     return 0
+
+
+# Connections answered at once; one more waits in the socket's backlog until a thread is free.
+ANSWERING = 32
+# What one connection may take, reading the question and writing the answer.
+CONNECTION_TIMEOUT_S = 5
+
+
+def listening_socket():
+    """The socket systemd passes (Accept=no: LISTEN_FDS, the first at file descriptor 3), or None."""
+    if os.environ.get("LISTEN_PID") != str(os.getpid()) or int(os.environ.get("LISTEN_FDS") or 0) < 1:
+        return None
+    import socket
+
+    return socket.socket(fileno=3)
+
+
+def serve(config_path, answer, listener):
+    """Answer every connection of ``listener``, each in a thread, until the process is stopped. The configuration is
+    read again for each (the role rewrites it; the process goes on). A process per connection cost the host about
+    60 ms of CPU each, several times a second (docs/sentinel.md)."""
+    import threading
+
+    free = threading.BoundedSemaphore(ANSWERING)
+
+    def one(connection, peer):
+        try:
+            connection.settimeout(CONNECTION_TIMEOUT_S)
+            with connection, connection.makefile("rb") as rfile, connection.makefile("wb") as wfile:
+                config = read_json(config_path, None)
+                if isinstance(config, dict):
+                    answer(config, rfile, wfile, peer)
+        except OSError:
+            pass  # a client gone or too slow: the next one is answered
+        finally:
+            free.release()
+
+    while True:
+        connection, address = listener.accept()
+        free.acquire()
+        threading.Thread(target=one, args=(connection, str(address[0])), daemon=True).start()
 
 
 # ---------------------------------------------------------------------------------------------------- heal
@@ -820,7 +864,13 @@ def main(argv=None):
         return 2
     if args.command == "pause":
         return pause(config, args.seconds, args.wait)
-    return {"check": check, "agent": agent, "metrics": metrics}[args.command](config)
+    if args.command == "check":
+        return check(config)
+    answer = {"agent": agent, "metrics": metrics}[args.command]
+    listener = listening_socket()
+    if listener is not None:
+        return serve(args.config, answer, listener)
+    return answer(config, sys.stdin.buffer, sys.stdout.buffer, os.environ.get("REMOTE_ADDR", "unknown"))
 
 
 if __name__ == "__main__":

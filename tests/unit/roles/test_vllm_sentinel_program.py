@@ -2,7 +2,8 @@
 
 Its Xid parsing against lines the NVIDIA driver writes (each quoted from where it was published); drift against a
 recorded release in a temporary folder; its metrics read back with prometheus_client's parser; its agent and metrics
-answers through real pipes (a subprocess, as systemd's socket gives them); and its round's decisions (when to heal,
+answers through real pipes and, as their socket units start them, through a listening socket handed over as
+systemd hands it (LISTEN_FDS); and its round's decisions (when to heal,
 the budget, a busy engine, a start, a pause, Xid codes) with the host's probes replaced by recorded answers, since
 this machine runs no vLLM unit. The whole of it on real hosts: molecule/fleet/tests/test_sentinel.py.
 """
@@ -11,6 +12,7 @@ import http.server
 import importlib.util
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -352,6 +354,77 @@ def test_the_metrics_answer_is_http_with_the_last_rounds_file_and_the_pause_as_i
     answer = run_program(tmp_path, "metrics", b"GET /metrics HTTP/1.1\r\n\r\n").decode()
     assert answer.count("# TYPE vllm_sentinel_paused gauge") == 1
     assert run_program(tmp_path, "metrics", b"GET /other HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.0 404")
+
+
+def served(tmp_path, command):
+    """The program started as its socket unit starts it (Accept=no): the listening socket at file descriptor 3,
+    LISTEN_FDS=1 and LISTEN_PID its own; returns (the process, the port)."""
+    path = tmp_path / "sentinel.json"
+    path.write_text(json.dumps(config(tmp_path)))
+    listener = socket.create_server(("127.0.0.1", 0))
+    fd = listener.fileno()
+    program = [sys.executable, "-I", "-S", str(PROGRAM), command, "--config", str(path)]
+    # What systemd does between its fork and the program's exec: the socket at 3, and the two variables.
+    handover = (
+        "import os, sys; os.dup2(int(sys.argv[1]), 3); os.environ.update(LISTEN_FDS='1', LISTEN_PID=str(os.getpid()));"
+        " os.execv(sys.argv[2], sys.argv[2:])"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", handover, str(fd), *program],
+        pass_fds=(fd,),
+        env={"PATH": os.environ["PATH"]},
+        stderr=subprocess.PIPE,
+    )
+    port = listener.getsockname()[1]
+    listener.close()  # the program holds its own copy
+    return process, port
+
+
+def ask(port, question, timeout=10):
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
+        connection.sendall(question)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_one_process_answers_every_agent_check_while_a_silent_client_waits(tmp_path):
+    """Under its socket unit the agent is one process answering every connection, each in a thread: a client that
+    connects and sends nothing holds up no other, and each asker is recorded by its own address."""
+    process, port = served(tmp_path, "agent")
+    try:
+        silent = socket.create_connection(("127.0.0.1", port), timeout=10)
+        sentinel.set_agent(config(tmp_path), "gpu1", "down")
+        # Each within 2 s, less than the silent client's time limit: it holds up no other connection.
+        answers = [ask(port, b"gpu0\n" if n % 2 else b"gpu1\n", timeout=2) for n in range(40)]
+        assert answers == [b"up\n" if n % 2 else b"down\n" for n in range(40)]
+        assert sorted(os.listdir(tmp_path / "run" / "polls")) == ["gpu0@127.0.0.1", "gpu1@127.0.0.1"]
+        assert ask(port, b"../../etc/passwd\n") == b"up\n"
+        # The silent client is let go after the connection's time limit, answered "up" (a line that names nothing).
+        silent.settimeout(sentinel.CONNECTION_TIMEOUT_S + 5)
+        assert silent.recv(16) in (b"up\n", b"")
+        silent.close()
+        assert process.poll() is None, process.stderr.read().decode()
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def test_one_process_answers_every_scrape(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.prom").write_text("# TYPE vllm_sentinel_gave_up gauge\nvllm_sentinel_gave_up 0\n")
+    process, port = served(tmp_path, "metrics")
+    try:
+        for _ in range(5):
+            head, _, body = ask(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.0 200 OK"), head
+            assert samples(body.decode()) == {("vllm_sentinel_gave_up", ()): 0, ("vllm_sentinel_paused", ()): 0}
+        assert ask(port, b"GET /other HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.0 404")
+        assert process.poll() is None, process.stderr.read().decode()
+    finally:
+        process.kill()
+        process.wait(timeout=10)
 
 
 # ---------------------------------------------------------------------------------------------------- rounds

@@ -1,8 +1,9 @@
 """Which of the sentinel's units a run takes up anew (roles/vllm/tasks/sentinel.yml, "Take up the changed units that
 ran before"): only one that was active before the run's start task and whose file changed. A first install starts
 its units once and restarts none (a restart right after the start, with connections coming, once failed a CI run's
-converge); a change to the program's per-connection service alone restarts nothing. The task's own loop expression,
-rendered by ansible-core's templar over results shaped as ansible.builtin.systemd_service and template register them;
+converge); a change to the service that answers a socket's connections alone takes up no socket (the next task
+stops that service, and its socket starts it again). The task's own loop expression, rendered by ansible-core's
+templar over results shaped as ansible.builtin.systemd_service and template register them;
 molecule/fleet/tests/test_sentinel.py runs the take-up itself on a real systemd."""
 
 import pytest
@@ -13,7 +14,7 @@ from ansible.template import Templar, trust_as_template
 from conftest import ROOT
 
 UNITS = ["vllm-sentinel-agent.socket", "vllm-sentinel-metrics.socket", "vllm-sentinel.timer"]
-FILES = [*UNITS, "vllm-sentinel.service", "vllm-sentinel-agent@.service", "vllm-sentinel-metrics@.service"]
+FILES = [*UNITS, "vllm-sentinel.service", "vllm-sentinel-agent.service", "vllm-sentinel-metrics.service"]
 
 
 def take_up_loop():
@@ -43,7 +44,7 @@ ALL_ACTIVE = dict.fromkeys(UNITS, "active")
     [
         pytest.param({}, set(FILES), [], id="first install: started once, nothing restarted"),
         pytest.param(ALL_ACTIVE, set(), [], id="nothing changed"),
-        pytest.param(ALL_ACTIVE, {"vllm-sentinel-agent@.service"}, [], id="only a per-connection service changed"),
+        pytest.param(ALL_ACTIVE, {"vllm-sentinel-agent.service"}, [], id="only an answering service changed"),
         pytest.param(
             ALL_ACTIVE, {"vllm-sentinel-agent.socket"}, ["vllm-sentinel-agent.socket"], id="the agent's port changed"
         ),
