@@ -115,7 +115,8 @@ phase_syntax() {
 }
 
 # Every test must run here: one that skips fails the phase (tests/unit/conftest.py). The parser tests need vLLM
-# itself and run in the parser phase, in its venv. One worker per core (pytest-xdist), each test file in one worker.
+# itself and run in the parser phase, in its venv. One worker per core (pytest-xdist; one beside the fleet, see
+# phase_molecule), each test file in one worker.
 phase_unit() {
   VLLM_FLEET_NO_SKIPS=1 pytest_strict "$VENV/bin/pytest" -q -n "${UNIT_WORKERS:-auto}" --dist loadfile tests/unit \
     -m "not vllm_parser" \

@@ -6,7 +6,8 @@
 
 `agent` and `metrics` run as one process each for as long as their socket (vllm-sentinel-agent.socket,
 vllm-sentinel-metrics.socket) listens: systemd hands them its listening socket (LISTEN_FDS) and each connection is
-answered in a thread. Without that socket they answer one connection on standard input and output.
+answered in a thread. Without that socket they answer one connection on standard input and output: what a
+per-connection service of an earlier release (Accept=yes) still does with this program while a run replaces it.
 
 Installed by the vllm role (tasks/sentinel.yml) with vllm_unit.py beside it. Standard library only, but for reading
 vLLM's /metrics (prometheus_client's parser): `check` runs with the Python of the host's vLLM release, `agent` and
