@@ -301,7 +301,18 @@ def test_a_changed_agent_socket_is_taken_up_anew_while_connections_come():
         time.sleep(2)
     assert rc == 0, output[-4000:]
     assert output.count("TASK [Start again: vllm-sentinel-agent.socket]") == rounds, output[-4000:]
-    assert on("fleet-1", "systemctl", "is-active", "vllm-sentinel-agent.socket").strip() == "active"
+    state = on("fleet-1", "systemctl", "is-active", "vllm-sentinel-agent.socket", check=False).strip()
+    assert state == "active", on(
+        "fleet-1",
+        "systemctl",
+        "status",
+        "--no-pager",
+        "-n",
+        "20",
+        "vllm-sentinel-agent.socket",
+        "vllm-sentinel-agent.service",
+        check=False,
+    )
     assert outcomes.get("up", 0) >= 100, outcomes  # the connections came all along, and were answered
 
 
