@@ -60,6 +60,7 @@ def vllm_egress_rules(hostvars, host, groups):
         )
     fleet = egress.fleet_hosts(groups)
     settings, unresolved = _own_settings(hostvars[host])
+    settings[egress.MONITORING_HOST] = str(host) in (groups.get("vllm_monitoring") or [])
     result = egress.rules(str(host), settings, {name: _peer(hostvars[name]) for name in fleet})
     result["errors"] = [
         "%s: %s cannot be resolved when the egress rules are made (%s); fix: define what it is built from in the "

@@ -7,7 +7,8 @@ A fleet host (a vLLM host, a gateway, a monitoring host) starts connections only
   (``vllm_egress_fleet_networks``), which cover the hosts an inventory knows by name; and the address the gateways
   share (``vllm_gateway_vip``), held by one of them at a time;
 - the hosts of the URLs the roles fetch from or send to: ``vllm_wheelhouse_url``, ``vllm_model_url``,
-  ``vllm_draft_model_url`` and the monitoring receivers' ``webhook_url`` (with ``vllm_monitoring_smtp_smarthost``),
+  ``vllm_draft_model_url``, the monitoring receivers' ``webhook_url`` (with ``vllm_monitoring_smtp_smarthost``) and,
+  on a monitoring host that checks the mirror (``vllm_monitoring_mirror_check``), ``vllm_signed_manifest_url``,
   each on its own port. A wheelhouse given as a local folder (an absolute path, or a ``file:`` URL of one: pip's
   ``--find-links`` and ``-r`` read both) needs no rule; any other value without a host and port is refused, a
   relative path included (the host's pip would read it from wherever it runs). The model URLs have no local form:
@@ -34,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import inputs
+from . import inputs, monitoring
 
 PROTOS = ("tcp", "udp", "any")
 PROTOCOL_NAMES = {"6": "tcp", "17": "udp"}
@@ -48,7 +49,12 @@ SETTINGS = (
     "vllm_draft_model_url",
     "vllm_monitoring_receivers",
     "vllm_monitoring_smtp_smarthost",
+    "vllm_monitoring_mirror_check",
+    "vllm_signed_manifest_url",
 )
+# Set by the filter for a host of the group vllm_monitoring: its mirror's check reads the mirror
+# (vllm_monitoring_mirror_check).
+MONITORING_HOST = "_vllm_monitoring_host"
 # The URL settings of a host whose destinations the rules admit by themselves (a host's own settings).
 URL_SETTINGS = ("vllm_wheelhouse_url", "vllm_model_url", "vllm_draft_model_url")
 # Those a local folder may give instead of a URL (roles/vllm/tasks/install.yml: pip's --find-links and -r take a path
@@ -158,6 +164,12 @@ def _urls(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
         for index, receiver in enumerate(receivers):
             if isinstance(receiver, Mapping) and receiver.get("webhook_url"):
                 found.append((f"vllm_monitoring_receivers[{index}].webhook_url", str(receiver["webhook_url"])))
+    if (
+        settings.get(MONITORING_HOST)
+        and monitoring.mirror_check_on(settings)
+        and settings.get("vllm_signed_manifest_url")
+    ):
+        found.append(("vllm_signed_manifest_url", str(settings["vllm_signed_manifest_url"])))
     smarthost = settings.get("vllm_monitoring_smtp_smarthost")
     if smarthost and any(isinstance(r, Mapping) and r.get("email_to") for r in receivers or []):
         found.append(("vllm_monitoring_smtp_smarthost", "smtp://" + str(smarthost)))

@@ -292,9 +292,9 @@ def _release(host: str, values: Mapping[str, Any], draft: bool) -> list[str]:
     return errors
 
 
-def _signed(host: str, values: Mapping[str, Any], draft: bool) -> list[str]:
-    """The chain of custody's settings (vllm_fleet.custody): the signed manifest's URL, the key to check it with, and
-    every folder the host takes from the mirror under that manifest's root."""
+def signed_settings(host: str, values: Mapping[str, Any]) -> list[str]:
+    """The signed manifest's URL (the http(s) URL of a BUNDLE.sha256) and the key to check it with, when the URL is
+    set: its errors."""
     url = values.get("vllm_signed_manifest_url")
     if not url:
         return []
@@ -304,12 +304,23 @@ def _signed(host: str, values: Mapping[str, Any], draft: bool) -> list[str]:
             f"{host}: vllm_signed_manifest_url={short(url)} must be the http(s) URL of the mirror's BUNDLE.sha256; "
             "fix: e.g. http://mirror.site/BUNDLE.sha256 (playbooks/bundle.yml keeps it at the mirror's root), or empty"
         ]
-    errors = []
     if not values.get("vllm_signed_manifest_public_key"):
-        errors.append(
+        return [
             f"{host}: vllm_signed_manifest_url is set but vllm_signed_manifest_public_key is empty; fix: the path on "
             "the controller of the site's minisign public key (site.pub) that signs the bundle"
-        )
+        ]
+    return []
+
+
+def _signed(host: str, values: Mapping[str, Any], draft: bool) -> list[str]:
+    """The chain of custody's settings (vllm_fleet.custody): the signed manifest's URL, the key to check it with, and
+    every folder the host takes from the mirror under that manifest's root."""
+    url = values.get("vllm_signed_manifest_url")
+    if not url:
+        return []
+    errors = signed_settings(host, values)
+    if errors:
+        return errors
     base = str(url).rsplit("/", 1)[0] + "/"  # the mirror's root, as custody.SignedManifest.base gives it
     folders = []
     if values.get("vllm_install_source") == "wheelhouse":

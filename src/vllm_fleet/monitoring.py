@@ -167,7 +167,15 @@ SETTINGS = (
     "vllm_monitoring_smtp_auth_username",
     "vllm_monitoring_smtp_auth_password",
     "vllm_monitoring_resolve_timeout",
+    "vllm_monitoring_mirror_check",
+    "vllm_monitoring_mirror_check_calendar",
+    "vllm_monitoring_mirror_check_timeout_s",
+    "vllm_monitoring_mirror_check_stale_after_s",
+    "vllm_monitoring_mirror_check_port",
+    "vllm_signed_manifest_url",
+    "vllm_signed_manifest_public_key",
 )
+BOOLEANS = {True: True, False: False, "true": True, "false": False, "yes": True, "no": False}
 # Prometheus' and Alertmanager's durations (their model.ParseDuration): units largest first, each at most once.
 DURATION = re.compile(
     r"(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?"
@@ -471,4 +479,64 @@ def check(host: str, values: Mapping[str, Any]) -> list[str]:
     found, names = _receivers(host, values.get("vllm_monitoring_receivers"), bool(smarthost and sender))
     errors += found
     errors += _route(host, values.get("vllm_monitoring_route"), names)
+    errors += _mirror_check(host, values, ports)
+    return errors
+
+
+def mirror_check_on(values: Mapping[str, Any]) -> bool | None:
+    """Whether a monitoring host checks the mirror (vllm_monitoring_mirror_check; unset: wherever the site signs,
+    vllm_signed_manifest_url), None when the setting is not a boolean."""
+    setting = values.get("vllm_monitoring_mirror_check")
+    if setting is None:
+        return bool(values.get("vllm_signed_manifest_url"))
+    return BOOLEANS.get(setting.lower() if isinstance(setting, str) else setting)
+
+
+def _mirror_check(host: str, values: Mapping[str, Any], ports: Mapping[str, int]) -> list[str]:
+    """The mirror's check: a boolean, the signed manifest it needs (inputs' own check of the URL and key), its port
+    apart from Prometheus' and Alertmanager's, and whole seconds."""
+    on = mirror_check_on(values)
+    if on is None:
+        return [
+            f"{host}: vllm_monitoring_mirror_check={inputs.short(values.get('vllm_monitoring_mirror_check'))} is not "
+            "a boolean; fix: true or false"
+        ]
+    if not on:
+        return []
+    if not values.get("vllm_signed_manifest_url"):
+        return [
+            f"{host}: vllm_monitoring_mirror_check is true but vllm_signed_manifest_url is empty for this host: the "
+            "check compares the mirror with the manifest the site signed; fix: set vllm_signed_manifest_url and "
+            "vllm_signed_manifest_public_key for this host too (group_vars/all), or vllm_monitoring_mirror_check: false"
+        ]
+    errors = inputs.signed_settings(host, values)
+    port = values.get("vllm_monitoring_mirror_check_port")
+    if port is not None:
+        number = _port(port)
+        if number is None or not 1 <= number <= 65535:
+            errors.append(
+                f"{host}: vllm_monitoring_mirror_check_port={inputs.short(port)} must be a port number from 1 to "
+                "65535; fix: e.g. 9174"
+            )
+        elif number in ports.values():
+            taken = next(name for name, value in ports.items() if value == number)
+            errors.append(
+                f"{host}: vllm_monitoring_mirror_check_port={number} is {taken}'s port too; fix: another, e.g. 9174"
+            )
+    for name, default in (
+        ("vllm_monitoring_mirror_check_timeout_s", 60),
+        ("vllm_monitoring_mirror_check_stale_after_s", 93600),
+    ):
+        value = values.get(name)
+        if value is not None and (_port(value) is None or _port(value) < 1):
+            errors.append(
+                f"{host}: {name}={inputs.short(value)} must be a whole number of seconds, at least 1; "
+                f"fix: e.g. {default}"
+            )
+    calendar = values.get("vllm_monitoring_mirror_check_calendar")
+    if calendar is not None and not (isinstance(calendar, str) and calendar.strip()):
+        errors.append(
+            f"{host}: vllm_monitoring_mirror_check_calendar={inputs.short(calendar)} must be a systemd calendar; "
+            "fix: e.g. daily"
+        )
     return errors

@@ -90,6 +90,7 @@ def test_prometheus_scrapes_every_instance_and_the_gateway_with_the_plans_labels
         ("vllm", "up"),
         ("haproxy", "up"),
         ("vllm_sentinel", "up"),
+        ("vllm_mirror", "up"),
         ("prometheus", "up"),
     }, targets
     # Each vLLM host's sentinel (vllm_sentinel), on its metrics port.

@@ -37,7 +37,7 @@ def _rules() -> dict[str, dict]:
 def test_rules_pass_promtool_check():
     proc = _run("check", "rules", str(RULES))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 13 rules found" in proc.stdout
+    assert "SUCCESS: 15 rules found" in proc.stdout
 
 
 @needs_promtool

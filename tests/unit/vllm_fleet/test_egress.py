@@ -76,6 +76,28 @@ def test_the_monitoring_host_may_reach_its_receivers_and_the_resolvers():
     }
 
 
+@pytest.mark.parametrize(
+    "monitoring_host, setting, admitted",
+    [
+        pytest.param(True, None, True, id="a monitoring host checks the mirror wherever the site signs"),
+        pytest.param(True, False, False, id="a monitoring host with the check off"),
+        pytest.param(False, None, False, id="a vLLM host: the controller reads the manifest, not the host"),
+    ],
+)
+def test_the_mirror_check_reaches_the_mirror_from_the_monitoring_hosts_only(monitoring_host, setting, admitted):
+    settings = {
+        "vllm_signed_manifest_url": "http://10.0.9.5:8081/BUNDLE.sha256",
+        egress.MONITORING_HOST: monitoring_host,
+    }
+    if setting is not None:
+        settings["vllm_monitoring_mirror_check"] = setting
+    rules = egress.rules("mon-1", settings, {})["rules"]
+    found = [r for r in rules if (r["to"], r["ports"]) == ("10.0.9.5/32", [8081])]
+    assert bool(found) == admitted
+    if admitted:
+        assert "vllm_signed_manifest_url" in found[0]["why"]
+
+
 def test_a_url_whose_host_is_a_name_needs_its_address_in_the_allow_list():
     settings = {"vllm_wheelhouse_url": "http://mirror.example.internal/wheelhouse/vllm-0.33.0"}
     (error,) = egress.rules("gpu-1", settings, {})["errors"]

@@ -55,6 +55,8 @@ def test_a_site_shortens_an_alerts_pending_period_and_nothing_else():
         "VllmInstanceDown",
         "VllmInstanceDrift",
         "VllmKvCacheNearFull",
+        "VllmMirrorCheckStale",
+        "VllmMirrorDiffers",
         "VllmPreemptionsGrowing",
         "VllmPrefixCacheHitRateLow",
         "VllmSentinelGaveUp",
@@ -136,7 +138,12 @@ def test_each_gateway_is_scraped_at_its_exporter_port():
 
 # --- Plan-time checks of a monitoring host's settings ---------------------------------------------------------------
 
-DEFAULTS = yaml.safe_load((ROOT / "roles" / "vllm_monitoring" / "defaults" / "main.yml").read_text())
+# The role's literal defaults, as the plan's filter reads them (a templated one is the role's to resolve).
+DEFAULTS = {
+    k: v
+    for k, v in yaml.safe_load((ROOT / "roles" / "vllm_monitoring" / "defaults" / "main.yml").read_text()).items()
+    if not (isinstance(v, str) and "{{" in v)
+}
 TOKEN = "T0KEN-abcdef0123456789"
 PASSWORD = "smtp-pa55word-0123456789"
 
@@ -360,6 +367,62 @@ def test_zero_is_a_choice_where_it_means_at_once():
                 vllm_monitoring_alert_pending={"VllmInstanceDown": "0s"},
                 vllm_monitoring_route={"receiver": "chat", "group_wait": "0s"},
             ),
+        )
+        == []
+    )
+
+
+SIGNED = {"vllm_signed_manifest_url": "http://10.0.9.5:8081/BUNDLE.sha256", "vllm_signed_manifest_public_key": "/k"}
+
+
+@pytest.mark.parametrize(
+    "values, says",
+    [
+        pytest.param(
+            {"vllm_monitoring_mirror_check": "maybe"},
+            "vllm_monitoring_mirror_check='maybe' is not a boolean",
+            id="not a boolean",
+        ),
+        pytest.param(
+            {"vllm_monitoring_mirror_check": True},
+            "vllm_monitoring_mirror_check is true but vllm_signed_manifest_url is empty",
+            id="on without a manifest",
+        ),
+        pytest.param(
+            {**SIGNED, "vllm_signed_manifest_public_key": ""},
+            "vllm_signed_manifest_public_key is empty",
+            id="a manifest without its key",
+        ),
+        pytest.param(
+            {**SIGNED, "vllm_monitoring_mirror_check_port": 9090},
+            "vllm_monitoring_mirror_check_port=9090 is vllm_monitoring_prometheus_port's port too",
+            id="Prometheus' port",
+        ),
+        pytest.param({**SIGNED, "vllm_monitoring_mirror_check_port": "x"}, "must be a port number", id="not a port"),
+        pytest.param(
+            {**SIGNED, "vllm_monitoring_mirror_check_timeout_s": 0},
+            "vllm_monitoring_mirror_check_timeout_s=0 must be a whole number of seconds, at least 1",
+            id="no time",
+        ),
+        pytest.param(
+            {**SIGNED, "vllm_monitoring_mirror_check_calendar": ""},
+            "vllm_monitoring_mirror_check_calendar='' must be a systemd calendar",
+            id="no calendar",
+        ),
+    ],
+)
+def test_the_mirror_checks_settings_are_refused_at_plan_time_naming_the_fix(values, says):
+    errors = monitoring.check("mon-1", {"vllm_monitoring_prometheus_port": 9090, **values})
+    assert len(errors) == 1 and errors[0].startswith("mon-1: ") and says in errors[0] and "fix: " in errors[0], errors
+
+
+def test_the_mirror_check_is_on_where_the_site_signs_and_off_elsewhere():
+    assert monitoring.mirror_check_on(SIGNED) is True
+    assert monitoring.mirror_check_on({}) is False
+    assert monitoring.mirror_check_on({**SIGNED, "vllm_monitoring_mirror_check": "false"}) is False
+    assert (
+        monitoring.check(
+            "mon-1", {**SIGNED, "vllm_monitoring_mirror_check": False, "vllm_monitoring_mirror_check_port": "x"}
         )
         == []
     )
