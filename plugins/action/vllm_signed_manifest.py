@@ -17,7 +17,7 @@ from vllm_fleet import custody as _custody
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("url", "public_key", "timeout"))
+    _VALID_ARGS = frozenset(("url", "public_key", "timeout", "collections_paths"))
     _requires_connection = False
 
     def run(self, tmp=None, task_vars=None):
@@ -34,5 +34,15 @@ class ActionModule(ActionBase):
             signed = _custody.read(url, key, timeout=timeout)
         except (_custody.CustodyError, ValueError) as exc:
             raise AnsibleActionFail(f"vllm_signed_manifest: {exc}") from exc
+        paths = args.get("collections_paths")
+        if paths is not None:
+            if isinstance(paths, str):
+                paths = paths.split(os.pathsep)
+            if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+                raise AnsibleActionFail("vllm_signed_manifest: collections_paths must be a list of folders")
+            errors, checked = _custody.collection_errors(signed.digests, paths)
+            if errors:
+                raise AnsibleActionFail("vllm_signed_manifest: " + " | ".join(errors))
+            result["collections"] = checked
         # Read-only, and the same in check mode: the roles' checks need it there too.
         return dict(result, changed=False, manifest=signed.as_dict(), files=len(signed.digests))

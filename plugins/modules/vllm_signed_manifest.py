@@ -37,6 +37,15 @@ options:
     description: Seconds to wait for each of the two files.
     type: float
     default: 30
+  collections_paths:
+    description:
+      - The controller's collections paths, in Ansible's order
+        (C(lookup('ansible.builtin.config', 'COLLECTIONS_PATHS'))). Each collection the manifest carries
+        (C(collections/ansible_collections/NS/NAME/)) is found where Ansible loads it from (the first path that has
+        it) and every file there compared with the signed digests; one altered,
+        missing or added (byte-code caches aside) fails the task, naming the collection, the files and the fix.
+    type: list
+    elements: path
 requirements:
   - minisign on the controller
 """
@@ -59,4 +68,9 @@ files:
   description: How many files the manifest lists.
   type: int
   returned: success
+collections:
+  description: With O(collections_paths), the collections checked (C(namespace.name)), each as the site signed it.
+  type: list
+  elements: str
+  returned: when collections_paths is given
 """

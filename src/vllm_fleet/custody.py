@@ -53,7 +53,23 @@ class SignedManifest:
             "digests": dict(self.digests),
             "trusted_comment": self.trusted_comment,
             "manifest_sha256": self.manifest_sha256,
+            "bundle": bundle_of(self.trusted_comment, self.manifest_sha256),
         }
+
+
+_COMMENT = re.compile(r"^vllm-fleet bundle (?P<name>.+), [0-9]+ files, [0-9]+ bytes, project (?P<commit>[0-9a-f]+)$")
+
+
+def bundle_of(comment: str, manifest_sha256: str) -> dict[str, str]:
+    """The bundle a signed manifest belongs to: its name and project commit, as scripts/bundle.sh signs them into the
+    trusted comment (vllm_fleet.bundle.build), and the manifest's SHA-256. A comment of another shape (a bundle signed
+    by other means) is kept whole as the name, with no commit."""
+    found = _COMMENT.match(comment)
+    return {
+        "name": found["name"] if found else comment,
+        "commit": found["commit"] if found else "",
+        "manifest_sha256": manifest_sha256,
+    }
 
 
 def parse(text: str, source: str) -> dict[str, str]:
@@ -166,3 +182,69 @@ def digest_of(signed: dict[str, object], location: str, name: str) -> str:
             "bundle with it (scripts/bundle.sh) and serve that bundle"
         )
     return str(digests[path])
+
+
+COLLECTIONS = "collections/ansible_collections/"
+NAMED = 10  # files named per kind in an error; the count says the rest
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1024 * 1024), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def collection_errors(digests: dict[str, str], roots: list[str]) -> tuple[list[str], list[str]]:
+    """(errors, checked) of the collections the signed manifest carries (``collections/ansible_collections/NS/NAME/``),
+    each as this controller's Ansible loads it: from the first of `roots` (its collections paths, in order) that has
+    ``ansible_collections/NS/NAME``. Every file there is compared with the signed digests: one altered, missing or
+    added fails it, named; Python's byte-code caches (``__pycache__``, which Python writes where it may) are not the
+    collection's, on either side. A collection the
+    controller does not have is not checked (Ansible would not load it)."""
+    signed: dict[tuple[str, str], dict[str, str]] = {}
+    for path, digest in digests.items():
+        if path.startswith(COLLECTIONS):
+            parts = path[len(COLLECTIONS) :].split("/", 2)
+            if len(parts) == 3 and "__pycache__" not in parts[2].split("/"):
+                signed.setdefault((parts[0], parts[1]), {})[parts[2]] = digest
+    errors, checked = [], []
+    for (namespace, name), files in sorted(signed.items()):
+        folder = next(
+            (
+                os.path.join(os.path.expanduser(root), "ansible_collections", namespace, name)
+                for root in roots
+                if os.path.isdir(os.path.join(os.path.expanduser(root), "ansible_collections", namespace, name))
+            ),
+            None,
+        )
+        if folder is None:
+            continue
+        found = {}
+        for top, folders, names in os.walk(folder):
+            folders[:] = sorted(f for f in folders if f != "__pycache__")
+            for file_name in names:
+                full = os.path.join(top, file_name)
+                found[os.path.relpath(full, folder)] = full
+        altered = [
+            f"{rel} (SHA-256 {_sha256(found[rel])}, signed {files[rel]})"
+            for rel in sorted(files)
+            if rel in found and (os.path.islink(found[rel]) or _sha256(found[rel]) != files[rel])
+        ]
+        missing = sorted(rel for rel in files if rel not in found)
+        added = sorted(rel for rel in found if rel not in files)
+        checked.append(f"{namespace}.{name}")
+        said = []
+        for kind, listed in (("altered", altered), ("missing", missing), ("added", added)):
+            if listed:
+                more = f" and {len(listed) - NAMED} more" if len(listed) > NAMED else ""
+                said.append(f"{kind}: {', '.join(listed[:NAMED])}{more}")
+        if said:
+            errors.append(
+                f"the collection {namespace}.{name} this controller loads ({folder}) is not the one the site signed: "
+                + "; ".join(said)
+                + "; fix: install the collections from the signed mirror's collections/ folder (its "
+                "ansible_collections/ on the controller's collections_path), or remove the copy that comes first"
+            )
+    return errors, checked

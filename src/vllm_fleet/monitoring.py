@@ -528,7 +528,8 @@ def _mirror_check(host: str, values: Mapping[str, Any], ports: Mapping[str, int]
         ("vllm_monitoring_mirror_check_stale_after_s", 93600),
     ):
         value = values.get(name)
-        if value is not None and (_port(value) is None or _port(value) < 1):
+        seconds_given = _port(value)  # a whole number, as a port is
+        if value is not None and (seconds_given is None or seconds_given < 1):
             errors.append(
                 f"{host}: {name}={inputs.short(value)} must be a whole number of seconds, at least 1; "
                 f"fix: e.g. {default}"

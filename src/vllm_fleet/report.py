@@ -55,6 +55,16 @@ def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def bundle_text(bundle: Mapping[str, Any] | None) -> str:
+    """The signed bundle a release came from, in words (the running release's bundle.json, vllm_fleet.verdict)."""
+    if not bundle:
+        return "no signed bundle recorded (installed without vllm_signed_manifest_url, or before releases recorded it)"
+    text = "signed bundle %s" % (bundle.get("name") or "-")
+    if bundle.get("commit"):
+        text += ", project %s" % bundle["commit"]
+    return text + ", manifest SHA-256 %s" % (bundle.get("manifest_sha256") or "-")
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     """The report as Markdown: a summary table, then one section per host."""
     hosts: Mapping[str, Mapping[str, Any]] = report.get("hosts") or {}
@@ -136,6 +146,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             lines.append("- result: %s (checked %s)" % ("ok" if e["ok"] else "FAILED", e.get("checked_at")))
             lines.append("- endpoint: %s, unit %s" % (_fmt(e.get("url")), _fmt(e.get("unit"))))
             lines.append("- vLLM: %s (pinned %s)" % (_fmt(version.get("reported")), _fmt(version.get("pinned"))))
+            if "bundle" in e:
+                lines.append("- installed from: %s" % bundle_text(e.get("bundle")))
             lines.append(
                 "- profile: %s; read-back: %s; speculative decoding: %s"
                 % (_fmt(profile.get("name")), profile.get("readback", "-"), _fmt(profile.get("speculative")))

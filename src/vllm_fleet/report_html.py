@@ -20,6 +20,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display: render to memory
 import matplotlib.pyplot as plt
 
+from . import report as _report
 from .tune import DEFAULTS, SIGNIFICANCE, TEST, verdict_text
 
 __all__ = ["render_html", "render_tune_html"]
@@ -193,6 +194,7 @@ def _instance_table(name: str, e: Mapping[str, Any]) -> str:
         ("vLLM", (e.get("version") or {}).get("reported")),
         ("profile", (e.get("profile") or {}).get("name")),
         ("read-back", (e.get("profile") or {}).get("readback")),
+        ("installed from", _report.bundle_text(e.get("bundle")) if "bundle" in e else None),
         ("card", (e.get("gpu") or {}).get("name")),
         ("port", (e.get("placement") or {}).get("port")),
         ("KV tokens", (e.get("kv_cache") or {}).get("tokens")),

@@ -478,6 +478,22 @@ def _judge_egress(probes: _Probes, out: _Lines) -> dict[str, Any] | None:
     return {"state": "refused" if refused["packets"] else "none refused", **refused}
 
 
+def _bundle(probes: _Probes) -> dict[str, Any] | None:
+    """The signed bundle the running release came from (the release's ``bundle.json``, slurp's result): its name,
+    project commit and manifest SHA-256; None when the release has no record (installed without the signed
+    manifest, or before releases recorded it) or it could not be read."""
+    result = probes.results.get("bundle")
+    if not isinstance(result, Mapping) or result.get("skipped") or not result.get("content"):
+        return None
+    try:
+        record = json.loads(base64.b64decode(str(result["content"])).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(record, Mapping):
+        return None
+    return {key: str(record.get(key) or "") for key in ("name", "commit", "manifest_sha256", "lock_sha256")}
+
+
 def _judge_smoke(
     probes: _Probes,
     expect: Mapping[str, Any],
@@ -647,7 +663,8 @@ def host_entry(
       ``cmdline``: the unit's main process's ``/proc/<pid>/cmdline`` (slurp's result, or the argv list);
       ``environ``: its ``/proc/<pid>/environ`` (slurp's result, or the text): the names of OFFLINE_ENVIRONMENT
       and ``expect["offline_environment"]`` must hold their values (only those are ever shown);
-      ``egress``: ``nft -j list table inet <egress table>`` (a command's result): what the host refused to send.
+      ``egress``: ``nft -j list table inet <egress table>`` (a command's result): what the host refused to send;
+      ``bundle``: the running release's ``bundle.json`` (slurp's result): the signed bundle it came from, reported.
     ``expect``:
       ``vllm_version`` (pinned), ``served_model_name`` (``""``: take what /v1/models lists),
       ``profile_name``, ``profile`` (the effective profile dict or ``None``), ``extra_args``
@@ -727,4 +744,5 @@ def host_entry(
         "findings": found,
         "offline_environment": offline,
         "egress": egress_refused,
+        "bundle": _bundle(api),
     }

