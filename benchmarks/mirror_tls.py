@@ -17,6 +17,7 @@ import argparse
 import functools
 import http.server
 import os
+import shutil
 import ssl
 import statistics
 import subprocess
@@ -87,8 +88,12 @@ def certificates(folder: Path) -> tuple[Path, Path, Path]:
             extensions,
         ],
     ]
+    if shutil.which("openssl") is None:
+        raise SystemExit("openssl is not on this machine's PATH; fix: apt-get install openssl")
     for step in steps:
-        subprocess.run([str(s) for s in step], check=True, capture_output=True, timeout=60)
+        made = subprocess.run([str(s) for s in step], capture_output=True, text=True, timeout=60)
+        if made.returncode != 0:
+            raise SystemExit(f"openssl could not make the run's certificates: {made.stderr.strip()[-500:]}")
     return ca, cert, key
 
 

@@ -55,6 +55,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 
 from . import wheelhouse
+from .custody import sha256_file
 from .wheelhouse import normalize
 
 MANIFEST = "MANIFEST.sha256"
@@ -84,17 +85,6 @@ class Entry:
     source: Path
     size: int
     sha256: str
-
-
-def sha256_file(path: Path) -> tuple[str, int]:
-    """The file's SHA-256 (hex) and size, read in chunks."""
-    digest = hashlib.sha256()
-    size = 0
-    with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
 
 
 def staging_files(staging: Path) -> list[tuple[str, Path]]:

@@ -188,12 +188,15 @@ COLLECTIONS = "collections/ansible_collections/"
 NAMED = 10  # files named per kind in an error; the count says the rest
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
+def sha256_file(path: str | os.PathLike[str]) -> tuple[str, int]:
+    """The file's SHA-256 (hex) and size, read in chunks of a MiB (the bundle's build, a wheelhouse's lock and the
+    controller's collections all hash files so)."""
+    digest, size = hashlib.sha256(), 0
     with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1024 * 1024), b""):
+        while chunk := handle.read(1 << 20):
             digest.update(chunk)
-    return digest.hexdigest()
+            size += len(chunk)
+    return digest.hexdigest(), size
 
 
 def collection_errors(digests: dict[str, str], roots: list[str]) -> tuple[list[str], list[str]]:
@@ -228,9 +231,9 @@ def collection_errors(digests: dict[str, str], roots: list[str]) -> tuple[list[s
                 full = os.path.join(top, file_name)
                 found[os.path.relpath(full, folder)] = full
         altered = [
-            f"{rel} (SHA-256 {_sha256(found[rel])}, signed {files[rel]})"
+            f"{rel} (SHA-256 {sha256_file(found[rel])[0]}, signed {files[rel]})"
             for rel in sorted(files)
-            if rel in found and (os.path.islink(found[rel]) or _sha256(found[rel]) != files[rel])
+            if rel in found and (os.path.islink(found[rel]) or sha256_file(found[rel])[0] != files[rel])
         ]
         missing = sorted(rel for rel in files if rel not in found)
         added = sorted(rel for rel in found if rel not in files)

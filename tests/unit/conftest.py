@@ -149,6 +149,28 @@ def run_module(tmp_path: Path, module: str, args: dict[str, Any], path: tuple[st
     return result
 
 
+def socket_activated(program: list[str]) -> tuple[subprocess.Popen[bytes], int]:
+    """`program` started as a systemd socket unit with Accept=no starts it: a listening socket on loopback at file
+    descriptor 3, LISTEN_FDS=1 and LISTEN_PID its own (set between the fork and the exec, as systemd does). Returns
+    the process and the socket's port; the caller stops the process."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    fd, port = listener.fileno(), listener.getsockname()[1]
+    handover = (
+        "import os, sys; os.dup2(int(sys.argv[1]), 3); os.environ.update(LISTEN_FDS='1', LISTEN_PID=str(os.getpid()));"
+        " os.execv(sys.argv[2], sys.argv[2:])"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", handover, str(fd), *program],
+        pass_fds=(fd,),
+        env={"PATH": os.environ["PATH"]},
+        stderr=subprocess.PIPE,
+    )
+    listener.close()  # the program holds its own copy
+    return process, port
+
+
 def fixture_text(*parts: str) -> str:
     """The text of a fixture file: fixture_text("vllm", "0.32.0-cpu", "metrics_idle.txt")."""
     return FIXTURES.joinpath(*parts).read_text()

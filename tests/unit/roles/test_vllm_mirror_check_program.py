@@ -17,7 +17,7 @@ import threading
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ROOT
+from conftest import ROOT, socket_activated
 
 PROGRAM = ROOT / "roles" / "vllm_monitoring" / "files" / "vllm-mirror-check.py"
 FILES = {
@@ -163,17 +163,7 @@ def test_the_serve_mode_answers_the_last_result_on_the_socket_systemd_hands_it(m
     LISTEN_FDS=1 and LISTEN_PID its own. Before any check, an empty answer (the metrics are absent); after one, its
     result; another path is a 404."""
     _, _, config = mirror
-    listener = socket.create_server(("127.0.0.1", 0))
-    fd, port = listener.fileno(), listener.getsockname()[1]
-    handover = (
-        "import os, sys; os.dup2(int(sys.argv[1]), 3); os.environ.update(LISTEN_FDS='1', LISTEN_PID=str(os.getpid()));"
-        " os.execv(sys.argv[2], sys.argv[2:])"
-    )
-    program = [sys.executable, "-I", "-S", str(PROGRAM), "serve", "--config", str(config)]
-    process = subprocess.Popen(
-        [sys.executable, "-c", handover, str(fd), *program], pass_fds=(fd,), env={"PATH": os.environ["PATH"]}
-    )
-    listener.close()
+    process, port = socket_activated([sys.executable, "-I", "-S", str(PROGRAM), "serve", "--config", str(config)])
     try:
         assert ask(port, "/metrics") == (200, b"")
         assert check(config).returncode == 0

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ROOT, load_source
+from conftest import ROOT, load_source, socket_activated
 
 PROGRAM = ROOT / "roles" / "vllm" / "files" / "vllm-sentinel.py"
 DEFAULTS = yaml.safe_load((ROOT / "roles" / "vllm_defaults" / "defaults" / "main.yml").read_text())
@@ -357,27 +357,11 @@ def test_the_metrics_answer_is_http_with_the_last_rounds_file_and_the_pause_as_i
 
 
 def served(tmp_path, command):
-    """The program started as its socket unit starts it (Accept=no): the listening socket at file descriptor 3,
-    LISTEN_FDS=1 and LISTEN_PID its own; returns (the process, the port)."""
+    """The program started as its socket unit starts it (Accept=no: conftest.socket_activated); returns (the process,
+    the port)."""
     path = tmp_path / "sentinel.json"
     path.write_text(json.dumps(config(tmp_path)))
-    listener = socket.create_server(("127.0.0.1", 0))
-    fd = listener.fileno()
-    program = [sys.executable, "-I", "-S", str(PROGRAM), command, "--config", str(path)]
-    # What systemd does between its fork and the program's exec: the socket at 3, and the two variables.
-    handover = (
-        "import os, sys; os.dup2(int(sys.argv[1]), 3); os.environ.update(LISTEN_FDS='1', LISTEN_PID=str(os.getpid()));"
-        " os.execv(sys.argv[2], sys.argv[2:])"
-    )
-    process = subprocess.Popen(
-        [sys.executable, "-c", handover, str(fd), *program],
-        pass_fds=(fd,),
-        env={"PATH": os.environ["PATH"]},
-        stderr=subprocess.PIPE,
-    )
-    port = listener.getsockname()[1]
-    listener.close()  # the program holds its own copy
-    return process, port
+    return socket_activated([sys.executable, "-I", "-S", str(PROGRAM), command, "--config", str(path)])
 
 
 def ask(port, question, timeout=10):
