@@ -11,6 +11,11 @@ description:
     its roles reach (wheelhouse, models, alert receivers), C(vllm_egress_dns) and C(vllm_egress_allow). Each error
     names the host, the setting, the value and the fix (a URL whose host is a name needs its address in
     C(vllm_egress_allow)).
+  - >-
+    C(hostvars | vllm_egress_errors_hosts(hosts, groups, plan)) gives the errors of every host of C(hosts) whose
+    C(vllm_egress) is on, in one pass: the other fleet hosts' addresses are read once for all of them, where
+    C(vllm_egress_rules) on each host reads them all again (the plan's check, run once). A vLLM host's settings see
+    its profile from C(plan) (the fact C(vllm_plan)) as C(vllm_profile_effective) where it has none yet.
   - C(vllm_egress_comment) makes a rule's reason safe as an nftables comment.
   - C(vllm_egress_destination) says one of those destinations in words.
   - C(vllm_egress_denied) reads C(nft -j list table inet <table>) into C({packets, bytes, destinations}), what the
@@ -28,12 +33,18 @@ EXAMPLES = r"""
 - name: The host's egress rules (errors stop the run)
   ansible.builtin.debug:
     msg: "{{ (hostvars | vllm_egress_rules(inventory_hostname, groups)).rules }}"
+
+- name: Every host's egress settings hold (once for the play)
+  ansible.builtin.assert:
+    that: (hostvars | vllm_egress_errors_hosts(ansible_play_hosts, groups, vllm_plan)) | length == 0
+  run_once: true
 """
 
 RETURN = r"""
 _value:
   description:
     - C(vllm_egress_rules), C({errors, rules, dns}) (each rule C({family, to, proto, ports, why})).
+    - C(vllm_egress_errors_hosts), a list of error lines, each naming its host.
     - C(vllm_egress_comment), a string; C(vllm_egress_denied), C({packets, bytes, destinations}).
   type: raw
 """
@@ -43,31 +54,88 @@ import sys
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleError, AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible.vars.hostvars import HostVarsVars
 from jinja2 import Undefined
 
 # The library of this checkout, beside the plugin (never another installed copy): every filter plugin loads it so.
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
 if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
-from vllm_fleet import egress, inputs
+from vllm_fleet import datafiles, egress, inputs
+
+# vllm_egress where the inventory does not set it: the default every role reads (roles/vllm_defaults).
+_DEFAULT_ON = datafiles.role_defaults().get("vllm_egress", True)
+
+
+def _check_args(name, hostvars, groups):
+    if not isinstance(hostvars, Mapping) or not isinstance(groups, Mapping):
+        raise AnsibleFilterError(
+            "%s expects hostvars | %s(..., groups), got %s and %s"
+            % (name, name, type(hostvars).__name__, type(groups).__name__)
+        )
 
 
 def vllm_egress_rules(hostvars, host, groups):
-    if not isinstance(hostvars, Mapping) or not isinstance(groups, Mapping):
-        raise AnsibleFilterError(
-            "vllm_egress_rules expects hostvars | vllm_egress_rules(host, groups), got %s and %s"
-            % (type(hostvars).__name__, type(groups).__name__)
-        )
+    _check_args("vllm_egress_rules", hostvars, groups)
     fleet = egress.fleet_hosts(groups)
-    settings, unresolved = _own_settings(hostvars[host])
+    return _rules(host, hostvars[host], groups, {name: _peer(hostvars[name]) for name in fleet})
+
+
+def _rules(host, variables, groups, peers):
+    settings, unresolved = _own_settings(variables)
     settings[egress.MONITORING_HOST] = str(host) in (groups.get("vllm_monitoring") or [])
-    result = egress.rules(str(host), settings, {name: _peer(hostvars[name]) for name in fleet})
+    result = egress.rules(str(host), settings, peers)
     result["errors"] = [
         "%s: %s cannot be resolved when the egress rules are made (%s); fix: define what it is built from in the "
         "inventory" % (host, name, reason)
         for name, reason in unresolved
     ] + result["errors"]
     return result
+
+
+def _with_profile(hostvars, host, plan):
+    """The host's variables, with its profile from the plan (vllm_profile_effective, which its model URLs may be built
+    from) where the host has none yet: the vllm role's preflight takes it so, later in the run."""
+    entry = (plan.get("hosts") or {}).get(host) if isinstance(plan, Mapping) else None
+    profile = entry.get("profile_effective") if isinstance(entry, Mapping) else None
+    variables = hostvars[host]
+    if profile is None or "vllm_profile_effective" in variables:
+        return variables
+    raw_get = getattr(hostvars, "raw_get", None)
+    if raw_get is None:  # a plain mapping of variables (no templating to do)
+        return {**variables, "vllm_profile_effective": profile}
+    # Ansible's own view of one host's variables, templated on access in that host's context, over the same variables
+    # and the profile (HostVarsVars: what hostvars[host] is).
+    return HostVarsVars(
+        {**raw_get(host), "vllm_profile_effective": profile}, loader=getattr(hostvars, "_loader", None), host=host
+    )
+
+
+def vllm_egress_errors_hosts(hostvars, hosts, groups, plan=None):
+    """The egress errors of each of `hosts` whose vllm_egress is on (vllm_defaults' default: on), in one pass; a vLLM
+    host's settings see its profile from `plan` (the fact vllm_plan)."""
+    _check_args("vllm_egress_errors_hosts", hostvars, groups)
+    if isinstance(hosts, str) or not hasattr(hosts, "__iter__"):
+        raise AnsibleFilterError(
+            "vllm_egress_errors_hosts: expected a list of host names, got %s" % inputs.short(hosts)
+        )
+    peers = {name: _peer(hostvars[name]) for name in egress.fleet_hosts(groups)}
+    errors = []
+    for host in hosts:
+        variables = _with_profile(hostvars, str(host), plan)
+        try:
+            enabled = variables.get("vllm_egress", _DEFAULT_ON)
+            on = not isinstance(enabled, Undefined) and boolean(inputs.plain(enabled), strict=True)
+        except (TypeError, AnsibleError):
+            errors.append("%s: vllm_egress is not a boolean; fix: true or false" % host)
+            continue
+        if isinstance(enabled, Undefined):
+            errors.append("%s: vllm_egress cannot be resolved; fix: true or false" % host)
+            continue
+        if on:
+            errors += _rules(host, variables, groups, peers)["errors"]
+    return errors
 
 
 def _own_settings(variables):
@@ -119,6 +187,7 @@ class FilterModule:
     def filters(self):
         return {
             "vllm_egress_rules": vllm_egress_rules,
+            "vllm_egress_errors_hosts": vllm_egress_errors_hosts,
             "vllm_egress_comment": vllm_egress_comment,
             "vllm_egress_denied": vllm_egress_denied,
             "vllm_egress_destination": vllm_egress_destination,

@@ -23,6 +23,8 @@ WHOLE_NUMBERS = {
 PORTS = ("vllm_sentinel_agent_port", "vllm_sentinel_metrics_port")
 XID_LISTS = ("vllm_sentinel_xid_reset", "vllm_sentinel_xid_reboot", "vllm_sentinel_xid_ignore")
 BOOLEANS = ("vllm_sentinel", "vllm_sentinel_act")
+# Every setting errors() reads (the vllm role's _vllm_sentinel_settings).
+SETTINGS = (*BOOLEANS, *WHOLE_NUMBERS, *PORTS, *XID_LISTS, "vllm_sentinel_xid_journal_match")
 
 
 def _whole(value: Any) -> int | None:

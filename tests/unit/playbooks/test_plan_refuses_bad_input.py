@@ -482,7 +482,7 @@ def test_bad_egress_settings_are_refused_at_plan_time_each_named_with_its_fix(tm
     assert "reaches other-mirror.example.internal, a name" in out and "ports: [8080], name: other-mirror" in out
     assert bad + "vllm_draft_model_url cannot be resolved when the egress rules are made" in out
     assert "undefined_base_url" in out and "Traceback" not in out
-    assert "gpu-4090-02.example.internal: " not in out.split("Check what this host may send out", 1)[-1]
+    assert "gpu-4090-02.example.internal: " not in out.split("Check what every fleet host may send out", 1)[-1]
 
 
 @pytest.mark.integration
