@@ -86,30 +86,44 @@ def _rules(host, variables, groups, peers):
     settings, unresolved = _own_settings(variables)
     settings[egress.MONITORING_HOST] = str(host) in (groups.get("vllm_monitoring") or [])
     result = egress.rules(str(host), settings, peers)
-    result["errors"] = [
-        "%s: %s cannot be resolved when the egress rules are made (%s); fix: define what it is built from in the "
-        "inventory" % (host, name, reason)
-        for name, reason in unresolved
-    ] + result["errors"]
+    result["errors"] = _unresolved(host, unresolved) + result["errors"]
     return result
 
 
-def _with_profile(hostvars, host, plan):
+def _unresolved(host, unresolved):
+    return [
+        "%s: %s cannot be resolved when the egress rules are made (%s); fix: define what it is built from in the "
+        "inventory" % (host, name, reason)
+        for name, reason in unresolved
+    ]
+
+
+def _views(hostvars, names):
+    """{host: its variables} for `names`, each host's read once (Ansible merges them on every hostvars[host]): its raw
+    variables with the templating view Ansible gives them (HostVarsVars: what hostvars[host] is), or, for a plain
+    mapping, the host's own."""
+    raw_get = getattr(hostvars, "raw_get", None)
+    if raw_get is None:
+        return {name: hostvars[name] for name in names}
+    loader = getattr(hostvars, "_loader", None)
+    return {name: (raw_get(name), loader) for name in names}
+
+
+def _with_profile(view, host, plan):
     """The host's variables, with its profile from the plan (vllm_profile_effective, which its model URLs may be built
     from) where the host has none yet: the vllm role's preflight takes it so, later in the run."""
     entry = (plan.get("hosts") or {}).get(host) if isinstance(plan, Mapping) else None
     profile = entry.get("profile_effective") if isinstance(entry, Mapping) else None
-    variables = hostvars[host]
-    if profile is None or "vllm_profile_effective" in variables:
-        return variables
-    raw_get = getattr(hostvars, "raw_get", None)
-    if raw_get is None:  # a plain mapping of variables (no templating to do)
-        return {**variables, "vllm_profile_effective": profile}
-    # Ansible's own view of one host's variables, templated on access in that host's context, over the same variables
-    # and the profile (HostVarsVars: what hostvars[host] is).
-    return HostVarsVars(
-        {**raw_get(host), "vllm_profile_effective": profile}, loader=getattr(hostvars, "_loader", None), host=host
-    )
+    if not isinstance(view, tuple):  # a plain mapping of variables (no templating to do)
+        return (
+            {**view, "vllm_profile_effective": profile}
+            if profile is not None and "vllm_profile_effective" not in view
+            else view
+        )
+    raw, loader = view
+    if profile is not None and "vllm_profile_effective" not in raw:
+        raw = {**raw, "vllm_profile_effective": profile}
+    return HostVarsVars(raw, loader=loader, host=host)
 
 
 def vllm_egress_errors_hosts(hostvars, hosts, groups, plan=None):
@@ -120,10 +134,12 @@ def vllm_egress_errors_hosts(hostvars, hosts, groups, plan=None):
         raise AnsibleFilterError(
             "vllm_egress_errors_hosts: expected a list of host names, got %s" % inputs.short(hosts)
         )
-    peers = {name: _peer(hostvars[name]) for name in egress.fleet_hosts(groups)}
+    fleet = egress.fleet_hosts(groups)
+    views = _views(hostvars, dict.fromkeys([*fleet, *map(str, hosts)]))
+    named = egress.named_peers({name: _peer(_with_profile(views[name], name, None)) for name in fleet})
     errors = []
     for host in hosts:
-        variables = _with_profile(hostvars, str(host), plan)
+        variables = _with_profile(views[str(host)], str(host), plan)
         try:
             enabled = variables.get("vllm_egress", _DEFAULT_ON)
             on = not isinstance(enabled, Undefined) and boolean(inputs.plain(enabled), strict=True)
@@ -134,7 +150,9 @@ def vllm_egress_errors_hosts(hostvars, hosts, groups, plan=None):
             errors.append("%s: vllm_egress cannot be resolved; fix: true or false" % host)
             continue
         if on:
-            errors += _rules(host, variables, groups, peers)["errors"]
+            settings, unresolved = _own_settings(variables)
+            settings[egress.MONITORING_HOST] = str(host) in (groups.get("vllm_monitoring") or [])
+            errors += _unresolved(host, unresolved) + egress.errors(str(host), settings, named)
     return errors
 
 

@@ -226,6 +226,49 @@ def _url_rules(
     return rules
 
 
+def named_peers(peers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The fleet hosts known by a name rather than an address ({host: its ansible_host}): the only peers a host's
+    settings can fail on (:func:`errors`)."""
+    named = {}
+    for name, values in peers.items():
+        address = values.get("ansible_host") or name
+        try:
+            ipaddress.ip_network(str(address), strict=False)
+        except ValueError:
+            named[name] = address
+    return named
+
+
+def _named_peer_errors(host: str, named: Mapping[str, Any], names: Mapping[str, Any], fleet_networks: Any) -> list[str]:
+    return [
+        f"{host}: the fleet host {name} has ansible_host={inputs.short(address)}, not an address, and egress rules "
+        "hold addresses; fix: the networks the fleet's hosts are in as vllm_egress_fleet_networks (e.g. "
+        "[10.0.0.0/16]), or its address as ansible_host"
+        for name, address in sorted(named.items())
+        if name != host and not (names.get(str(address).lower().rstrip(".")) or fleet_networks)
+    ]
+
+
+def errors(host: str, settings: Mapping[str, Any], named: Mapping[str, Any]) -> list[str]:
+    """:func:`rules`' errors alone, the same in the same order, without making the rules: ``named`` is
+    :func:`named_peers` of the fleet, found once for all its hosts (the rules admit every other fleet host, so making
+    them for every host costs the square of the fleet's size)."""
+    out: list[str] = []
+    _, names = _allow(host, settings.get("vllm_egress_allow"), out)
+    fleet_networks = settings.get("vllm_egress_fleet_networks") or []
+    try:
+        inputs.networks(host, "vllm_egress_fleet_networks", fleet_networks)
+    except ValueError as exc:
+        out.append(str(exc))
+    out += _named_peer_errors(host, named, names, fleet_networks)
+    _url_rules(host, settings, names, out)
+    try:
+        inputs.networks(host, "vllm_egress_dns", settings.get("vllm_egress_dns") or [])
+    except ValueError as exc:
+        out.append(str(exc))
+    return out
+
+
 def rules(host: str, settings: Mapping[str, Any], peers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """A host's egress: ``{"errors": [...], "rules": [{family, to, proto, ports, why}...], "dns": [...]}``.
 
@@ -246,13 +289,7 @@ def rules(host: str, settings: Mapping[str, Any], peers: Mapping[str, Mapping[st
         try:
             network = ipaddress.ip_network(str(address), strict=False)
         except ValueError:
-            covered = names.get(str(address).lower().rstrip(".")) or fleet_networks
-            if not covered:
-                errors.append(
-                    f"{host}: the fleet host {name} has ansible_host={inputs.short(address)}, not an address, and "
-                    "egress rules hold addresses; fix: the networks the fleet's hosts are in as "
-                    "vllm_egress_fleet_networks (e.g. [10.0.0.0/16]), or its address as ansible_host"
-                )
+            errors += _named_peer_errors(host, {name: address}, names, fleet_networks)
             continue
         found.append(_rule(network, "any", [], f"the fleet host {name}"))
     # The gateways' shared address (vllm_gateway_vip), which one gateway holds at a time: the others' checks reach

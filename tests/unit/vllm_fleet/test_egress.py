@@ -320,3 +320,25 @@ def test_the_rendered_rules_refuse_count_and_name_what_is_not_admitted(tmp_path)
     refused = egress.denied(lines[-1])
     assert refused["destinations"] == [{"to": "203.0.113.9", "proto": "tcp", "port": 443, "packets": 1}]
     assert refused["packets"] == 1
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"vllm_egress_allow": [MIRROR], "vllm_model_url": "http://10.89.77.2:8080/models/m"},
+        {"vllm_model_url": "http://mirror.internal/m", "vllm_egress_dns": ["not-a-resolver"]},
+        {"vllm_egress_allow": [{"to": "mirror.internal", "ports": [80]}], "vllm_egress_fleet_networks": ["x/99"]},
+        {"vllm_egress_allow": [{"to": "10.0.0.9", "ports": [80], "name": "gpu-9.internal"}]},
+        {"vllm_egress_fleet_networks": ["10.0.0.0/16"], "vllm_wheelhouse_url": "ftp://"},
+    ],
+)
+def test_the_errors_alone_are_the_rules_errors_without_the_rules(settings):
+    """errors() (the plan's one pass over the fleet, peers known by a name found once) gives rules()' errors, the
+    same in the same order; a peer known by a name is one of them unless an allow entry or the fleet's networks
+    cover it."""
+    peers = {**LAB_PEERS, "gpu-9": {"ansible_host": "gpu-9.internal"}, "gpu-10": {}}
+    assert egress.named_peers(peers) == {"gpu-9": "gpu-9.internal", "gpu-10": "gpu-10"}
+    for host in ("fleet-1", "gpu-9"):
+        expected = egress.rules(host, settings, peers)["errors"]
+        assert egress.errors(host, settings, egress.named_peers(peers)) == expected
+        assert expected or settings.get("vllm_egress_fleet_networks") == ["10.0.0.0/16"], settings
