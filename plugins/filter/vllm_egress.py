@@ -6,9 +6,9 @@ name: vllm_egress_rules
 short_description: A fleet host's egress rules from the inventory, and the other vllm_egress_* filters
 description:
   - >-
-    C(hostvars | vllm_egress_rules(host, groups)) gives C({errors, rules, dns}) for one host, admitting the other
-    fleet hosts (groups vllm_nodes, vllm_gateways, vllm_monitoring) by their C(ansible_host), the hosts of the URLs
-    its roles reach (wheelhouse, models, alert receivers), C(vllm_egress_dns) and C(vllm_egress_allow). Each error
+    C(hostvars | vllm_egress_rules(host, groups[, peers])) gives C({errors, rules, dns}) for one host, admitting the
+    other fleet hosts (groups vllm_nodes, vllm_gateways, vllm_monitoring) by their C(ansible_host), the hosts of the
+    URLs its roles reach (wheelhouse, models, alert receivers), C(vllm_egress_dns) and C(vllm_egress_allow). Each error
     names the host, the setting, the value and the fix (a URL whose host is a name needs its address in
     C(vllm_egress_allow)).
   - >-
@@ -16,6 +16,10 @@ description:
     C(vllm_egress) is on, in one pass: the other fleet hosts' addresses are read once for all of them, where
     C(vllm_egress_rules) on each host reads them all again (the plan's check, run once). A vLLM host's settings see
     its profile from C(plan) (the fact C(vllm_plan)) as C(vllm_profile_effective) where it has none yet.
+  - >-
+    C(hostvars | vllm_egress_peers(groups)) reads what egress needs of every fleet host once (C({host: {ansible_host,
+    vllm_gateway_vip}})); given as C(vllm_egress_rules)' fourth argument, each host's rules read no other host's
+    variables (the vllm_firewall role's egress entry point sets it once per play).
   - C(vllm_egress_comment) makes a rule's reason safe as an nftables comment.
   - C(vllm_egress_destination) says one of those destinations in words.
   - C(vllm_egress_denied) reads C(nft -j list table inet <table>) into C({packets, bytes, destinations}), what the
@@ -45,6 +49,7 @@ _value:
   description:
     - C(vllm_egress_rules), C({errors, rules, dns}) (each rule C({family, to, proto, ports, why})).
     - C(vllm_egress_errors_hosts), a list of error lines, each naming its host.
+    - "C(vllm_egress_peers), C({host: {ansible_host, vllm_gateway_vip}}) (each key where the host sets it)."
     - C(vllm_egress_comment), a string; C(vllm_egress_denied), C({packets, bytes, destinations}).
   type: raw
 """
@@ -76,10 +81,24 @@ def _check_args(name, hostvars, groups):
         )
 
 
-def vllm_egress_rules(hostvars, host, groups):
+def vllm_egress_rules(hostvars, host, groups, peers=None):
     _check_args("vllm_egress_rules", hostvars, groups)
+    if peers is None:
+        peers = {name: _peer(hostvars[name]) for name in egress.fleet_hosts(groups)}
+    elif not isinstance(peers, Mapping) or not all(isinstance(p, Mapping) for p in peers.values()):
+        raise AnsibleFilterError(
+            "vllm_egress_rules: peers must be vllm_egress_peers' output, got %s" % inputs.short(peers)
+        )
+    return _rules(host, hostvars[host], groups, peers)
+
+
+def vllm_egress_peers(hostvars, groups):
+    """What egress reads of every fleet host (its address, the gateways' shared address), each host's variables read
+    once: given to vllm_egress_rules on each host, it spares each host reading all the others again."""
+    _check_args("vllm_egress_peers", hostvars, groups)
     fleet = egress.fleet_hosts(groups)
-    return _rules(host, hostvars[host], groups, {name: _peer(hostvars[name]) for name in fleet})
+    views = _views(hostvars, fleet)
+    return {name: _peer(_with_profile(views[name], name, None)) for name in fleet}
 
 
 def _rules(host, variables, groups, peers):
@@ -206,6 +225,7 @@ class FilterModule:
         return {
             "vllm_egress_rules": vllm_egress_rules,
             "vllm_egress_errors_hosts": vllm_egress_errors_hosts,
+            "vllm_egress_peers": vllm_egress_peers,
             "vllm_egress_comment": vllm_egress_comment,
             "vllm_egress_denied": vllm_egress_denied,
             "vllm_egress_destination": vllm_egress_destination,

@@ -107,3 +107,18 @@ def test_sentinel_in_one_pass_gives_each_hosts_own_errors_with_the_defaults():
 def test_sentinel_in_one_pass_needs_the_plan():
     with pytest.raises(AnsibleFilterError, match="expected the plan"):
         vllm_sentinel.vllm_sentinel_errors_hosts({"h": {}}, ["h"], None)
+
+
+def test_each_hosts_rules_from_the_peers_read_once_are_the_rules_it_read_itself():
+    """The egress entry point reads every fleet host's address once (vllm_egress_peers) and gives it to each host's
+    vllm_egress_rules: the same rules and errors as a host that reads every other host itself."""
+    hostvars = {**HOSTVARS, "gw": {"ansible_host": "10.89.77.20", "vllm_gateway_vip": "10.89.77.100/24"}}
+    peers = vllm_egress.vllm_egress_peers(hostvars, GROUPS)
+    assert peers["gw"] == {"ansible_host": "10.89.77.20", "vllm_gateway_vip": "10.89.77.100/24"}
+    assert set(peers) == set(hostvars)
+    for host in hostvars:
+        assert vllm_egress.vllm_egress_rules(hostvars, host, GROUPS, peers) == vllm_egress.vllm_egress_rules(
+            hostvars, host, GROUPS
+        )
+    with pytest.raises(AnsibleFilterError, match="peers must be vllm_egress_peers' output"):
+        vllm_egress.vllm_egress_rules(hostvars, "gw", GROUPS, ["gw"])
