@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -17,20 +16,8 @@ _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src
 if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
 from vllm_fleet import planner as _planner
+from vllm_fleet.files import write_whole
 from vllm_fleet.inputs import short as _short
-
-
-def _write(path: Path, text: str) -> None:
-    """Replace `path` whole (a reader never sees half a file): a temporary file beside it, renamed over it."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class ActionModule(ActionBase):
@@ -62,7 +49,7 @@ class ActionModule(ActionBase):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             # Ansible's to_nice_json(indent=2) wrote the same text before: keys sorted, ASCII only.
-            _write(path, json.dumps(plan, indent=2, sort_keys=True, separators=(",", ": "), default=str) + "\n")
+            write_whole(path, json.dumps(plan, indent=2, sort_keys=True, separators=(",", ": "), default=str) + "\n")
         except (OSError, ValueError, TypeError) as exc:
             raise AnsibleActionFail("vllm_plan_write: could not write %s: %s" % (dest, exc)) from exc
         # plan.json is the run's output, not state a host is driven to: "ok", so a second run still shows changed=0.

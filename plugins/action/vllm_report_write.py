@@ -6,7 +6,6 @@ import fcntl
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -19,20 +18,8 @@ if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
 from vllm_fleet import fragments as _fragments
 from vllm_fleet import report as _report
+from vllm_fleet.files import write_whole
 from vllm_fleet.inputs import short as _short
-
-
-def _write(path: Path, text: str) -> None:
-    """Replace `path` whole (a reader never sees half a file): a temporary file beside it, renamed over it."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class ActionModule(ActionBase):
@@ -60,7 +47,7 @@ class ActionModule(ActionBase):
                         "vllm_report_write: fragment must be vllm_report_fragment's output, got %s" % _short(fragment)
                     )
                 path = hosts / _fragments.fragment_name(fragment)
-                _write(path, json.dumps(dict(fragment), indent=4, sort_keys=True, default=str) + "\n")
+                write_whole(path, json.dumps(dict(fragment), indent=4, sort_keys=True, default=str) + "\n")
                 written.append(str(path))
             if render:
                 # Hosts writing at once take turns: each merges every fragment written before its turn, so the last
@@ -77,7 +64,7 @@ class ActionModule(ActionBase):
                         ("report.md", _report.render_markdown(report)),
                         ("report.html", render_html(report)),
                     ):
-                        _write(Path(run_dir) / name, text)
+                        write_whole(Path(run_dir) / name, text)
                         written.append(str(Path(run_dir) / name))
         except (OSError, ValueError) as exc:
             raise AnsibleActionFail("vllm_report_write: could not write the report in %s: %s" % (run_dir, exc)) from exc
