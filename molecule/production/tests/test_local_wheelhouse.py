@@ -58,9 +58,16 @@ def plan(tmp_path, wheelhouse, book="playbooks/plan.yml"):
 
 
 def test_a_local_folder_wheelhouse_plans_with_egress_on_and_no_rule_for_it(tmp_path):
-    """plan.yml as is, then one play that writes each host's egress rules (the filter the plan's egress check
-    calls, on the same variables) to a file on the controller."""
+    """plan.yml as is, then one play that writes each host's egress rules to a file on the controller, made as
+    site.yml's egress play makes them: the host's profile taken from the plan (vllm_profile_effective, which the
+    example's model URLs are built from), then the vllm_egress_rules filter."""
     book = tmp_path / "plan-then-egress.yml"
+    profile = {
+        "name": "Take the host's profile from the plan, as the vllm_firewall role's egress entry point does",
+        "ansible.builtin.set_fact": {
+            "vllm_profile_effective": "{{ vllm_plan.hosts[inventory_hostname].profile_effective }}",
+        },
+    }
     write = {
         "name": "Write this host's egress rules on the controller",
         "ansible.builtin.copy": {
@@ -79,7 +86,7 @@ def test_a_local_folder_wheelhouse_plans_with_egress_on_and_no_rule_for_it(tmp_p
                     "name": "The egress rules the plan checked",
                     "hosts": "vllm_nodes",
                     "gather_facts": False,
-                    "tasks": [write],
+                    "tasks": [profile, write],
                 },
             ],
             sort_keys=False,
