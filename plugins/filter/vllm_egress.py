@@ -84,33 +84,31 @@ def _check_args(name, hostvars, groups):
 def vllm_egress_rules(hostvars, host, groups, peers=None):
     _check_args("vllm_egress_rules", hostvars, groups)
     if peers is None:
-        peers = {name: _peer(hostvars[name]) for name in egress.fleet_hosts(groups)}
+        peers = vllm_egress_peers(hostvars, groups)
     elif not isinstance(peers, Mapping) or not all(isinstance(p, Mapping) for p in peers.values()):
         raise AnsibleFilterError(
             "vllm_egress_rules: peers must be vllm_egress_peers' output, got %s" % inputs.short(peers)
         )
-    return _rules(host, hostvars[host], groups, peers)
+    settings, unresolved = _settings(host, hostvars[host], groups)
+    result = egress.rules(str(host), settings, peers)
+    result["errors"] = unresolved + result["errors"]
+    return result
 
 
-def vllm_egress_peers(hostvars, groups):
+def vllm_egress_peers(hostvars, groups, views=None):
     """What egress reads of every fleet host (its address, the gateways' shared address), each host's variables read
     once: given to vllm_egress_rules on each host, it spares each host reading all the others again."""
     _check_args("vllm_egress_peers", hostvars, groups)
     fleet = egress.fleet_hosts(groups)
-    views = _views(hostvars, fleet)
-    return {name: _peer(_with_profile(views[name], name, None)) for name in fleet}
+    views = views or _views(hostvars, fleet)
+    return {name: _peer(_variables(views[name], name)) for name in fleet}
 
 
-def _rules(host, variables, groups, peers):
+def _settings(host, variables, groups):
+    """(the host's settings egress reads, an error line for each that cannot be resolved yet)."""
     settings, unresolved = _own_settings(variables)
     settings[egress.MONITORING_HOST] = str(host) in (groups.get("vllm_monitoring") or [])
-    result = egress.rules(str(host), settings, peers)
-    result["errors"] = _unresolved(host, unresolved) + result["errors"]
-    return result
-
-
-def _unresolved(host, unresolved):
-    return [
+    return settings, [
         "%s: %s cannot be resolved when the egress rules are made (%s); fix: define what it is built from in the "
         "inventory" % (host, name, reason)
         for name, reason in unresolved
@@ -119,8 +117,7 @@ def _unresolved(host, unresolved):
 
 def _views(hostvars, names):
     """{host: its variables} for `names`, each host's read once (Ansible merges them on every hostvars[host]): its raw
-    variables with the templating view Ansible gives them (HostVarsVars: what hostvars[host] is), or, for a plain
-    mapping, the host's own."""
+    variables and the loader to template them with, or, for a plain mapping, the host's own."""
     raw_get = getattr(hostvars, "raw_get", None)
     if raw_get is None:
         return {name: hostvars[name] for name in names}
@@ -128,21 +125,16 @@ def _views(hostvars, names):
     return {name: (raw_get(name), loader) for name in names}
 
 
-def _with_profile(view, host, plan):
-    """The host's variables, with its profile from the plan (vllm_profile_effective, which its model URLs may be built
-    from) where the host has none yet: the vllm role's preflight takes it so, later in the run."""
+def _variables(view, host, plan=None):
+    """A host's variables from its view, templated on access as hostvars[host] is (Ansible's HostVarsVars), with its
+    profile from the plan (vllm_profile_effective, which its model URLs may be built from) where the host has none yet:
+    the vllm role's preflight takes it so, later in the run."""
     entry = (plan.get("hosts") or {}).get(host) if isinstance(plan, Mapping) else None
     profile = entry.get("profile_effective") if isinstance(entry, Mapping) else None
-    if not isinstance(view, tuple):  # a plain mapping of variables (no templating to do)
-        return (
-            {**view, "vllm_profile_effective": profile}
-            if profile is not None and "vllm_profile_effective" not in view
-            else view
-        )
-    raw, loader = view
-    if profile is not None and "vllm_profile_effective" not in raw:
-        raw = {**raw, "vllm_profile_effective": profile}
-    return HostVarsVars(raw, loader=loader, host=host)
+    variables = view[0] if isinstance(view, tuple) else view
+    if profile is not None and "vllm_profile_effective" not in variables:
+        variables = {**variables, "vllm_profile_effective": profile}
+    return HostVarsVars(variables, loader=view[1], host=host) if isinstance(view, tuple) else variables
 
 
 def vllm_egress_errors_hosts(hostvars, hosts, groups, plan=None):
@@ -153,25 +145,21 @@ def vllm_egress_errors_hosts(hostvars, hosts, groups, plan=None):
         raise AnsibleFilterError(
             "vllm_egress_errors_hosts: expected a list of host names, got %s" % inputs.short(hosts)
         )
-    fleet = egress.fleet_hosts(groups)
-    views = _views(hostvars, dict.fromkeys([*fleet, *map(str, hosts)]))
-    named = egress.named_peers({name: _peer(_with_profile(views[name], name, None)) for name in fleet})
+    views = _views(hostvars, dict.fromkeys([*egress.fleet_hosts(groups), *map(str, hosts)]))
+    named = egress.named_peers(vllm_egress_peers(hostvars, groups, views))
     errors = []
-    for host in hosts:
-        variables = _with_profile(views[str(host)], str(host), plan)
+    for host in map(str, hosts):
+        variables = _variables(views[host], host, plan)
         try:
             enabled = variables.get("vllm_egress", _DEFAULT_ON)
-            on = not isinstance(enabled, Undefined) and boolean(inputs.plain(enabled), strict=True)
+            on = boolean(inputs.plain(enabled), strict=True) if not isinstance(enabled, Undefined) else None
         except (TypeError, AnsibleError):
-            errors.append("%s: vllm_egress is not a boolean; fix: true or false" % host)
-            continue
-        if isinstance(enabled, Undefined):
-            errors.append("%s: vllm_egress cannot be resolved; fix: true or false" % host)
-            continue
-        if on:
-            settings, unresolved = _own_settings(variables)
-            settings[egress.MONITORING_HOST] = str(host) in (groups.get("vllm_monitoring") or [])
-            errors += _unresolved(host, unresolved) + egress.errors(str(host), settings, named)
+            on = None
+        if on is None:
+            errors.append("%s: vllm_egress is not a boolean or cannot be resolved; fix: true or false" % host)
+        elif on:
+            settings, unresolved = _settings(host, variables, groups)
+            errors += unresolved + egress.errors(host, settings, named)
     return errors
 
 

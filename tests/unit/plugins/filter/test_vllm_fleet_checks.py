@@ -66,12 +66,12 @@ def test_egress_gives_a_vllm_host_its_profile_from_the_plan():
             return super().get(name, default)
 
     wrapped = {h: Recording(v) for h, v in hostvars.items()}
-    original = vllm_egress._with_profile
+    original = vllm_egress._variables
     try:
-        vllm_egress._with_profile = lambda hv, host, plan: Recording(original(hv, host, plan))
+        vllm_egress._variables = lambda view, host, plan=None: Recording(original(view, host, plan))
         vllm_egress.vllm_egress_errors_hosts(wrapped, ["gpu-1", "gpu-2"], groups, PLAN)
     finally:
-        vllm_egress._with_profile = original
+        vllm_egress._variables = original
     assert seen == {"10.89.77.21": {"model": "org/model"}, "10.89.77.22": {"model": "own/model"}}
 
 
@@ -79,7 +79,7 @@ def test_egress_gives_a_vllm_host_its_profile_from_the_plan():
 def test_egress_refuses_a_vllm_egress_that_is_not_a_boolean(value):
     hostvars = {"gpu-1": {"ansible_host": "10.89.77.21", "vllm_egress": value}}
     errors = vllm_egress.vllm_egress_errors_hosts(hostvars, ["gpu-1"], {"vllm_nodes": ["gpu-1"]}, PLAN)
-    assert errors == ["gpu-1: vllm_egress is not a boolean; fix: true or false"]
+    assert errors == ["gpu-1: vllm_egress is not a boolean or cannot be resolved; fix: true or false"]
 
 
 def test_egress_in_one_pass_refuses_what_is_not_a_host_list():
