@@ -2,7 +2,8 @@
 # Set up everything the controller needs, idempotently, on a fresh Debian 12 machine:
 #   1. apt packages (podman with the netavark network backend, runc, mmdebstrap, promtool, apt-utils and
 #      gnupg for the lab's package mirror)
-#   2. .venv: pinned ansible-core and tools (requirements/controller.txt) + this repo's vllm_fleet package
+#   2. .venv: pinned ansible-core and tools (requirements/controller.txt) + this repo's vllm_fleet package, and the
+#      wheels the package needs on its own ($LIBRARY_WHEELS: tests/unit/test_install.py installs it from them alone)
 #   3. collections from requirements.yml (Galaxy, else the copies bundled in PyPI's `ansible` wheel)
 #   4. the Podman configuration for this machine kind and the Debian 12 systemd base image
 # Each phase is skipped when its result is already there. Usage: scripts/bootstrap.sh [--no-image]
@@ -49,6 +50,21 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
   "$VENV/bin/pip" install -q --upgrade pip
   "$VENV/bin/pip" install -q -r requirements/controller.txt
   "$VENV/bin/pip" install -q --no-deps -e .
+  echo "$want" >"$stamp"
+fi
+done_phase
+
+# What `pip install .` needs, as wheels: pyproject.toml's build requirements and its dependencies (at controller.txt's
+# pins where it pins them). tests/unit/test_install.py installs the package into a clean virtualenv from these alone
+# (pip --no-index), so a dependency the library imports and pyproject.toml does not declare fails there.
+phase "library wheels ($LIBRARY_WHEELS)"
+stamp=$LIBRARY_WHEELS/.requirements.sha256
+if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+  rm -rf "$LIBRARY_WHEELS"
+  mapfile -t build_requires < <("$VENV/bin/python" -c \
+    'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"], sep="\n")')
+  "$VENV/bin/pip" download -q --only-binary=:all: -c requirements/controller.txt -d "$LIBRARY_WHEELS" \
+    "${build_requires[@]}" .
   echo "$want" >"$stamp"
 fi
 done_phase

@@ -10,6 +10,8 @@ export VLLM_FLEET_ROOT=$ROOT
 export VENV=${VENV:-$ROOT/.venv}
 export CACHE_DIR=${CACHE_DIR:-$ROOT/.cache}
 export COLLECTIONS_DIR=$CACHE_DIR/collections
+# The wheels `pip install .` of the library needs (scripts/bootstrap.sh; tests/unit/test_install.py installs from them).
+export LIBRARY_WHEELS=$CACHE_DIR/library-wheels
 # What a connected machine gathers for the site's mirror (wheelhouses, models, the apt repository): scripts/bundle.sh
 # signs it into one bundle, and playbooks/bundle.yml verifies that and unpacks it onto the mirror ($CACHE_DIR/mirror
 # in the lab, which lab-mirror serves). Nothing is served from here.

@@ -4,16 +4,19 @@ collections, the library's Python needs pinned as the controller pins them, and 
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import yaml
+from packaging.requirements import Requirement
 
 from conftest import ROOT
 
 
 def pins(path):
+    """name -> version of each name==version line (a name without its extras: cyclonedx-python-lib[json-validation])."""
     return {
-        line.split("==")[0].lower().replace("_", "-"): line.split("==")[1]
+        line.split("==")[0].split("[")[0].lower().replace("_", "-"): line.split("==")[1]
         for line in path.read_text().split()
         if "==" in line and not line.startswith("#")
     }
@@ -51,11 +54,16 @@ def test_the_ee_context_is_created_from_the_projects_own_requirements(tmp_path):
 
 
 def test_the_ee_has_every_library_dependency():
-    """pyproject's dependencies are the ones requirements/ee.txt pins."""
-    text = (ROOT / "pyproject.toml").read_text()
-    wanted = {
-        d.split(">=")[0].lower().replace("_", "-")
-        for d in text.split("dependencies = [", 1)[1].split("]", 1)[0].replace('"', "").split(",")
-        if d.strip()
-    }
-    assert {name.strip() for name in wanted} == set(pins(ROOT / "requirements" / "ee.txt"))
+    """pyproject's dependencies, with their extras, are the ones requirements/ee.txt pins."""
+    with (ROOT / "pyproject.toml").open("rb") as handle:
+        wanted = [Requirement(d) for d in tomllib.load(handle)["project"]["dependencies"]]
+    pinned = [
+        Requirement(line)
+        for line in (ROOT / "requirements" / "ee.txt").read_text().split()
+        if "==" in line and not line.startswith("#")
+    ]
+
+    def extras(requirements):
+        return {r.name.lower().replace("_", "-"): r.extras for r in requirements}
+
+    assert extras(wanted) == extras(pinned)
