@@ -5,34 +5,6 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-DOCUMENTATION = r"""
-name: systemd_exec_lines
-short_description: Group a command's arguments into quoted ExecStart lines
-description:
-  - Turns a flat argument list (C(["MODEL", "--max-num-seqs", "64", "--enable-prefix-caching"])) into one
-    line per option with its value, each quoted for systemd's ExecStart parser, so a unit shows one argument
-    per backslash-continued line. Values with spaces or JSON are single-quoted; C(%) and C($) are escaped.
-options:
-  _input:
-    description: The arguments, in order.
-    type: list
-    elements: str
-    required: true
-"""
-
-EXAMPLES = r"""
-- ansible.builtin.debug:
-    msg: "{{ ['/m', '--speculative-config', '{\"method\": \"ngram\"}'] | systemd_exec_lines }}"
-  # => ["/m", "--speculative-config '{\"method\": \"ngram\"}'"]
-"""
-
-RETURN = r"""
-_value:
-  description: One string per ExecStart line, already quoted.
-  type: list
-  elements: str
-"""
-
 # systemd_env_quote (same file): a value of an EnvironmentFile= file, double-quoted. In such a file systemd
 # reads `\\`, `\"`, `\$` and `\``  back as the character itself inside double quotes and keeps everything else
 # as written (spaces, %, single quotes), so any text without control characters reads back byte for byte.
@@ -103,6 +75,7 @@ def systemd_env_value(text, name):
     return value
 
 
+# Each filter is documented in plugins/filter/<filter>.yml, which ansible-doc -t filter reads.
 class FilterModule:
     def filters(self):
         # What the templates and the rollback use; systemd_quote is the helper behind systemd_exec_lines.

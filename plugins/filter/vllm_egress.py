@@ -1,59 +1,6 @@
 # Thin Ansible filters over vllm_fleet.egress: what a fleet host may send out, and what its rules refused.
 from __future__ import annotations
 
-DOCUMENTATION = r"""
-name: vllm_egress_rules
-short_description: A fleet host's egress rules from the inventory, and the other vllm_egress_* filters
-description:
-  - >-
-    C(hostvars | vllm_egress_rules(host, groups[, peers])) gives C({errors, rules, dns}) for one host, admitting the
-    other fleet hosts (groups vllm_nodes, vllm_gateways, vllm_monitoring) by their C(ansible_host), the hosts of the
-    URLs its roles reach (wheelhouse, models, alert receivers), C(vllm_egress_dns) and C(vllm_egress_allow). Each error
-    names the host, the setting, the value and the fix (a URL whose host is a name needs its address in
-    C(vllm_egress_allow)).
-  - >-
-    C(hostvars | vllm_egress_errors_hosts(hosts, groups, plan)) gives the errors of every host of C(hosts) whose
-    C(vllm_egress) is on, in one pass: the other fleet hosts' addresses are read once for all of them, where
-    C(vllm_egress_rules) on each host reads them all again (the plan's check, run once). A vLLM host's settings see
-    its profile from C(plan) (the fact C(vllm_plan)) as C(vllm_profile_effective) where it has none yet.
-  - >-
-    C(hostvars | vllm_egress_peers(groups)) reads what egress needs of every fleet host once (C({host: {ansible_host,
-    vllm_gateway_vip}})); given as C(vllm_egress_rules)' fourth argument, each host's rules read no other host's
-    variables (the vllm_firewall role's egress entry point sets it once per play).
-  - C(vllm_egress_comment) makes a rule's reason safe as an nftables comment.
-  - C(vllm_egress_destination) says one of those destinations in words.
-  - C(vllm_egress_denied) reads C(nft -j list table inet <table>) into C({packets, bytes, destinations}), what the
-    rules refused since they were loaded, each destination with its own count.
-options:
-  _input:
-    description: hostvars for C(vllm_egress_rules); a text for the other two.
-    type: raw
-    required: true
-author:
-  - vllm-fleet maintainers
-"""
-
-EXAMPLES = r"""
-- name: The host's egress rules (errors stop the run)
-  ansible.builtin.debug:
-    msg: "{{ (hostvars | vllm_egress_rules(inventory_hostname, groups)).rules }}"
-
-- name: Every host's egress settings hold (once for the play)
-  ansible.builtin.assert:
-    that: (hostvars | vllm_egress_errors_hosts(ansible_play_hosts, groups, vllm_plan)) | length == 0
-  run_once: true
-"""
-
-RETURN = r"""
-_value:
-  description:
-    - C(vllm_egress_rules), C({errors, rules, dns}) (each rule C({family, to, proto, ports, why})).
-    - C(vllm_egress_errors_hosts), a list of error lines, each naming its host.
-    - "C(vllm_egress_peers), C({host: {ansible_host, vllm_gateway_vip}}) (each key where the host sets it)."
-    - C(vllm_egress_comment), a string; C(vllm_egress_denied), C({packets, bytes, destinations}).
-  type: raw
-"""
-
 import os
 import sys
 from collections.abc import Mapping
@@ -206,6 +153,7 @@ def vllm_egress_destination(destination):
     return egress.describe(destination)
 
 
+# Each filter is documented in plugins/filter/<filter>.yml, which ansible-doc -t filter reads.
 class FilterModule:
     """The vLLM fleet's egress filters."""
 

@@ -1,40 +1,6 @@
 # Ansible filters for site.yml's fast path of a re-run: what a host runs now, and the digest of what it should run.
 from __future__ import annotations
 
-DOCUMENTATION = r"""
-name: vllm_fingerprint
-short_description: The digest of what a host should run, and the instances it runs now (site.yml's fast path)
-description:
-  - C(hostvars[host] | vllm_fingerprint(host, plan_entry, extra)) is the digest of what a host should run (every
-    variable of the vllm role's argument spec as the host has it, secrets by their digest only; its plan entry; what
-    the role derives from other hosts, C(extra); the role's code), which the vllm role records after a verified
-    rollout and compares on the next run (C(vllm_fleet.fingerprint)).
-  - C(slurped | vllm_deployed_instances(address, vllm_unit_format)) turns the slurped C(<instance>.args.json) files
-    of a host into the instances it runs now and where they answer (C(vllm_fleet.endpoints.deployed)).
-  - Both raise AnsibleFilterError naming the value they could not use.
-options:
-  _input:
-    description:
-      - For C(vllm_fingerprint), the host's variables (C(hostvars[inventory_hostname])).
-      - For C(vllm_deployed_instances), the results of slurping each instance's arguments file.
-    type: raw
-    required: true
-author:
-  - vllm-fleet maintainers
-"""
-
-EXAMPLES = r"""
-- name: Compute the digest of what the host should run
-  ansible.builtin.set_fact:
-    __fingerprint: "{{ hostvars[inventory_hostname] | vllm_fingerprint(inventory_hostname, _plan_entry, _clients) }}"
-"""
-
-RETURN = r"""
-_value:
-  description: The digest (hex), or the instances a host runs (name, address, port, URLs).
-  type: raw
-"""
-
 import base64
 import json
 import os
@@ -116,6 +82,7 @@ def vllm_fingerprint(variables, host, plan_entry, extra=None):
     )
 
 
+# Each filter is documented in plugins/filter/<filter>.yml, which ansible-doc -t filter reads.
 class FilterModule:
     """The fast path's filters."""
 

@@ -1,92 +1,6 @@
 # Thin Ansible filters over vllm_fleet.gateway: what the vllm_gateway role and site.yml's drain use.
 from __future__ import annotations
 
-DOCUMENTATION = r"""
-name: vllm_gateway_servers
-short_description: The gateway's backend servers from the plan's instances, and the other vllm_gateway_* filters
-description:
-  - C(vllm_gateway_servers) turns C(hostvars | vllm_plan_instances(hosts)) into one backend server per instance
-    (C(name), C(host), C(instance), C(address), C(port), C(retiring)); given C(hostvars | vllm_gateway_deployed(hosts))
-    (the instances each host runs now, as site.yml read them), also one per instance a host still runs that its
-    plan no longer has (C(retiring)). C(vllm_gateway_server_name) (host, instance) names one.
-  - C(vllm_gateway_routes) (vllm_gateway_api_keys, vllm_model_aliases) turns the servers into what the gateway routes
-    by, one backend per served model, the map of served names and aliases to backends, each tenant's allowed models
-    and its C(GET /v1/models) list. C(vllm_gateway_route_errors) (host, vllm_gateway_api_keys,
-    vllm_gateway_max_body_bytes, vllm_model_aliases) gives the plan-time
-    errors of those settings; C(vllm_gateway_backend_name) names a served model's backend.
-  - C(hostvars | vllm_gateway_peers(gateways)) lists the gateways that share the tenants' request rates (HAProxy's
-    peers), each by its peer name and own address; C(vllm_gateway_peer_name) (host) is a gateway's peer name.
-  - C(vllm_gateway_tenants) turns C(vllm_gateway_api_keys) into C({tenant, key_sha256, requests_per_minute}), since
-    the gateway keeps only the keys' digests.
-  - C(vllm_gateway_errors) (host) checks a gateway's settings; each message names the host, the setting and the fix,
-    never a key.
-  - C(hostvars | vllm_gateway_backend_key(gateway, backend hosts)) is the key the gateway sends vLLM, the one
-    C(vllm_api_key) every backend host shares (empty when none has one); an error, naming the gateway and two hosts
-    that differ but never a key, when they do not share one. C(vllm_gateway_backend_key_errors) (the same arguments)
-    gives that error as a list, empty when they share one.
-  - C(hostvars | vllm_gateway_clients(gateways, allowed, host, monitoring)) turns the gateways (their names, each by
-    its C(vllm_gateway_source_address), by default its C(ansible_host)), the monitoring hosts (by their
-    C(ansible_host)) and a host's C(vllm_allowed_clients) into the networks, by family (keys ipv4 and ipv6), that may
-    reach that host's vLLM ports (its nftables rules).
-  - C(hostvars | vllm_gateway_vip_errors(host, gateways)) checks the virtual address the gateways share through
-    keepalived (C(vllm_gateway_vip), C(vllm_gateway_vrrp_*)) for the gateway C(host); empty when no gateway sets a
-    vip. Each C(vllm_gateway_vrrp_password) must come from Ansible Vault, read from its data tags (an inline
-    C(!vault) value, an C(unvault) lookup, or a vars file encrypted whole); the messages never show it.
-  - C(ansible_facts | vllm_gateway_vrrp_interface(address)) names the interface that holds the address (the
-    gateway's own), which keepalived advertises from; an error naming the address and the interfaces seen when none
-    does.
-  - C(vllm_gateway_sessions) (backend, server) reads a server's current sessions from the runtime API's C(show stat);
-    C(vllm_gateway_requests_running) reads C(vllm:num_requests_running) from an instance's /metrics text.
-options:
-  _input:
-    description:
-      - The planned instances by host (C(vllm_plan_instances)'s output) for C(vllm_gateway_servers); hostvars for
-        C(vllm_gateway_deployed), C(vllm_gateway_clients), C(vllm_gateway_backend_key) and
-        C(vllm_gateway_backend_key_errors); a host's name for C(vllm_gateway_server_name).
-      - hostvars for C(vllm_gateway_vip_errors); a gateway's C(ansible_facts) (network facts gathered) for
-        C(vllm_gateway_vrrp_interface).
-      - The API keys for C(vllm_gateway_tenants); a gateway's settings for C(vllm_gateway_errors); the runtime API's
-        C(show stat) CSV for C(vllm_gateway_sessions); an instance's /metrics text for C(vllm_gateway_requests_running).
-    type: raw
-    required: true
-author:
-  - vllm-fleet maintainers
-"""
-
-EXAMPLES = r"""
-- name: One backend server per planned instance
-  ansible.builtin.debug:
-    msg: "{{ hostvars | vllm_plan_instances(groups['vllm_nodes']) | vllm_gateway_servers }}"
-
-- name: The backend hosts share one vllm_api_key (the messages never show a key)
-  ansible.builtin.assert:
-    that: (hostvars | vllm_gateway_backend_key_errors(inventory_hostname, groups['vllm_nodes'])) | length == 0
-
-- name: The gateways' shared virtual address is consistent, and its password comes from Ansible Vault
-  ansible.builtin.assert:
-    that: __vllm_gateway_vip_errors | length == 0
-    fail_msg: "{{ __vllm_gateway_vip_errors }}"
-  vars:
-    __vllm_gateway_vip_errors: "{{ hostvars | vllm_gateway_vip_errors(inventory_hostname, groups['vllm_gateways']) }}"
-
-- name: The interface keepalived advertises from
-  ansible.builtin.debug:
-    msg: "{{ ansible_facts | vllm_gateway_vrrp_interface(vllm_gateway_source_address | default(ansible_host)) }}"
-"""
-
-RETURN = r"""
-_value:
-  description:
-    - C(vllm_gateway_servers), HAProxy's backend servers (name, address, port); C(vllm_gateway_deployed), what each
-      host runs now; C(vllm_gateway_server_name), a server's name (host_instance).
-    - C(vllm_gateway_tenants), the tenants with their keys' SHA-256; C(vllm_gateway_errors) and
-      C(vllm_gateway_backend_key_errors), messages; C(vllm_gateway_backend_key), the backends' key (a secret);
-      C(vllm_gateway_clients), networks by family (ipv4, ipv6); C(vllm_gateway_vip_errors), messages;
-      C(vllm_gateway_vrrp_interface), an interface's name.
-    - C(vllm_gateway_sessions) and C(vllm_gateway_requests_running), numbers.
-  type: raw
-"""
-
 import os
 import sys
 from collections.abc import Mapping
@@ -356,6 +270,7 @@ def vllm_gateway_requests_running(metrics_text):
         raise AnsibleFilterError(f"vllm_gateway_requests_running: {exc}") from exc
 
 
+# Each filter is documented in plugins/filter/<filter>.yml, which ansible-doc -t filter reads.
 class FilterModule:
     """The vLLM fleet's gateway filters."""
 

@@ -1,57 +1,6 @@
 # Thin Ansible filters over vllm_fleet.monitoring: what the vllm_monitoring role and playbooks/diagnose.yml use.
 from __future__ import annotations
 
-DOCUMENTATION = r"""
-name: vllm_monitoring_targets
-short_description: Prometheus' scrape targets from the plan, and the other vllm_monitoring_* filters
-description:
-  - C(vllm_monitoring_targets) turns plan.json (C(hostvars | vllm_plan_hosts(hosts)), every host's entry) into one
-    Prometheus C(static_configs) entry per planned instance, with C(targets) and C(labels), the labels being
-    C(instance) (host/instance), C(host), C(vllm_instance), C(profile), C(card) and C(vllm_release).
-  - C(vllm_monitoring_gateway_targets) turns the gateways' hostvars into their HAProxy exporters (address:port).
-  - C(vllm_monitoring_rules) (pending) applies the site's pending periods (alert name to C(for)) to the shipped rule
-    groups; an alert name the rules lack is an error that names them.
-  - C(vllm_firewall_networks) (host, setting) turns a list of addresses or networks into the networks by family (keys
-    ipv4 and ipv6) for the vllm_firewall role; a bad entry is an error naming the host, the setting, the value and
-    the fix.
-  - C(vllm_monitoring_findings) (increases, window, prefix_caching) judges the counters' increases over a window as
-    the rollout's verification judges its two scrapes (C(vllm_fleet.metrics.findings)).
-  - C(vllm_monitoring_increases) (names) and C(vllm_monitoring_series) (names) fold Prometheus' instant- and
-    range-query answers, one per name, by instance (playbooks/diagnose.yml).
-  - C(hostvars[host] | vllm_monitoring_errors(host)) checks a monitoring host's settings (the role's defaults where
-    its inventory sets none); each message names the host, the setting, its value (never a webhook URL's or the SMTP
-    password) and the fix.
-options:
-  _input:
-    description:
-      - plan.json for C(vllm_monitoring_targets); the gateways' hostvars for C(vllm_monitoring_gateway_targets); the
-        shipped rules file for C(vllm_monitoring_rules); a list of addresses or networks for C(vllm_firewall_networks);
-        a monitoring host's variables for C(vllm_monitoring_errors).
-      - Prometheus' answers for C(vllm_monitoring_increases) and C(vllm_monitoring_series); the counters' increases
-        for C(vllm_monitoring_findings).
-    type: raw
-    required: true
-author:
-  - vllm-fleet maintainers
-"""
-
-EXAMPLES = r"""
-- name: Every planned instance as a scrape target
-  ansible.builtin.debug:
-    msg: "{{ hostvars | vllm_plan_hosts(groups['vllm_nodes']) | vllm_monitoring_targets }}"
-"""
-
-RETURN = r"""
-_value:
-  description:
-    - C(vllm_monitoring_targets) and C(vllm_monitoring_gateway_targets), Prometheus C(static_configs) entries;
-      C(vllm_monitoring_rules), the rule groups with the site's pending periods.
-    - C(vllm_firewall_networks), networks by family (ipv4, ipv6).
-    - C(vllm_monitoring_increases) and C(vllm_monitoring_series), the answers by instance;
-      C(vllm_monitoring_findings), the window's findings; C(vllm_monitoring_errors), messages.
-  type: raw
-"""
-
 import os
 import sys
 from collections.abc import Mapping
@@ -152,6 +101,7 @@ def vllm_monitoring_findings(increases, window, prefix_caching=None):
     return monitoring.window_findings(increases, str(window), prefix_caching)
 
 
+# Each filter is documented in plugins/filter/<filter>.yml, which ansible-doc -t filter reads.
 class FilterModule:
     """vLLM fleet monitoring filters."""
 

@@ -17,91 +17,6 @@ if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
 from vllm_fleet import compat, datafiles, inputs, planner, tune
 
-DOCUMENTATION = r"""
-name: vllm_plan_host
-short_description: Plan one host's vLLM instance (profile, arguments, capacity) on the controller
-description:
-  - Resolves the host's profile (C(vllm_profile_name) with C(vllm_profile) merged over it), validates it,
-    renders the C(vllm serve) arguments for the host's C(vllm_version) and sizes the instance against C(vllm_gpu)
-    the way vLLM does (C(gpu_memory_utilization) is a share of the GPU's total memory).
-  - Once the nvidia_driver role has verified the host's cards (its fact C(nvidia_driver_gpus)), the detected cards
-    replace C(vllm_gpu) (vllm_fleet.planner.detected_gpu); site.yml plans the host again then.
-  - Returns the host's entry of C(plan.json); problems are in its C(errors) and C(warnings), never raised (an input
-    the plan did not expect gives an error naming the host, never a Python exception).
-  - "C(hostvars | vllm_plan_hosts(ansible_play_hosts, typical_prompt_tokens, typical_output_tokens)) plans many hosts
-    in one pass and returns the whole C(plan.json), a dict with one key C(hosts): host name to plan."
-  - The same file holds C(vllm_min_driver) (vllm_version | vllm_min_driver, the C({vllm, cuda, driver}) line of
-    data/cuda_compat.yml), C(vllm_plan_table) (plan | vllm_plan_table), C(vllm_plan_read) (hostvars |
-    vllm_plan_read(hosts), the entries this run's plan made, planning only a host it has not) and
-    C(vllm_plan_instances) (hostvars | vllm_plan_instances(hosts), each host's planned instances) and
-    C(vllm_plan_for_version) (hostvars[host] | vllm_plan_for_version(host, version), the host's entry had it run
-    another vLLM release, the upgrade gate's prediction for the release before); those raise
-    AnsibleFilterError naming the bad value. The fast path's filters are in vllm_fast_path.py.
-options:
-  _input:
-    description:
-      - The host's planning variables, C(vllm_profile_name), C(vllm_profile), C(vllm_gpu), C(vllm_version), and
-        optionally C(vllm_model_config), C(vllm_draft_model_config), C(vllm_extra_args),
-        C(vllm_typical_prompt_tokens), C(vllm_typical_output_tokens).
-    type: dict
-    required: true
-  host:
-    description: The host's name, used in every message.
-    type: str
-    required: true
-"""
-
-EXAMPLES = r"""
-- name: Plan this host
-  ansible.builtin.set_fact:
-    __vllm_plan_host: >-
-      {{ {'vllm_profile_name': vllm_profile_name, 'vllm_profile': vllm_profile | default({}),
-          'vllm_gpu': vllm_gpu, 'vllm_version': vllm_version} | vllm_plan_host(inventory_hostname) }}
-"""
-
-RETURN = r"""
-_value:
-  description: The host's plan.
-  type: dict
-  contains:
-    profile: {description: "The shipped profile's name, or C(custom).", type: str}
-    vllm_version: {description: The vLLM release planned for., type: str}
-    args: {description: "The C(vllm serve) arguments (model first, positional).", type: list, elements: str}
-    dropped: {description: "Flags the release no longer has: C({flag, reason})", type: list, elements: dict}
-    errors:
-      description: Problems that forbid deploying the host, each naming host, values and fix.
-      type: list
-      elements: str
-    warnings:
-      description: Problems that make the host run worse than the tuning reference intends.
-      type: list
-      elements: str
-    capacity:
-      description: >-
-        gpu_memory_bytes, weights_bytes, draft_weights_bytes, kv_bytes_per_token, kv_cache_bytes, kv_cache_tokens
-        (a first start's), kv_cache_tokens_warm (a restart that finds vLLM's torch.compile cache: a smaller
-        activation peak, a larger cache), max_concurrency_at_max_len, decode_ceiling_tokens_per_s (integers, null
-        when an error prevented sizing) and fits.
-      type: dict
-    estimates:
-      description: >-
-        What the planner estimates vLLM reserves at a first start besides weights and KV cache, in bytes:
-        activation_peak_bytes, runtime_reserve_bytes, cuda_graph_reserve_bytes. Absent when an error prevented
-        sizing.
-      type: dict
-    estimates_warm:
-      description: >-
-        What differs on a warm restart: activation_peak_bytes (vLLM loads its compiled graphs instead of compiling
-        them inside the profiling pass). Absent when an error prevented sizing.
-      type: dict
-    kv_cache_band:
-      description: >-
-        The engine's KV tokens that verification calls as planned: low_tokens (kv_cache_tokens less tolerance_pct),
-        high_tokens (kv_cache_tokens_warm plus tolerance_pct), tolerance_pct (5). Absent when an error prevented
-        sizing.
-      type: dict
-"""
-
 
 # The roles' defaults (roles/vllm_defaults, the one home of those the roles share, and the vllm role's own): the plan
 # renders the unit's arguments with them wherever the inventory does not say otherwise.
@@ -425,6 +340,7 @@ def vllm_tune_candidates(variables, host, load, extra=None, limit=2):
     return found
 
 
+# Each filter is documented in plugins/filter/<filter>.yml, which ansible-doc -t filter reads.
 class FilterModule:
     """vLLM fleet planning filters."""
 

@@ -2,41 +2,6 @@
 # and playbooks/diagnose.yml write (the vllm_report_write action writes it and the report).
 from __future__ import annotations
 
-DOCUMENTATION = r"""
-name: vllm_report_fragment
-short_description: Make one event of an instance for the run report
-description:
-  - C(vllm_report_fragment) (data, host, kind, instance) makes one event of an instance for the report (a
-    verification, a rollout's load-loop numbers, a rollback, a benchmark, a day-2 window).
-  - The C(vllm_report_write) action writes fragments and merges them into the run's report.json, report.md and
-    report.html (C(vllm_fleet.fragments), C(vllm_fleet.report), C(vllm_fleet.report_html)).
-  - Every filter raises AnsibleFilterError naming the value it could not use.
-options:
-  _input:
-    description:
-      - The event's data (a verification result, load-loop numbers, a rollback...).
-    type: raw
-    required: true
-requirements:
-  - The C(vllm_fleet) package (this repository's C(src/)).
-author:
-  - vllm-fleet maintainers
-"""
-
-EXAMPLES = r"""
-- name: This instance's verification as an event of the run report
-  vllm_report_write:
-    run_dir: reports/run-1
-    fragment: "{{ vllm_verify_result | vllm_report_fragment(inventory_hostname, 'verify', 'cpu0') }}"
-    render: false
-"""
-
-RETURN = r"""
-_value:
-  description: A fragment, for the C(vllm_report_write) action.
-  type: raw
-"""
-
 import os
 import sys
 
@@ -61,6 +26,7 @@ def vllm_report_fragment(data, host, kind, instance=None):
         raise AnsibleFilterError("vllm_report_fragment: %s" % exc) from exc
 
 
+# Each filter is documented in plugins/filter/<filter>.yml, which ansible-doc -t filter reads.
 class FilterModule:
     """The run report's filters."""
 

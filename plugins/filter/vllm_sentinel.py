@@ -1,48 +1,6 @@
 # Thin Ansible filters over vllm_fleet.sentinel: the host sentinel's settings checked, and its instances.
 from __future__ import annotations
 
-DOCUMENTATION = r"""
-name: vllm_sentinel_instances
-short_description: The host sentinel's instances from the host's plan entry, and its settings' errors
-description:
-  - >-
-    C(instances | vllm_sentinel_instances(served_model_name, vllm_unit_format, vllm_config_dir)) gives, for each
-    planned instance, where the sentinel probes it, its unit, the vllm role's files of it and its GPUs.
-  - >-
-    C(settings | vllm_sentinel_errors(host, instance_ports)) gives each bad C(vllm_sentinel_*) setting of the host
-    (C(settings): their names and values) with its value and the fix.
-  - >-
-    C(hostvars | vllm_sentinel_errors_hosts(hosts, plan)) gives the same for every host of C(hosts) in one pass (the
-    plan's check, run once): each setting the inventory does not give takes its default (roles/vllm_defaults), and
-    each host's instance ports come from C(plan) (the fact C(vllm_plan)).
-options:
-  _input:
-    description: The plan entry's instances, or the host's variables.
-    type: raw
-    required: true
-author:
-  - vllm-fleet maintainers
-"""
-
-EXAMPLES = r"""
-- name: The sentinel's settings hold
-  ansible.builtin.assert:
-    that: "(_settings | vllm_sentinel_errors(inventory_hostname, [8000])) | length == 0"
-  vars:
-    _settings: {vllm_sentinel_interval_s: 10}
-
-- name: Every host's sentinel settings hold (once for the play)
-  ansible.builtin.assert:
-    that: (hostvars | vllm_sentinel_errors_hosts(ansible_play_hosts, vllm_plan)) | length == 0
-  run_once: true
-"""
-
-RETURN = r"""
-_value:
-  description: A list of instances (dicts), or a list of error lines.
-  type: list
-"""
-
 import os
 import sys
 from collections.abc import Mapping
@@ -90,6 +48,7 @@ def vllm_sentinel_errors_hosts(hostvars, hosts, plan):
     return errors
 
 
+# Each filter is documented in plugins/filter/<filter>.yml, which ansible-doc -t filter reads.
 class FilterModule:
     def filters(self):
         return {

@@ -2,65 +2,6 @@
 # profile and its page (playbooks/tune.yml). The candidates are vllm_plan's vllm_tune_candidates (they are planned).
 from __future__ import annotations
 
-DOCUMENTATION = r"""
-name: vllm_tune_search
-short_description: Decide a tune search from what was measured (the front, the pick, against vLLM's defaults)
-description:
-  - C(vllm_tune_load) gives the load a search sends, from two scrapes of the instance's C(/metrics) (the site's own
-    prompt and output lengths, C(vllm_fleet.tune.site_load)), else the operator's C(given) load, else the tuning
-    reference's for the card; a dict whose C(errors) names why when there is none.
-  - C(vllm_tune_run) turns one C(vllm bench serve --save-result) JSON and the C(/metrics) scrapes around it into a
-    repeat's figures (C(vllm_fleet.tune.run_of)).
-  - C(vllm_tune_search) aggregates the repeats, finds the Pareto front, picks at the targets and says figure by
-    figure where each candidate is better or worse than vLLM's defaults by the exact Mann-Whitney U test over the
-    repeats, else level (C(vllm_fleet.tune.search)); C(vllm_tune_profile) writes the measured profile the inventory
-    takes (C(vllm_profile_measured)), or a dict whose C(errors) says the decision took no setting; C(vllm_tune_page)
-    renders the search as one HTML page.
-  - Every filter raises AnsibleFilterError naming what it could not use, never a Python traceback.
-options:
-  _input:
-    description: Each candidate's name and its repeats, each what C(vllm_tune_run) returned.
-    type: dict
-    required: true
-  profile:
-    description: The host's shipped profile the search started from.
-    type: str
-    required: true
-  gpu:
-    description: The host's C(vllm_gpu) (its name is the card).
-    type: dict
-    required: true
-  load:
-    description: The load every candidate was measured with (what C(vllm_tune_load) returned).
-    type: dict
-    required: true
-  slo:
-    description: The operator's targets (C(vllm_slo)); empty takes the tuning reference's for the card.
-    type: dict
-    default: {}
-requirements:
-  - The C(vllm_fleet) package (this checkout's C(src/), loaded beside the plugin), C(prometheus_client), and
-    C(matplotlib) for the page.
-author:
-  - vllm-fleet maintainers
-"""
-
-EXAMPLES = r"""
-- name: Decide the search
-  ansible.builtin.set_fact:
-    __search: "{{ __runs | vllm_tune_search(profile=vllm_profile_name, gpu=vllm_gpu, load=__load, slo=vllm_slo) }}"
-"""
-
-RETURN = r"""
-_value:
-  description: >-
-    The search: profile, card, load, measured (each candidate's figures: every repeat's value, their median, lowest
-    and highest), runs, not_measured, against_defaults (per candidate and figure: verdict better, worse, level or not
-    measured by the exact two-sided Mann-Whitney U test at p < 0.05, p, difference, difference_pct, repeats, why),
-    decision (front, targets, misses, unfit, choice, verdict) and refused.
-  type: dict
-"""
-
 import json
 import os
 import sys
@@ -179,6 +120,7 @@ def vllm_tune_page(search, title):
     return render_tune_html(_mapping("vllm_tune_page", search, "a decided search"), str(title))
 
 
+# Each filter is documented in plugins/filter/<filter>.yml, which ansible-doc -t filter reads.
 class FilterModule:
     """vLLM fleet tune-search filters."""
 

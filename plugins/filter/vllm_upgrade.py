@@ -1,108 +1,6 @@
 # Thin Ansible filters over vllm_fleet.upgrade: the go/no-go of a release change on the rollout's canary instance.
 from __future__ import annotations
 
-DOCUMENTATION = r"""
-name: vllm_upgrade_report
-short_description: Judge a vLLM release change on one instance (go or no-go), and render the judgement
-description:
-  - C(vllm_upgrade_report) applied to the old release's snapshot, with the new release's (both from vllm_verify's
-    C(snapshot) entry point, completed by the rollout with the release, arguments, dropped flags and the planner's
-    KV cache prediction), compares them (C(vllm_fleet.upgrade.compare)) and returns the report with its verdict,
-    C(go) or C(no-go), and the reasons for a no-go.
-  - The metric names the new release must expose are those the shipped Grafana dashboard and alert rules read
-    (this checkout's roles/vllm_monitoring/files), verification's (C(vllm_fleet.metrics.required_families)) and
-    C(extra_required). The speculative-decoding names are required only with C(speculative), since vLLM registers
-    them only when the engine speculates.
-  - C(vllm_upgrade_markdown) and C(vllm_upgrade_html) render the report as Markdown and as one self-contained HTML
-    page.
-  - Every filter raises AnsibleFilterError naming what it could not use, never a Python traceback.
-options:
-  _input:
-    description:
-      - For C(vllm_upgrade_report), the old release's snapshot (C(instance), C(release), C(version), C(args),
-        C(dropped), C(metrics_text), C(predicted_kv_cache_tokens), C(outputs), C(load), C(error); any may be missing
-        or null).
-      - For C(vllm_upgrade_markdown) and C(vllm_upgrade_html), the output of C(vllm_upgrade_report).
-    type: dict
-    required: true
-  new:
-    description: The new release's snapshot, the same keys.
-    type: dict
-    required: true
-  extra_required:
-    description: Metric names the site's own dashboards, alerts or tools read (vllm_rollout_upgrade_required_metrics).
-    type: list
-    elements: str
-    default: []
-  limits:
-    description: >-
-      C(max_latency_ratio) (2.0), C(min_kv_ratio) (0.8) and C(require_same_outputs) (false); a missing key takes its
-      default.
-    type: dict
-    default: {}
-  speculative:
-    description: Whether the instance runs speculative decoding (its names are required then).
-    type: bool
-    default: false
-requirements:
-  - The C(vllm_fleet) package (this checkout's C(src/), loaded beside the plugin), C(prometheus_client), and
-    C(matplotlib) for the page.
-author:
-  - vllm-fleet maintainers
-"""
-
-EXAMPLES = r"""
-- name: Compare the old release with the new one
-  ansible.builtin.set_fact:
-    __vllm_rollout_upgrade: >-
-      {{ _before | vllm_upgrade_report(_after, extra_required=['vllm:request_success_total'],
-                                       limits={'max_latency_ratio': 1.5}) }}
-
-- name: Write the go/no-go page
-  ansible.builtin.copy:
-    content: "{{ __vllm_rollout_upgrade | vllm_upgrade_html }}"
-    dest: reports/run-1/upgrade-fleet-1-main.html
-    mode: "0644"
-  delegate_to: localhost
-"""
-
-RETURN = r"""
-_value:
-  description: For C(vllm_upgrade_report) the report, for the others its Markdown or HTML text.
-  type: raw
-  contains:
-    verdict: {description: "C(go) or C(no-go).", type: str}
-    reasons:
-      description: Why a no-go, one sentence each naming the figure, both values and the limit (empty for a go).
-      type: list
-      elements: str
-    notes:
-      description: What the old release failed to measure, and the comparisons that skipped.
-      type: list
-      elements: str
-    instance: {description: The instance (host/instance)., type: str}
-    from: {description: The old release., type: str}
-    to: {description: The new release., type: str}
-    from_version: {description: The old release's /version., type: str}
-    to_version: {description: The new release's /version., type: str}
-    arguments:
-      description: "C(old), C(new) (secret values not shown), C(added), C(removed), C(changed) flags, C(dropped)."
-      type: dict
-    kv_cache:
-      description: "C(old) and C(new) (C(tokens), C(predicted), C(error_pct)) and C(ratio), new over old."
-      type: dict
-    metrics:
-      description: "C(required), C(missing) and C(missing_before) (name to readers), C(removed), C(added)."
-      type: dict
-    outputs:
-      description: "C(compared), C(same), C(different) (C(prompt), C(old), C(new)), C(errors)."
-      type: dict
-    latency:
-      description: "C(old), C(new) (TTFT and ITL p50 and p99 in ms, output tokens/s, completed, failed), C(ratio)."
-      type: dict
-    limits: {description: The limits used., type: dict}
-"""
-
 import json
 import os
 import sys
@@ -196,6 +94,7 @@ def vllm_upgrade_html(report):
     return _render("vllm_upgrade_html", _upgrade.render_html, report)
 
 
+# Each filter is documented in plugins/filter/<filter>.yml, which ansible-doc -t filter reads.
 class FilterModule:
     """The upgrade gate's filters."""
 

@@ -1,74 +1,6 @@
 # Thin Ansible filters over vllm_fleet.verdict: what the vllm_verify role uses to judge an instance.
 from __future__ import annotations
 
-DOCUMENTATION = r"""
-name: vllm_verify_result
-short_description: Judge a host's verification probes, and the other vllm_verify_* filters
-description:
-  - C(vllm_verify_result) applied to the probe results, with host, expect and thresholds, builds the
-    per-host verification result (see C(vllm_fleet.verdict.host_entry)). The raw /metrics scrapes are parsed
-    there with prometheus_client's parser, read back against the profile and judged for day-2 findings.
-  - C(vllm_verify_unit_verdict) applied to the output of C(systemctl show) for the properties LoadState,
-    ActiveState, SubState, Result and NRestarts, with the unit and max_restarts, returns the properties,
-    restarts and error (empty while the unit may still come up; else not installed, failed, stopped or
-    crash-looping).
-  - C(vllm_probe_url) applied to a bind address, with the port and the scheme (C(http)), returns the base URL the
-    host's own probes reach vLLM on (a wildcard or empty address on 127.0.0.1, IPv6 in brackets); the role's
-    C(vllm_verify_url) and playbooks/benchmark.yml use it.
-  - C(vllm_verify_snapshot_outputs) applied to the registered results of the snapshot entry point's looped
-    completions returns one C({prompt, text, error}) per prompt (the text of the first choice, or why there is none).
-  - The run report's filters are in vllm_report.py.
-  - Every filter raises AnsibleFilterError naming the value it could not use.
-options:
-  _input:
-    description: The probe results (a dict of the registered uri results and the health wait).
-    type: dict
-    required: true
-  host:
-    description: The host's name.
-    type: str
-    required: true
-  expect:
-    description: What the host should run (pinned version, served name, profile, plan, latency budget...).
-    type: dict
-    required: true
-  thresholds:
-    description: Day-2 thresholds (min_acceptance_rate, min_prefix_hit_rate, max_preemption_increase...).
-    type: dict
-requirements:
-  - The C(vllm_fleet) package (this checkout's C(src/), loaded beside the plugin) and
-    C(prometheus_client).
-author:
-  - vllm-fleet maintainers
-"""
-
-EXAMPLES = r"""
-- name: Judge the probes
-  ansible.builtin.set_fact:
-    vllm_verify_result: "{{ _probes | vllm_verify_result(inventory_hostname, _expect, {'min_prefix_queries': 1000}) }}"
-
-- name: The URL the host's own probes use
-  ansible.builtin.debug:
-    msg: "{{ vllm_bind_address | default('') | vllm_probe_url(vllm_port | default(8000)) }}"
-
-- name: Is the unit crash-looping?
-  ansible.builtin.debug:
-    msg: "{{ __unit.stdout | vllm_verify_unit_verdict('vllm@main.service', 3) }}"
-"""
-
-RETURN = r"""
-_value:
-  description:
-    - For C(vllm_verify_result), the host's verification result (ok, errors, warnings, health, smoke, kv_cache,
-      findings...); for the others, see the description.
-    - Its C(kv_cache) holds the engine's KV tokens against the plan's two predictions (C(predicted_tokens) and
-      C(prediction_error_pct) of a first start, C(predicted_tokens_warm) and C(prediction_error_warm_pct) of a warm
-      restart), the start they match (C(start) first start, warm restart, between first start and warm restart
-      or outside the planned band; C(start_error_pct); C(band_tokens)) and C(planned), the line the reports show.
-      A KV cache outside the band is reported and fails nothing.
-  type: raw
-"""
-
 import os
 import sys
 from collections.abc import Mapping
@@ -187,6 +119,7 @@ def vllm_verify_snapshot_outputs(results):
     return outputs
 
 
+# Each filter is documented in plugins/filter/<filter>.yml, which ansible-doc -t filter reads.
 class FilterModule:
     """vLLM verification filters."""
 

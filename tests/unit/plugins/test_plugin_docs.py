@@ -52,8 +52,8 @@ def test_the_plugins_documentation_is_yaml(path):
         yaml.safe_load(docs["EXAMPLES"])
 
 
-def test_every_filter_and_module_is_documented():
-    undocumented = [
-        p.name for p in PLUGINS if p.parent.name in ("filter", "modules") and "DOCUMENTATION" not in _docs(p)
-    ]
+def test_every_module_is_documented():
+    """A module documents itself; a filter has a file of its own, plugins/filter/<name>.yml
+    (tests/unit/plugins/filter/test_filter_docs.py)."""
+    undocumented = [p.name for p in PLUGINS if p.parent.name == "modules" and "DOCUMENTATION" not in _docs(p)]
     assert undocumented == []
