@@ -6,6 +6,7 @@ import sys
 from collections.abc import Mapping
 from functools import cache, lru_cache
 
+import yaml
 from ansible.errors import AnsibleError, AnsibleFilterError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.validation import check_type_bool, check_type_float, check_type_int
@@ -15,7 +16,7 @@ from jinja2 import Undefined
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
 if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
-from vllm_fleet import compat, datafiles, inputs, planner, tune
+from vllm_fleet import answers, compat, datafiles, inputs, planner, tune
 
 
 # The roles' defaults (roles/vllm_defaults, the one home of those the roles share, and the vllm role's own): the plan
@@ -171,6 +172,13 @@ def _spec_error(role, name, value):
     return error
 
 
+@cache
+def _shipped_prompts():
+    """The product's golden set (the vllm_rollout role's default), for the site's names to be checked against."""
+    with open(os.path.join(ROLES, "vllm_rollout", "defaults", "main.yml"), encoding="utf-8") as handle:
+        return (yaml.safe_load(handle) or {}).get("vllm_rollout_answers_prompts") or []
+
+
 def vllm_plan_host(hostvars, host):
     if not isinstance(hostvars, Mapping):
         raise AnsibleFilterError(
@@ -193,7 +201,7 @@ def _plan(host, variables, typical_prompt_tokens=None, typical_output_tokens=Non
         raise  # Ansible's own message (an undefined variable the host's settings name...) says it best
     except Exception as exc:  # noqa: BLE001 - the operator gets a message naming the host, never a traceback
         return planner.unplanned(host, variables, exc)
-    entry["errors"][:0] = errors
+    entry["errors"][:0] = errors + answers.settings_errors(host, variables, _shipped_prompts())
     return entry
 
 

@@ -263,3 +263,31 @@ def test_readers_take_the_plan_this_run_made_and_plan_only_a_host_it_did_not():
     # a fact that holds another host's plan only, or no instances, is not this host's entry
     hostvars["b"]["vllm_plan"] = {"hosts": {"a": made}}
     assert filters.vllm_plan_read(hostvars, ["b"])["hosts"]["b"] == read["hosts"]["b"]
+
+
+def test_the_answers_gates_settings_are_checked_in_the_plan_with_the_host_and_the_fix():
+    """A site prompt named like one of the product's, and limits that are no numbers, stop the plan (the spec checks
+    the types first: a prompt without its text is the argument spec's error)."""
+    filters = load_filters()
+    host = {
+        "vllm_profile_name": "cpu-lab-tiny",
+        "vllm_version": "0.32.0",
+        "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0},
+        "group_names": ["vllm_nodes"],
+    }
+    assert filters.vllm_plan_hosts({"h1": host}, ["h1"])["hosts"]["h1"]["errors"] == []
+    bad = dict(
+        host,
+        vllm_rollout_answers_site_prompts=[{"name": "capital", "prompt": "La capitale de la France est"}],
+        vllm_rollout_answers_limits={"precision": {"max_kl": "small"}},
+    )
+    errors = filters.vllm_plan_hosts({"h1": bad}, ["h1"])["hosts"]["h1"]["errors"]
+    assert any(
+        e.startswith("h1: vllm_rollout_answers_site_prompts[0].name='capital' is also a prompt of") for e in errors
+    )
+    assert any(e.startswith("h1: vllm_rollout_answers_limits: limits.precision.max_kl='small'") for e in errors)
+    no_text = dict(host, vllm_rollout_answers_site_prompts=[{"name": "mine"}])
+    errors = filters.vllm_plan_hosts({"h1": no_text}, ["h1"])["hosts"]["h1"]["errors"]
+    assert any("vllm_rollout_answers_site_prompts" in e and "vllm_rollout role's argument spec" in e for e in errors), (
+        errors
+    )
