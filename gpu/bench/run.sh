@@ -7,7 +7,11 @@
 #                                            copy the results back into $OUT
 #   gpu/bench/run.sh stage              collect a bundle part copied into .gpu/ (parts.py), print the GPU
 #   gpu/bench/run.sh jit-cache save     pack the driver's JIT cache into $OUT/jit-cache.part-NN
-# Writes into $OUT: log-roundN.txt, results-roundN.json, raw-roundN.tar.gz (and stage.log).
+#   gpu/bench/run.sh answers-drift [ARGS]  on the host: issue 52, the fp8 KV cache's drift of the 4090 7B profile's
+#                                            answers (answers_drift.py run; ARGS e.g. --budget-s 500); installs the
+#                                            bundle as `run` does
+# Writes into $OUT: log-roundN.txt, results-roundN.json, raw-roundN.tar.gz (and stage.log); answers-drift:
+# answers-drift-{summary.json,measures.json,table.txt,servers.log,console.txt}.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 OUT=${OUT:-/tmp/gpu-out}
@@ -36,12 +40,17 @@ case ${1:-} in
       python3 gpu/bench/parts.py stage
     } 2>&1 | tee -a "$OUT/stage.log"
     ;;
+  answers-drift)
+    shift
+    python3 gpu/bench/answers_drift.py run --out "$OUT" "$@" 2>&1 | tee "$OUT/answers-drift-console.txt"
+    ;;
   jit-cache)
     [[ ${2:-} == save ]] || { echo "usage: $0 jit-cache save" >&2; exit 2; }
     python3 gpu/bench/harness.py jit-cache-save --out "$OUT" 2>&1 | tee -a "$OUT/stage.log"
     ;;
   *)
-    echo "usage: $0 run [N] [harness.py run options] | ssh HOST [options] | stage | jit-cache save" >&2
+    echo "usage: $0 run [N] [harness.py run options] | ssh HOST [options] | stage | jit-cache save |" \
+      "answers-drift [answers_drift.py run options]" >&2
     exit 2
     ;;
 esac
