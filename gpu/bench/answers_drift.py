@@ -58,6 +58,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -388,7 +389,9 @@ def write_capped(path: Path, text: str, cap: int = FILE_CAP_BYTES) -> Path:
     if len(data) > cap:
         note = f"[cut: the first {len(data) - cap + 200:,} of {len(data):,} bytes left out]\n".encode()
         data = note + data[-(cap - 200) :]
-    path.write_bytes(data)
+    part = path.with_name(f".{path.name}.part")  # replaced whole: a reader (or a cut) never sees half a file
+    part.write_bytes(data)
+    os.replace(part, path)
     return path
 
 
@@ -405,19 +408,23 @@ def measure_all(
     release: str,
     timeout: float,
     deadline: float,
+    progress: Callable[[dict, list[dict]], None] | None = None,
 ) -> tuple[dict, list[dict], dict | None]:
-    """A's record, then A, B and C scoring it (those of `urls` that are up). Returns (the raw measures, the rows, the
-    record's flatness)."""
+    """A's record, then A, B and C scoring it (those of `urls` that are up), `progress` called after each. Returns (the
+    raw measures, the rows, the record's flatness). Each request is bounded by `timeout` and by a share of the time
+    left (a measure sends two requests a prompt), so that a server that hangs cannot take the run past `deadline`."""
     raw: dict[str, Any] = {}
     rows: list[dict] = []
     what = {v["name"]: {"kv": v["kv"], "what": v["what"]} for v in VARIANTS}
 
     def one(url: str, recorded: dict | None) -> tuple[dict | None, str | None, float]:
-        if deadline - time.time() < 30:
+        left = deadline - time.time()
+        if left < 30:
             return None, "skipped: the run's budget is spent", 0.0
+        bound = min(timeout, max(10.0, (left - 20) / (2 * len(prompts))))
         t0 = time.time()
         try:
-            return answers.measure(url, model, prompts, tokens, top_k, recorded, None, timeout), None, time.time() - t0
+            return answers.measure(url, model, prompts, tokens, top_k, recorded, None, bound), None, time.time() - t0
         except (answers.AnswersError, OSError, ValueError, KeyError, TypeError) as exc:
             return None, f"{type(exc).__name__}: {exc}", time.time() - t0
 
@@ -425,6 +432,8 @@ def measure_all(
         return raw, [{"measure": n, **what[n], "error": "A (the reference) did not start"} for n in what], None
     record, error, seconds = one(urls["A"], None)
     raw["A-record"] = {"result": record, "error": error, "seconds": round(seconds, 2)}
+    if progress:
+        progress(raw, rows)
     harness.log(
         f"A's record: {len(record['answers'])} answers in {seconds:.1f} s" if record else f"A's record: {error}"
     )
@@ -448,6 +457,8 @@ def measure_all(
         d = row.get("drift") or {}
         harness.log(f"{measure}: agreement {d.get('agreement')} mean KL {d.get('mean_kl')} {d.get('verdict', error)}")
         rows.append(row)
+        if progress:
+            progress(raw, rows)
     scored = {m: (raw.get(m) or {}).get("result") for m in ("B", "C")}
     if all(scored.values()):  # whether --calculate-kv-scales changed anything at all
         rows[-1]["same_scores_as_B"] = same_scores(scored["B"], scored["C"])
@@ -487,9 +498,12 @@ def summary_doc(doc: dict, rows: list[dict], flat: dict | None, **extra: Any) ->
     }
 
 
-def write_outputs(out: Path, summary: dict, raw: dict, logs: str) -> list[Path]:
+def write_outputs(out: Path, summary: dict, raw: dict, logs: str, show: bool = True) -> list[Path]:
+    """The run's files in $OUT (rewritten as it goes: a run cut short still leaves what it had); `show` prints the
+    table."""
     text = table(summary)
-    print(text, flush=True)
+    if show:
+        print(text, flush=True)
     return [
         write_capped(out / "answers-drift-summary.json", json.dumps(summary, indent=1) + "\n"),
         write_capped(out / "answers-drift-measures.json", json.dumps(raw) + "\n"),
@@ -505,9 +519,8 @@ class _Host(harness.Runner):
     """The harness's install, process environment and host record (harness.Runner's own methods), without a round of
     its own: this run leaves the harness's rounds on the host as they were."""
 
-    def __init__(self, plan: dict, python: str):  # no super().__init__(): it makes a round folder
-
-        self.plan, self.python = plan, python
+    def __init__(self, plan: dict, python: str):
+        self.plan, self.python = plan, python  # no super().__init__(): it makes a round folder
 
 
 def launch(exp: dict, plan: dict, paths: dict, port: int, env: dict, python: str, folder: Path) -> dict:
@@ -585,6 +598,28 @@ def run(args: argparse.Namespace) -> int:
     servers: list[dict] = []
     measured: dict[str, Any] = {"raw": {}, "rows": [], "flatness": None}
 
+    def save(status: str, final: bool = False) -> None:
+        record["status"] = status
+        logs = []
+        for server in servers:
+            logs.append(
+                f"===== server {server['variant']} ({server['rec']['name']}): last {LOG_TAIL_LINES} lines ====="
+            )
+            logs += log_tail(server["log"].read_text(encoding="utf-8", errors="replace"))
+        summary = summary_doc(
+            doc,
+            measured["rows"],
+            measured["flatness"],
+            run=record,
+            host_gpu=record.get("host_gpu"),
+            vllm_installed=(record.get("install") or {}).get("vllm_version"),
+        )
+        write_outputs(args.out, summary, measured["raw"], "\n".join(logs) + "\n", show=final)
+
+    def progress(raw: dict, rows: list[dict]) -> None:
+        measured.update(raw=raw, rows=rows)
+        save("measuring")
+
     def steps() -> tuple[str, str | None]:
         try:
             record["install"] = host.install()
@@ -619,6 +654,7 @@ def run(args: argparse.Namespace) -> int:
             servers.append(server)
             record["servers"].append(server["rec"])
             harness.log(f"started {exp['name']} on port {port}: {' '.join(exp['args'][1:])}")
+            save("starting")
             if index == last:
                 break
             # The next starts once this one's memory profile is done; without A there is nothing to hold B and C to.
@@ -639,6 +675,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{rec['name']}: {rec['status']} after {rec.get('start_s')} s {rec.get('reason', '')} "
                 f"KV tokens {rec.get('cache_config', {}).get('kv_cache_size_tokens')}"
             )
+        save("started")
         urls = {s["variant"]: s["base"] for s in servers if s["rec"]["status"] == "healthy"}
         golden = doc["golden"]
         raw, rows, flat = measure_all(
@@ -651,6 +688,7 @@ def run(args: argparse.Namespace) -> int:
             doc["vllm_version"],
             args.request_timeout_s,
             deadline,
+            progress,
         )
         measured.update(raw=raw, rows=rows, flatness=flat)
         if all(r.get("drift") for r in rows):
@@ -667,20 +705,8 @@ def run(args: argparse.Namespace) -> int:
     late = time.time() > deadline - 30  # past the budget: stop quickly, without waiting for the card's memory
     for index, server in enumerate(servers):
         harness.stop(server["proc"], grace=5 if late else 20, wait_gpu=not late and index == len(servers) - 1)
-    logs = []
-    for server in servers:
-        logs.append(f"===== server {server['variant']} ({server['rec']['name']}): last {LOG_TAIL_LINES} lines =====")
-        logs += log_tail(server["log"].read_text(encoding="utf-8", errors="replace"))
-    record.update(status=status, message=message, total_s=round(time.time() - t_start, 1))
-    summary = summary_doc(
-        doc,
-        measured["rows"],
-        measured["flatness"],
-        run=record,
-        host_gpu=record.get("host_gpu"),
-        vllm_installed=(record.get("install") or {}).get("vllm_version"),
-    )
-    write_outputs(args.out, summary, measured["raw"], "\n".join(logs) + "\n")
+    record.update(message=message, total_s=round(time.time() - t_start, 1))
+    save(status, final=True)
     harness.log(f"{status}{': ' + message if message else ''} ({record['total_s']} s); files in {args.out}")
     return 0 if status == "measured" else 1
 
@@ -761,7 +787,7 @@ def main(argv: list[str] | None = None) -> int:
         "--budget-s",
         type=float,
         default=1200.0,
-        help="the whole run's bound, install and stops included (default 1200; 500 in a 540 s command)",
+        help="the whole run's bound, install and stops included (default 1200; 480 in a command of 540 s)",
     )
     r.add_argument("--start-timeout-s", type=float, default=900.0, help="the servers' starts' bound (default 900)")
     s.add_argument("--url", required=True, help="A's server, http://127.0.0.1:PORT")

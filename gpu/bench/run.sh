@@ -8,7 +8,7 @@
 #   gpu/bench/run.sh stage              collect a bundle part copied into .gpu/ (parts.py), print the GPU
 #   gpu/bench/run.sh jit-cache save     pack the driver's JIT cache into $OUT/jit-cache.part-NN
 #   gpu/bench/run.sh answers-drift [ARGS]  on the host: issue 52, the fp8 KV cache's drift of the 4090 7B profile's
-#                                            answers (answers_drift.py run; ARGS e.g. --budget-s 500); installs the
+#                                            answers (answers_drift.py run; ARGS e.g. --budget-s 480); installs the
 #                                            bundle as `run` does
 # Writes into $OUT: log-roundN.txt, results-roundN.json, raw-roundN.tar.gz (and stage.log); answers-drift:
 # answers-drift-{summary.json,measures.json,table.txt,servers.log,console.txt}.

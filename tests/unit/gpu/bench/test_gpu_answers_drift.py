@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -390,6 +392,33 @@ def test_a_start_that_does_not_end_is_bounded_and_stopped(fake_site, tmp_path, p
     for server in run["servers"]:
         with pytest.raises(ProcessLookupError):
             os.kill(server["pid"], 0)
+
+
+def test_a_term_stops_the_servers_and_leaves_the_files(fake_site, tmp_path, plan):  # noqa: F811
+    """A TERM (the device command's time limit) while A starts: the files written as the run went say so, and A's
+    process is stopped."""
+    (fake_site / "gpu-site" / "vllm" / "vllm" / "entrypoints" / "cli" / "main.py").write_text(FAKE_SERVE)
+    plan_file, out = tmp_path / "plan.json", tmp_path / "out"
+    small = json.loads(json.dumps(plan))
+    for host in small["hosts"]:
+        host["tokenizer_vocab_size"] = 64
+        host["port"] = 19900 + os.getpid() % 90
+    plan_file.write_text(json.dumps(small))
+    env = dict(os.environ, GPU_HARNESS_TMP=str(fake_site), CUDA_CACHE_PATH=str(tmp_path / "jit"), FAKE_HANG="auto")
+    cmd = [sys.executable, str(GPU / "answers_drift.py"), "run", "--plan", str(plan_file), "--out", str(out)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    summary = out / "answers-drift-summary.json"
+    for _ in range(300):
+        if summary.exists() and json.loads(summary.read_text() or "{}").get("run", {}).get("status") == "starting":
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=60)
+    run = json.loads(summary.read_text())["run"]
+    assert proc.returncode == 1 and run["status"] == "error" and run["message"] == "SystemExit: 143", output
+    (server,) = run["servers"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(server["pid"], 0)
 
 
 def test_run_sh_has_the_entry():
