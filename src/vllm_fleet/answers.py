@@ -84,6 +84,8 @@ PRECISION_ARGS = frozenset(
         "--compilation-config",
         "-O",
         "--attention-backend",
+        "--attention-config",
+        "--kv-cache-dtype-skip-layers",
         "--tensor-parallel-size",
         "-tp",
         "--pipeline-parallel-size",
@@ -152,8 +154,9 @@ def parse_record(name: str, prompt: str, response: dict[str, Any], tokens: int) 
     }
 
 
-def parse_scores(entry: dict[str, Any], response: dict[str, Any]) -> list[dict[str, Any]]:
-    """The instance's view of each recorded answer token: its rank and logprob, and the top-k there."""
+def parse_scores(entry: dict[str, Any], response: dict[str, Any], top_k: int) -> list[dict[str, Any]]:
+    """The instance's view of each recorded answer token: its rank and logprob, the top-k there (``top``), and the
+    recorded token's own logprob where it is not among them (``extra``: vLLM adds the actual prompt token)."""
     try:
         plp = response["choices"][0]["prompt_logprobs"]
     except (KeyError, IndexError, TypeError) as exc:
@@ -167,10 +170,13 @@ def parse_scores(entry: dict[str, Any], response: dict[str, Any]) -> list[dict[s
         seen = {_token_id(k): v for k, v in at.items()}
         mine = seen.get(token) or {}
         top = sorted(
-            ([tid, float(v["logprob"])] for tid, v in seen.items() if int(v.get("rank", 0)) >= 1),
+            ([tid, float(v["logprob"])] for tid, v in seen.items() if 1 <= int(v.get("rank", 0)) <= top_k),
             key=lambda p: (-p[1], p[0]),
         )
-        positions.append({"rank": int(mine.get("rank", 0) or 0), "logprob": mine.get("logprob"), "top": top})
+        extra = [[tid, float(v["logprob"])] for tid, v in seen.items() if int(v.get("rank", 0)) > top_k]
+        positions.append(
+            {"rank": int(mine.get("rank", 0) or 0), "logprob": mine.get("logprob"), "top": top, "extra": extra}
+        )
     return positions
 
 
@@ -207,10 +213,10 @@ def score(
 ) -> list[dict[str, Any]]:
     """The recorded answers scored by the instance, with its own greedy answer now to each prompt (taken from
     ``now``, answers by prompt name, where it has the prompt; asked otherwise)."""
-    top_k = int(recorded.get("top_k") or 5)
-    tokens = int(recorded.get("tokens") or 16)
+    top_k = max(1, min(int(recorded.get("top_k") or 5), MAX_TOP_K))
+    tokens = max(1, min(int(recorded.get("tokens") or 32), MAX_TOKENS))
     out = []
-    for entry in recorded["answers"]:
+    for entry in recorded["answers"][:MAX_PROMPTS]:
         body = {
             "model": model,
             "prompt": list(entry["prompt_ids"]) + list(entry["ids"]),
@@ -218,7 +224,7 @@ def score(
             "temperature": 0,
             "prompt_logprobs": top_k,
         }
-        positions = parse_scores(entry, _post(url, "/v1/completions", body, api_key, timeout))
+        positions = parse_scores(entry, _post(url, "/v1/completions", body, api_key, timeout), top_k)
         mine = (now or {}).get(entry["name"])
         if mine is None or mine.get("prompt") != entry["prompt"]:
             mine = ask(
@@ -294,13 +300,16 @@ def main(argv: list[str] | None = None) -> int:
 # The controller side: comparing.
 
 
-def _kl(reference: list[Any], now: list[Any]) -> float:
-    """KL(reference || now) over the reference's top-k token ids, both renormalised over them."""
+def _kl(reference: list[Any], now: list[Any], extra: list[Any] | None = None) -> float:
+    """KL(reference || now) over the reference's top-k token ids, both renormalised over them. A reference token
+    missing from ``now`` (the instance's top-k) takes its exact logprob from ``extra`` when the instance gave it, else
+    the lowest logprob of ``now`` (its upper bound)."""
     ref = {int(t): float(lp) for t, lp in reference}
-    got = {int(t): float(lp) for t, lp in now}
+    top = {int(t): float(lp) for t, lp in now}
     if not ref:
         return 0.0
-    floor = min(got.values()) if got else min(ref.values())
+    floor = min(top.values()) if top else min(ref.values())
+    got = {**{int(t): float(lp) for t, lp in extra or []}, **top}
     q_raw = {t: got.get(t, floor) for t in ref}
     p_max, q_max = max(ref.values()), max(q_raw.values())
     p_sum = sum(math.exp(v - p_max) for v in ref.values())
@@ -350,7 +359,7 @@ def compare(recorded: dict[str, Any], scores: list[dict[str, Any]], tokens: int 
         if len(pos) < n:
             raise AnswersError("prompt %r: %d scored positions for %d recorded tokens" % (name, len(pos), n))
         agree = sum(1 for p in pos if _is_top1(p))
-        kls = [_kl(entry["top"][i], pos[i]["top"]) for i in range(n)]
+        kls = [_kl(entry["top"][i], pos[i]["top"], pos[i].get("extra")) for i in range(n)]
         agree_total += agree
         positions_total += n
         kl_total += sum(kls)
@@ -464,6 +473,8 @@ def judge(comparison: dict[str, Any], kind: dict[str, Any], limits: Any = None) 
     missing = [p["name"] for p in comparison["prompts"] if p.get("missing")]
     if missing:
         reasons.append("no answer now to the recorded prompt(s) %s" % ", ".join(map(str, missing)))
+    if not comparison.get("tokens"):
+        reasons.append("no recorded token was compared (an empty recorded set)")
     agreement, mean_kl = comparison.get("agreement"), comparison.get("mean_kl")
     if agreement is not None and agreement < applied["min_agreement"]:
         reasons.append(

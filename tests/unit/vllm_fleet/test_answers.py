@@ -49,7 +49,7 @@ def test_a_greedy_completion_with_logprobs_is_recorded_with_its_token_ids():
 def test_the_recorded_answer_scored_by_the_same_server_is_its_own_top_1_everywhere():
     response = fixture_json(*ANSWERS, "completion_logprobs.json")
     entry = answers.parse_record("capital", "The capital of France is", response, 8)
-    positions = answers.parse_scores(entry, fixture_json(*ANSWERS, "completion_prompt_logprobs.json"))
+    positions = answers.parse_scores(entry, fixture_json(*ANSWERS, "completion_prompt_logprobs.json"), 5)
     assert len(positions) == len(entry["ids"])
     assert all(answers._is_top1(p) for p in positions)
     # Teacher forcing gives the very logprobs the generation gave.
@@ -62,9 +62,9 @@ def test_a_response_without_logprobs_is_named_not_a_traceback():
         answers.parse_record("x", "p", {"choices": [{"text": "a"}]}, 4)
     entry = {"name": "x", "prompt_ids": [1, 2], "ids": [3]}
     with pytest.raises(answers.AnswersError, match="lacks prompt_logprobs"):
-        answers.parse_scores(entry, {"choices": [{}]})
+        answers.parse_scores(entry, {"choices": [{}]}, 5)
     with pytest.raises(answers.AnswersError, match="no prompt logprobs at answer position 0"):
-        answers.parse_scores(entry, {"choices": [{"prompt_logprobs": [None, None]}]})
+        answers.parse_scores(entry, {"choices": [{"prompt_logprobs": [None, None]}]}, 5)
 
 
 def test_kl_is_zero_for_the_same_distribution_and_positive_otherwise():
@@ -77,9 +77,42 @@ def test_kl_is_zero_for_the_same_distribution_and_positive_otherwise():
     q = [x / sum(q) for x in q]
     expected = sum(a * math.log(a / b) for a, b in zip(p, q, strict=True))
     assert math.isclose(answers._kl(ref, swapped), expected, rel_tol=1e-9)
-    # A reference token missing from the instance's top-k takes the lowest logprob it returned there.
+    # A reference token missing from the instance's top-k takes the lowest logprob of that top-k (its upper bound),
+    # or its own exact logprob where the instance gave it (vLLM adds the recorded token outside the top-k).
     missing = [[1, -0.5], [2, -1.5]]
-    assert answers._kl(ref, missing) > 0
+    assert math.isclose(answers._kl(ref, missing), answers._kl(ref, [[1, -0.5], [2, -1.5], [3, -1.5]]))
+    exact = answers._kl(ref, missing, extra=[[3, -9.0]])
+    assert exact > answers._kl(ref, missing)
+    assert math.isclose(exact, answers._kl(ref, [[1, -0.5], [2, -1.5], [3, -9.0]]))
+
+
+def test_the_recorded_token_outside_the_instances_top_k_is_kept_apart():
+    """vLLM's prompt_logprobs add the actual prompt token to the top-k when it is not among them."""
+    entry = {"name": "x", "prompt_ids": [1], "ids": [7]}
+    response = {
+        "choices": [
+            {
+                "prompt_logprobs": [
+                    None,
+                    {
+                        "7": {"logprob": -9.0, "rank": 40, "decoded_token": "a"},
+                        "3": {"logprob": -0.1, "rank": 1, "decoded_token": "b"},
+                        "4": {"logprob": -2.5, "rank": 2, "decoded_token": "c"},
+                    },
+                ]
+            }
+        ]
+    }
+    (position,) = answers.parse_scores(entry, response, 2)
+    assert position == {"rank": 40, "logprob": -9.0, "top": [[3, -0.1], [4, -2.5]], "extra": [[7, -9.0]]}
+    assert not answers._is_top1(position)
+
+
+def test_an_empty_recorded_set_is_a_no_go():
+    comparison = answers.compare({"answers": []}, [])
+    assert answers.judge(comparison, {"kind": "numerics", "reasons": []})["reasons"] == [
+        "no recorded token was compared (an empty recorded set)"
+    ]
 
 
 def test_a_tie_with_the_top_1_counts_as_agreement():
