@@ -11,6 +11,7 @@ import math
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -292,3 +293,64 @@ def test_the_host_script_names_an_instance_it_cannot_reach(tmp_path):
     )
     assert result.returncode == 1
     assert json.loads(result.stdout)["error"].startswith("ConnectionRefusedError")
+
+
+class _StandIn:
+    """A stand-in for vLLM's /v1/completions on 127.0.0.1 (not vLLM: it replays the two real responses above, the
+    greedy one for a text prompt and the scored one for a prompt of token ids) that counts requests in flight."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        greedy = json.dumps(fixture_json(*ANSWERS, "completion_logprobs.json")).encode()
+        scored = json.dumps(fixture_json(*ANSWERS, "completion_prompt_logprobs.json")).encode()
+        lock = threading.Lock()
+        self.bodies, self.in_flight, self.most = [], 0, 0
+        stand_in = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with lock:
+                    stand_in.bodies.append(body)
+                    stand_in.in_flight += 1
+                    stand_in.most = max(stand_in.most, stand_in.in_flight)
+                time.sleep(0.05)
+                data = scored if isinstance(body["prompt"], list) else greedy
+                with lock:
+                    stand_in.in_flight -= 1
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_measure_asks_and_scores_each_prompt_concurrently_and_keeps_their_order():
+    stand_in = _StandIn()
+    try:
+        prompts = [{"name": f"p{i}", "prompt": "The capital of France is"} for i in range(8)]
+        first = answers.measure(stand_in.url, "tiny", prompts, 8, 5, None, None, 10)
+        assert [a["name"] for a in first["answers"]] == [p["name"] for p in prompts]
+        assert first["scores"] is None and len(stand_in.bodies) == 8
+        again = answers.measure(stand_in.url, "tiny", prompts, 8, 5, first, None, 10)
+        assert [s["name"] for s in again["scores"]] == [p["name"] for p in prompts]
+        assert len(stand_in.bodies) == 24  # 8 greedy, then 8 greedy and 8 scored
+        assert sum(isinstance(b["prompt"], list) for b in stand_in.bodies) == 8
+        assert 1 < stand_in.most <= answers.CONCURRENCY
+        comparison = answers.compare(first, again["scores"])
+        assert comparison["agreement"] == 1.0 and comparison["mean_kl"] == 0.0
+    finally:
+        stand_in.close()
