@@ -221,10 +221,7 @@ def ask(
     """Each prompt's greedy answer with its logprobs (the ``record`` half)."""
     bodies = [_greedy_body(model, item["prompt"], tokens, top_k) for item in prompts]
     responses = _post_all(url, bodies, api_key, timeout)
-    return [
-        parse_record(item["name"], item["prompt"], response, tokens)
-        for item, response in zip(prompts, responses)
-    ]
+    return [parse_record(item["name"], item["prompt"], response, tokens) for item, response in zip(prompts, responses)]
 
 
 def score(
@@ -402,6 +399,8 @@ def compare(recorded: dict[str, Any], scores: list[dict[str, Any]], tokens: int 
                 "same_prefix": _common_prefix(entry["ids"][:n], got.get("ids", [])[:n]),
                 "recorded_text": entry.get("text", ""),
                 "text": got.get("text", ""),
+                "recorded_ids": list(entry["ids"][:n]),
+                "ids": list(got.get("ids", [])[:n]),
             }
         )
     return {
@@ -641,6 +640,15 @@ def _cell(text: Any, limit: int = 80) -> str:
     return flat.replace("|", "\\|") or "(empty)"
 
 
+def _answer(text: Any, ids: Any) -> str:
+    """An answer as the report shows it: its text, or its first token ids where the text is blank (a tokenizer's
+    special or partial tokens decode to nothing)."""
+    if str(text or "").strip():
+        return _cell(text)
+    shown = " ".join(str(i) for i in list(ids or [])[:12])
+    return "token ids %s%s" % (shown, "\u2026" if len(list(ids or [])) > 12 else "") if shown else "(empty)"
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """The gate's report as Markdown: the verdict and why, the kind of change, then each prompt with both answers."""
     ref = report.get("reference") or {}
@@ -686,8 +694,8 @@ def render_markdown(report: dict[str, Any]) -> str:
                 p["agreement"],
                 p["mean_kl"],
                 "-" if p["first_disagreement"] is None else "token %d" % p["first_disagreement"],
-                _cell(p.get("recorded_text")),
-                _cell(p.get("text")),
+                _answer(p.get("recorded_text"), p.get("recorded_ids")),
+                _answer(p.get("text"), p.get("ids")),
             )
         )
     return "\n".join(lines) + "\n"

@@ -679,8 +679,11 @@ def test_a_change_that_corrupts_the_answers_is_stopped_by_the_answers_gate_and_r
     page = (run / "answers-fleet-1-cpu0.md").read_text()
     for prompt in gate["prompts"]:
         mark = " **diverged**" if prompt["name"] in gate["diverged"] else ""
-        assert f"| {prompt['name']}{mark} |" in page, page
-        assert prompt["recorded_text"] and prompt["text"], prompt
+        (row,) = [line for line in page.splitlines() if line.startswith(f"| {prompt['name']}{mark} |")]
+        # Both answers, as text or (the tiny model's tokens often decode to nothing) as their first token ids.
+        recorded, now = row.rstrip(" |").split(" | ")[-2:]
+        assert recorded not in ("", "(empty)") and now not in ("", "(empty)"), row
+        assert len(prompt["recorded_ids"]) == len(prompt["ids"]) == 32, prompt
     report = json.loads((run / "report.json").read_text())
     entry = report["hosts"]["fleet-1/cpu0"]
     # The gate runs only once the instance verified (a failed verification goes to the rescue first): the corrupting

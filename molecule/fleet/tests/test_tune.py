@@ -52,6 +52,9 @@ def test_the_search_ran_each_candidate_and_decided(tuned):
     search = json.loads((tuned["folder"] / "search.json").read_text())
     assert search["load"]["source"] == "site" and search["load"]["requests"] >= 20, search["load"]
     assert set(search["measured"]) == {"vllm-defaults", "profile", "derived"}, search["measured"]
+    # Each candidate's first start passed the answers gate (harmless changes: batching and limits), none left out.
+    assert search["left_out"] == [], search["left_out"]
+    assert tuned["output"].count(f"{HOST} ({INSTANCE}): answers go (") == 3, tuned["output"][-4000:]
     for name, runs in search["runs"].items():
         assert len(runs) == 1 and runs[0]["failed"] == 0 and runs[0]["sent"] == 8, (name, runs)
     assert search["decision"]["choice"] in search["measured"], search["decision"]

@@ -166,7 +166,8 @@ def test_a_wrong_model_setting_is_a_no_go_that_names_the_diverged_prompts():
     for name in verdict["diverged"]:
         assert f"| {name} **diverged** |" in page
     for prompt in comparison["prompts"]:
-        assert answers._cell(prompt["recorded_text"]) in page and answers._cell(prompt["text"]) in page
+        assert answers._answer(prompt["recorded_text"], prompt["recorded_ids"]) in page
+        assert answers._answer(prompt["text"], prompt["ids"]) in page
 
 
 @pytest.mark.parametrize(
@@ -354,3 +355,12 @@ def test_a_measure_asks_and_scores_each_prompt_concurrently_and_keeps_their_orde
         assert comparison["agreement"] == 1.0 and comparison["mean_kl"] == 0.0
     finally:
         stand_in.close()
+
+
+def test_an_answer_whose_text_is_blank_is_shown_by_its_token_ids():
+    comparison = answers.compare(recorded(), measured("corrupt")["scores"])
+    prompt = dict(comparison["prompts"][0], recorded_text="", text=" ")
+    page = answers.render_markdown(dict(comparison, prompts=[prompt], verdict="no-go", diverged=[prompt["name"]]))
+    ids = " ".join(str(i) for i in prompt["recorded_ids"][:12])
+    assert f"| token ids {ids}\u2026 |" in page, page
+    assert len(prompt["recorded_ids"]) == len(prompt["ids"]) == 32
