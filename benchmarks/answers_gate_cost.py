@@ -39,6 +39,8 @@ INCLUDED = {
     "Hold the answers against the recorded ones",
     "Write the answers report beside the run's report",
     "Record the answers gate in the run's report",
+    "Validating arguments against arg spec 'answers'",
+    "Validating arguments against arg spec 'fragment'",
     "Check the fragment to add",
     "Write the fragment and the report",
     # vllm_verify's report.yml, which the fragment imports.

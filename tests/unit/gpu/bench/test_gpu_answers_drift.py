@@ -297,7 +297,10 @@ class H(http.server.BaseHTTPRequestHandler):
                   "logprobs": {"top_logprobs": tops}}
         self._send(json.dumps({"choices": [choice]}))
 
-http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+class Server(http.server.ThreadingHTTPServer):
+    request_queue_size = 64  # the answers gate sends 16 at once (vLLM's uvicorn listens with a backlog of 2048)
+
+Server(("127.0.0.1", port), H).serve_forever()
 """
 
 
