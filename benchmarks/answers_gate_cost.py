@@ -37,6 +37,7 @@ INCLUDED = {
     "Stop when the golden set could not be asked",
     "Keep the answers to record with the release",
     "Hold the answers against the recorded ones",
+    "Name the answers page",
     "Write the answers report beside the run's report",
     "Record the answers gate in the run's report",
     "Validating arguments against arg spec 'answers'",
