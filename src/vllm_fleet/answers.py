@@ -221,10 +221,7 @@ def ask(
     """Each prompt's greedy answer with its logprobs (the ``record`` half)."""
     bodies = [_greedy_body(model, item["prompt"], tokens, top_k) for item in prompts]
     responses = _post_all(url, bodies, api_key, timeout)
-    return [
-        parse_record(item["name"], item["prompt"], response, tokens)
-        for item, response in zip(prompts, responses)
-    ]
+    return [parse_record(item["name"], item["prompt"], response, tokens) for item, response in zip(prompts, responses)]
 
 
 def score(
@@ -664,6 +661,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         % ((report.get("limits") or {}).get("min_agreement"), (report.get("limits") or {}).get("max_kl")),
         "- pooled over %s tokens: agreement %s, mean KL %s"
         % (report.get("tokens"), report.get("agreement"), report.get("mean_kl")),
+        "- judged by vllm-fleet %s" % (report.get("vllm_fleet_version") or "-"),
     ]
     lines += ["- %s" % reason for reason in report.get("reasons") or []]
     lines += [
