@@ -1,5 +1,6 @@
 """The project's version: one home (src/vllm_fleet/__init__.py's __version__), which pyproject.toml reads and every
-other file that states the version agrees with.
+other file that states the version agrees with, and CHANGELOG.md's shape (Keep a Changelog: a section per version,
+newest first, the newest released one the package's version, every entry one or two lines).
 
 :func:`stated_versions` is the one reader of the places that state our version outside its home; a place added later
 (the collection's galaxy.yml, whose ``version`` every tracked galaxy.yml is already held to) gets a pattern there."""
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.version import Version
 
 from conftest import ROOT
 from vllm_fleet import __version__
@@ -35,6 +37,11 @@ STATES_OUR_VERSION = (
 # The version's home, the file that keeps the history of every version, and the tests (whose data may name a
 # version of their own, e.g. a bundle built at another one: they take the package's from vllm_fleet.__version__).
 NOT_SWEPT = ("src/vllm_fleet/__init__.py", "CHANGELOG.md", "tests/")
+
+CHANGELOG = ROOT / "CHANGELOG.md"
+SECTION = re.compile(r"^## \[(?P<name>[^\]]+)\](?: - (?P<date>\d{4}-\d{2}-\d{2}))?$")
+KINDS = ("Added", "Changed", "Deprecated", "Removed", "Fixed", "Security")  # Keep a Changelog 1.1.0's, in its order
+LINE_MAX = 120
 
 
 def _files() -> list[str]:
@@ -106,3 +113,53 @@ def test_every_other_file_states_the_packages_version():
     assert not wrong, f"these state another version than vllm_fleet.__version__ {__version__}: {wrong}"
     # The places known today: the sweep reads them (a pattern that stopped matching would pass silently otherwise).
     assert {"execution-environment.yml", "docs/awx.md", "docs/air-gap.md"} <= set(checked), sorted(set(checked))
+
+
+def _sections() -> list[tuple[str, str | None, list[str]]]:
+    """CHANGELOG.md's version sections: (name, date or None, their lines)."""
+    sections: list[tuple[str, str | None, list[str]]] = []
+    for number, line in enumerate(CHANGELOG.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("## "):
+            match = SECTION.fullmatch(line)
+            assert match, f"CHANGELOG.md, line {number}: {line!r} is not '## [X.Y.Z] - YYYY-MM-DD' or '## [Unreleased]'"
+            sections.append((match["name"], match["date"], []))
+        elif sections:
+            sections[-1][2].append(line)
+    return sections
+
+
+def test_the_changelog_has_a_section_per_version_newest_first():
+    sections = _sections()
+    assert sections and sections[0][:2] == ("Unreleased", None), "the first section is ## [Unreleased], undated"
+    released = sections[1:]
+    assert released, "no released version"
+    for name, date, _ in released:
+        assert SEMVER.fullmatch(name) and date, f"## [{name}] - {date}: a semantic version and its date"
+    versions = [Version(name) for name, _, _ in released]
+    assert versions == sorted(versions, reverse=True) and len(set(versions)) == len(versions), versions
+    dates = [date for _, date, _ in released]
+    assert dates == sorted(dates, reverse=True), dates
+    assert released[0][0] == __version__, (
+        f"the newest released section is {released[0][0]}, the package is {__version__}: a release moves "
+        "[Unreleased]'s entries under its version"
+    )
+
+
+def test_each_section_groups_its_entries_by_kind_in_one_or_two_lines_each():
+    for name, _, lines in _sections():
+        kinds = [line[4:] for line in lines if line.startswith("### ")]
+        assert all(kind in KINDS for kind in kinds), f"[{name}]: {kinds}; the kinds are {KINDS}"
+        assert kinds == sorted(kinds, key=KINDS.index) and len(set(kinds)) == len(kinds), f"[{name}]: {kinds}"
+        entries: list[list[str]] = []
+        for line in lines:
+            assert len(line) <= LINE_MAX, f"[{name}]: a line of {len(line)} characters: {line[:60]}..."
+            if line.startswith("- "):
+                entries.append([line])
+            elif line.startswith("  ") and entries and entries[-1]:
+                entries[-1].append(line)
+            else:
+                entries.append([])  # a heading, a blank line or a paragraph ends an entry
+        long = [entry[0] for entry in entries if len(entry) > 2]
+        assert not long, f"[{name}]: entries of more than two lines (link the docs instead): {long}"
+        if name != "Unreleased":
+            assert any(entries), f"[{name}] lists nothing"
