@@ -12,6 +12,7 @@ from ansible.errors import AnsibleFilterError
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
 if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
+from vllm_fleet import __version__
 from vllm_fleet import answers as _answers
 from vllm_fleet.inputs import plain as _plain
 from vllm_fleet.inputs import short as _short
@@ -54,6 +55,7 @@ def vllm_answers_judge(measured, new, limits=None, kind=""):
         "reference": {key: reference.get(key) for key in ("release", "release_id", "recorded_at")},
         "release": new.get("release"),
         "seconds": measured.get("seconds"),
+        "vllm_fleet_version": __version__,
     }
 
 

@@ -16,7 +16,7 @@ from jinja2 import Undefined
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
 if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
-from vllm_fleet import answers, compat, datafiles, inputs, planner, tune
+from vllm_fleet import __version__, answers, compat, datafiles, inputs, planner, tune
 
 
 # The roles' defaults (roles/vllm_defaults, the one home of those the roles share, and the vllm role's own): the plan
@@ -236,12 +236,14 @@ def _each_host(filter_name, hostvars, hosts):
 
 
 def vllm_plan_hosts(hostvars, hosts, typical_prompt_tokens=None, typical_output_tokens=None):
-    """plan.json for `hosts`, reading each host's planning variables from `hostvars` in one pass."""
+    """plan.json for `hosts`, reading each host's planning variables from `hostvars` in one pass, with the vllm-fleet
+    version that planned them."""
     return {
         "hosts": {
             host: _plan(host, variables, typical_prompt_tokens, typical_output_tokens)
             for host, variables in _each_host("vllm_plan_hosts", hostvars, hosts)
-        }
+        },
+        "vllm_fleet_version": __version__,
     }
 
 

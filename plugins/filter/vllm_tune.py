@@ -13,7 +13,7 @@ from ansible.errors import AnsibleFilterError
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
 if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
-from vllm_fleet import bench, inputs, tune
+from vllm_fleet import __version__, bench, inputs, tune
 
 
 def _mapping(name, value, what):
@@ -86,9 +86,10 @@ def vllm_tune_search(runs, profile, gpu, load, slo=None):
     runs = _mapping("vllm_tune_search", runs, "{candidate: [repeat, ...]}")
     gpu = _mapping("vllm_tune_search", gpu or {}, "the host's vllm_gpu")
     try:
-        return tune.search(str(profile), gpu.get("name"), inputs.plain(load), runs, tune.targets(slo or None, gpu))
+        found = tune.search(str(profile), gpu.get("name"), inputs.plain(load), runs, tune.targets(slo or None, gpu))
     except tune.TuneError as exc:
         raise AnsibleFilterError(f"vllm_tune_search: {exc}") from None
+    return {**found, "vllm_fleet_version": __version__}
 
 
 def vllm_tune_profile(search, name, settings, provenance):

@@ -61,7 +61,10 @@ EXAMPLES = r"""
 
 RETURN = r"""
 manifest:
-  description: The manifest (C(url), C(base), C(digests) by relative path, C(trusted_comment), C(manifest_sha256)).
+  description: >-
+    The manifest (C(url), C(base), C(digests) by relative path, C(trusted_comment), C(manifest_sha256)) and C(bundle),
+    what the trusted comment names (C(name), C(commit), C(version): the vllm-fleet version it carries, empty for a
+    bundle built before 0.2.0; C(manifest_sha256)).
   type: dict
   returned: success
 files:

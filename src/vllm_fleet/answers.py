@@ -698,6 +698,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         % ((report.get("limits") or {}).get("min_agreement"), (report.get("limits") or {}).get("max_kl")),
         "- pooled over %s tokens: agreement %s, mean KL %s"
         % (report.get("tokens"), report.get("agreement"), report.get("mean_kl")),
+        "- judged by vllm-fleet %s" % (report.get("vllm_fleet_version") or "-"),
     ]
     lines += ["- %s" % reason for reason in report.get("reasons") or []]
     lines += [

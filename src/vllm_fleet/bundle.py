@@ -6,12 +6,15 @@ uncompressed POSIX tar of it, all under one top-level folder NAME::
 
     NAME/MANIFEST.sha256          every other file's SHA-256, `sha256sum` format, sorted (sha256sum -c checks it)
     NAME/MANIFEST.sha256.minisig  minisign's signature of the manifest, made with the site's key
-    NAME/sbom.cdx.json            a CycloneDX SBOM of the wheels under wheelhouse/*/ (listed in the manifest)
+    NAME/sbom.cdx.json            a CycloneDX SBOM of the wheels under wheelhouse/*/ and the project (in the manifest)
     NAME/<payload>                the staging folder's files, and project/<project>-<commit>.tar (git archive)
 
 The manifest and its signature come first, so the site (plugins/modules/vllm_bundle_unpack.py) checks the
 signature before it reads anything else, then checks each file as it streams past. The signature's trusted
-comment, signed too, names the bundle: ``vllm-fleet bundle NAME, <n> files, <bytes> bytes, project <commit>``.
+comment, signed too, names the bundle and the vllm-fleet version it carries:
+``vllm-fleet bundle NAME, <n> files, <bytes> bytes, project <commit>, version <X.Y.Z>`` (:func:`project_version`: the
+version the project's HEAD states). The SBOM names that version too (the project's component), and the vllm-fleet
+that wrote it (``metadata.tools``).
 
 Each wheelhouse's ``requirements.lock`` must carry, for every pin, the SHA-256 the manifest gives that pin's wheel
 (:func:`check_locks`): the hosts' pip checks each wheel against the lock, so what they install is what is signed.
@@ -27,6 +30,7 @@ CLI: ``python -m vllm_fleet.bundle build --staging DIR --project DIR --secret-ke
 from __future__ import annotations
 
 import argparse
+import ast
 import email.parser
 import hashlib
 import os
@@ -38,6 +42,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import tomllib
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -54,7 +59,7 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 
-from . import wheelhouse
+from . import __version__, wheelhouse
 from .custody import sha256_file
 from .wheelhouse import normalize
 
@@ -163,6 +168,47 @@ def project_commit(project: Path, allow_dirty: bool = False) -> str:
     return commit
 
 
+def _version_in_init(text: str) -> str | None:
+    """``__version__``'s value in the text of a package's __init__.py (a plain string assignment), else None."""
+    for node in ast.parse(text).body:
+        if (
+            isinstance(node, ast.Assign)
+            and [getattr(target, "id", None) for target in node.targets] == ["__version__"]
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            return node.value.value
+    return None
+
+
+def _version_in_pyproject(text: str) -> str | None:
+    """``[project] version`` of a pyproject.toml's text (the static one of releases before 0.2.0), else None."""
+    version = tomllib.loads(text).get("project", {}).get("version")
+    return version if isinstance(version, str) else None
+
+
+def project_version(project: Path) -> str:
+    """The vllm-fleet version the project's HEAD states (what the bundle carries, as git archive takes HEAD):
+    ``__version__`` of its src/vllm_fleet/__init__.py, the version's one home, else (a commit before 0.2.0) the
+    static version of its pyproject.toml. Refuses a project that states none."""
+    for path, read in (("src/vllm_fleet/__init__.py", _version_in_init), ("pyproject.toml", _version_in_pyproject)):
+        proc = subprocess.run(
+            ["git", "-C", str(project), "show", f"HEAD:{path}"], capture_output=True, text=True, check=False
+        )
+        if proc.returncode != 0:
+            continue
+        try:
+            version = read(proc.stdout)
+        except (SyntaxError, ValueError) as exc:  # tomllib.TOMLDecodeError is a ValueError
+            raise BundleError(f"{project}: HEAD's {path} cannot be read ({exc}); fix: commit a readable one") from exc
+        if version:
+            return version
+    raise BundleError(
+        f"{project}: HEAD states no vllm-fleet version (neither __version__ in src/vllm_fleet/__init__.py nor "
+        "[project] version in pyproject.toml); fix: give --project the vllm-fleet checkout"
+    )
+
+
 def project_archive(project: Path, out: Path) -> None:
     """`git archive --format=tar HEAD` of the project, written to `out`."""
     with out.open("wb") as handle:
@@ -209,9 +255,35 @@ def wheel_component(entry: Entry) -> Component:
     )
 
 
-def sbom_json(name: str, commit: str, entries: list[Entry]) -> str:
-    """The CycloneDX 1.6 SBOM (JSON) of the wheels under wheelhouse/*/, validated against the schema."""
+def project_component(entry: Entry, version: str, commit: str) -> Component:
+    """The SBOM component of the project's archive (project/<project>-<commit>.tar): vllm-fleet at `version`."""
+    return Component(
+        type=ComponentType.APPLICATION,
+        name="vllm-fleet",
+        version=version,
+        bom_ref=entry.path,
+        description=f"the vllm-fleet project at commit {commit} (git archive)",
+        hashes=[HashType(alg=HashAlgorithm.SHA_256, content=entry.sha256)],
+        properties=[
+            Property(name="vllm-fleet:bundle-path", value=entry.path),
+            Property(name="vllm-fleet:project-commit", value=commit),
+        ],
+    )
+
+
+def sbom_json(name: str, commit: str, entries: list[Entry], version: str = __version__) -> str:
+    """The CycloneDX 1.6 SBOM (JSON) of the wheels under wheelhouse/*/ and of the project's archive (vllm-fleet at
+    `version`, the one the project states), validated against the schema. ``metadata.tools`` names the vllm-fleet
+    that wrote it (this library's version)."""
     bom = Bom()
+    bom.metadata.tools.components.add(
+        Component(
+            type=ComponentType.APPLICATION,
+            name="vllm-fleet",
+            version=__version__,
+            description="vllm_fleet.bundle, which built the bundle and wrote this SBOM",
+        )
+    )
     root = Component(
         type=ComponentType.APPLICATION,
         name=name,
@@ -222,9 +294,12 @@ def sbom_json(name: str, commit: str, entries: list[Entry]) -> str:
     )
     bom.metadata.component = root
     wheels = [wheel_component(e) for e in entries if re.fullmatch(r"wheelhouse/[^/]+/[^/]+\.whl", e.path)]
-    for component in wheels:
+    projects = [
+        project_component(e, version, commit) for e in entries if re.fullmatch(rf"{PROJECT}/[^/]+\.tar", e.path)
+    ]
+    for component in [*wheels, *projects]:
         bom.components.add(component)
-    bom.register_dependency(root, wheels)
+    bom.register_dependency(root, [*wheels, *projects])
     text = JsonV1Dot6(bom).output_as_string(indent=2)
     error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
     if error is not None:
@@ -313,6 +388,7 @@ class Built:
     out: Path
     name: str
     commit: str
+    version: str
     files: int
     bytes: int
     trusted_comment: str
@@ -388,6 +464,7 @@ def build(
     files.sort()
     project = project.resolve()
     commit = project_commit(project, allow_dirty)
+    version = project_version(project)
     with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as tmp:
         work = Path(tmp)
         archive = work / f"{project.name}-{commit.replace('+', '-')}.tar"
@@ -395,13 +472,13 @@ def build(
         payload = sorted(_entries([*files, (f"{PROJECT}/{archive.name}", archive)]), key=lambda e: e.path)
         check_locks(payload)
         sbom = work / SBOM
-        sbom.write_text(sbom_json(name, commit, payload))
+        sbom.write_text(sbom_json(name, commit, payload, version))
         sbom_entry = next(_entries([(SBOM, sbom)]))
         listed = [sbom_entry, *payload]
         total = sum(e.size for e in listed)
         manifest = work / MANIFEST
         manifest.write_text(manifest_text(listed))
-        comment = f"vllm-fleet bundle {name}, {len(listed)} files, {total} bytes, project {commit}"
+        comment = f"vllm-fleet bundle {name}, {len(listed)} files, {total} bytes, project {commit}, version {version}"
         signature = sign(minisign, secret_key, manifest, comment)
         head = [
             next(_entries([(MANIFEST, manifest)])),
@@ -412,7 +489,7 @@ def build(
         write_tar(partial, name, head, payload)
         os.chmod(partial, stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)
         os.replace(partial, out)
-    return Built(out, name, commit, len(listed), total, comment)
+    return Built(out, name, commit, version, len(listed), total, comment)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -452,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(
         f"bundle: {built.out}: {built.files} files, {built.bytes} bytes, project {built.commit}, "
-        f"{time.monotonic() - start:.1f}s"
+        f"version {built.version}, {time.monotonic() - start:.1f}s"
     )
     return 0
 

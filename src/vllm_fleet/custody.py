@@ -57,17 +57,23 @@ class SignedManifest:
         }
 
 
-_COMMENT = re.compile(r"^vllm-fleet bundle (?P<name>.+), [0-9]+ files, [0-9]+ bytes, project (?P<commit>[0-9a-f]+)$")
+# vllm_fleet.bundle.build's trusted comment; bundles built before 0.2.0 end at the commit, with no version.
+_COMMENT = re.compile(
+    r"^vllm-fleet bundle (?P<name>.+), [0-9]+ files, [0-9]+ bytes, project (?P<commit>[0-9a-f]+(?:\+changes)?)"
+    r"(?:, version (?P<version>[^\s,]+))?$"
+)
 
 
 def bundle_of(comment: str, manifest_sha256: str) -> dict[str, str]:
-    """The bundle a signed manifest belongs to: its name and project commit, as scripts/bundle.sh signs them into the
-    trusted comment (vllm_fleet.bundle.build), and the manifest's SHA-256. A comment of another shape (a bundle signed
-    by other means) is kept whole as the name, with no commit."""
+    """The bundle a signed manifest belongs to: its name, project commit and vllm-fleet version, as scripts/bundle.sh
+    signs them into the trusted comment (vllm_fleet.bundle.build), and the manifest's SHA-256. A comment of another
+    shape (a bundle signed by other means) is kept whole as the name, with no commit; one without a version (a bundle
+    built before 0.2.0) has version ""."""
     found = _COMMENT.match(comment)
     return {
         "name": found["name"] if found else comment,
         "commit": found["commit"] if found else "",
+        "version": (found["version"] or "") if found else "",
         "manifest_sha256": manifest_sha256,
     }
 

@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from . import __version__
+
 __all__ = ["REPORT_SCHEMA", "fragment", "fragment_name", "key", "load_fragments", "merge"]
 
 REPORT_SCHEMA = 1
@@ -86,7 +88,7 @@ def merge(
     run_id: str | None = None,
     meta: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Fold fragments (in time order) into one report."""
+    """Fold fragments (in time order) into one report, which names the vllm-fleet version that wrote it."""
     ordered = sorted(fragments, key=lambda f: (str(f.get("recorded_at") or ""), key(f)))
     hosts: dict[str, dict[str, Any]] = {}
     for frag in ordered:
@@ -137,6 +139,7 @@ def merge(
         "schema": REPORT_SCHEMA,
         "run_id": run_id,
         "generated_at": _now(),
+        "vllm_fleet_version": __version__,
         "meta": dict(meta or {}),
         "summary": summary,
         "hosts": {h: hosts[h] for h in sorted(hosts)},

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import datafiles, inputs, placement, profiles, render, tune
+from . import __version__, datafiles, inputs, placement, profiles, render, tune
 from .rules import ERROR_RULES, WARNING_RULES, known_failure
 from .service_levels import GUIDE_TARGETS, match_card, misses_target, service_levels
 from .sizing import KV_TOLERANCE, fit_hint, gib, kv_band, size_instance
@@ -492,8 +492,12 @@ def _capacity(
 
 
 def plan_hosts(hosts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """plan.json: {"hosts": {host: plan_host(host, vars)}} for every host, sorted by name."""
-    return {"hosts": {host: plan_host(host, hosts[host]) for host in sorted(hosts)}}
+    """plan.json: {"hosts": {host: plan_host(host, vars)}} for every host, sorted by name, and the vllm-fleet version
+    that planned them ("vllm_fleet_version")."""
+    return {
+        "hosts": {host: plan_host(host, hosts[host]) for host in sorted(hosts)},
+        "vllm_fleet_version": __version__,
+    }
 
 
 # Above this many hosts the table groups hosts that plan alike, and warnings that say the same (plan.json has

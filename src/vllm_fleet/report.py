@@ -60,6 +60,8 @@ def bundle_text(bundle: Mapping[str, Any] | None) -> str:
     if not bundle:
         return "no signed bundle recorded (installed without vllm_signed_manifest_url, or before releases recorded it)"
     text = "signed bundle %s" % (bundle.get("name") or "-")
+    if bundle.get("version"):
+        text += " (vllm-fleet %s)" % bundle["version"]
     if bundle.get("commit"):
         text += ", project %s" % bundle["commit"]
     return text + ", manifest SHA-256 %s" % (bundle.get("manifest_sha256") or "-")
@@ -71,9 +73,10 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     summary = report.get("summary") or {}
     lines = ["# vLLM rollout report: %s" % (report.get("run_id") or "run"), ""]
     lines.append(
-        "Generated %s. Hosts: %d; verified ok: %d; failed: %s; rolled back: %s; findings: %d."
+        "Generated %s by vllm-fleet %s. Hosts: %d; verified ok: %d; failed: %s; rolled back: %s; findings: %d."
         % (
             report.get("generated_at") or "-",
+            report.get("vllm_fleet_version") or "-",
             summary.get("hosts", len(hosts)),
             len(summary.get("ok") or []),
             ", ".join(summary.get("failed") or []) or "none",

@@ -233,7 +233,8 @@ def render_html(report: Mapping[str, Any]) -> str:
     parts = [
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
         f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
-        f"<p>Generated {html.escape(str(report.get('generated_at') or '-'))}. Instances: {len(hosts)}; verified "
+        f"<p>Generated {html.escape(str(report.get('generated_at') or '-'))} by vllm-fleet "
+        f"{html.escape(str(report.get('vllm_fleet_version') or '-'))}. Instances: {len(hosts)}; verified "
         f"ok: {len(summary.get('ok') or [])}; failed: {html.escape(', '.join(summary.get('failed') or []) or 'none')};"
         f" rolled back: {html.escape(', '.join(summary.get('rolled_back') or []) or 'none')}; findings: "
         f"{summary.get('findings', 0)}.</p>",
@@ -320,6 +321,10 @@ def render_tune_html(search: Mapping[str, Any], title: str) -> str:
         f"{html.escape(', '.join(f'{k} {v}' for k, v in targets.items()) or 'none')}.</p>",
         f"<p><strong>Decision:</strong> {html.escape(str(decision.get('verdict') or 'none'))}"
         f" (choice: {html.escape(str(decision.get('choice')))}). On the front: {html.escape(', '.join(front))}.</p>",
+        # The playbook's search names the vllm-fleet that made it (vllm_tune_search); a GPU summary's does not.
+        f"<p>Searched by vllm-fleet {html.escape(str(search['vllm_fleet_version']))}.</p>"
+        if search.get("vllm_fleet_version")
+        else "",
         "<h2>The front</h2>",
         *(_front_plot(measured, front, key, label) for key, label in _TUNE_PLOTS),
         "<h2>Every candidate</h2><table><tr><th>candidate</th><th>repeats</th>",

@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from . import __version__
 from . import metrics as _metrics
 from .inputs import is_secret_argument, short
 
@@ -598,10 +599,10 @@ def compare(
     (the module's docstring), ``required`` :func:`required_metrics`'s names, ``limits`` DEFAULT_LIMITS' keys.
 
     Returns ``{instance, from, to, from_version, to_version, verdict ("go" or "no-go"), reasons, notes, arguments,
-    kv_cache, metrics, outputs, latency, limits}``: each reason one sentence that names the figure, both values and
-    the limit. A missing or None key of a snapshot never raises: on the new release it is a reason (what could not
-    be checked cannot pass), on the old one a note, and the comparison it prevents is skipped. TypeError when a
-    snapshot is not a dict, ValueError for a bad limit.
+    kv_cache, metrics, outputs, latency, limits, vllm_fleet_version}`` (the last: the vllm-fleet that compared): each
+    reason one sentence that names the figure, both values and the limit. A missing or None key of a snapshot never
+    raises: on the new release it is a reason (what could not be checked cannot pass), on the old one a note, and the
+    comparison it prevents is skipped. TypeError when a snapshot is not a dict, ValueError for a bad limit.
     """
     for side, snapshot in (("old", old), ("new", new)):
         if not isinstance(snapshot, Mapping):
@@ -653,6 +654,7 @@ def compare(
         "outputs": outputs,
         "latency": latency,
         "limits": used,
+        "vllm_fleet_version": __version__,
     }
 
 
@@ -710,6 +712,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines += ["", "Notes:", ""] + [f"- {note}" for note in report["notes"]]
     limits = report.get("limits") or {}
     lines += ["", "Limits: " + ", ".join(f"{key} {_fmt(value)}" for key, value in limits.items()), ""]
+    lines += [f"Compared by vllm-fleet {report.get('vllm_fleet_version') or '-'}.", ""]
 
     arguments = report.get("arguments") or {}
     lines += ["## Arguments", ""]
@@ -831,6 +834,7 @@ def render_html(report: Mapping[str, Any]) -> str:
         parts.append("<p>Notes:</p><ul>" + "".join(f"<li>{_h(note)}</li>" for note in report["notes"]) + "</ul>")
     limits = report.get("limits") or {}
     parts.append("<p>Limits: " + _h(", ".join(f"{key} {_fmt(value)}" for key, value in limits.items())) + ".</p>")
+    parts.append(f"<p>Compared by vllm-fleet {_h(report.get('vllm_fleet_version') or '-')}.</p>")
 
     arguments = report.get("arguments") or {}
     rows = [[side, f"<code>{_h(' '.join(arguments.get(side) or []) or '(unknown)')}</code>"] for side in ("old", "new")]

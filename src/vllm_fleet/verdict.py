@@ -480,8 +480,9 @@ def _judge_egress(probes: _Probes, out: _Lines) -> dict[str, Any] | None:
 
 def _bundle(probes: _Probes) -> dict[str, Any] | None:
     """The signed bundle the running release came from (the release's ``bundle.json``, slurp's result): its name,
-    project commit and manifest SHA-256; None when the release has no record (installed without the signed
-    manifest, or before releases recorded it) or it could not be read."""
+    project commit, vllm-fleet version ("" for a bundle built before 0.2.0) and manifest SHA-256; None when the
+    release has no record (installed without the signed manifest, or before releases recorded it) or it could not be
+    read."""
     result = probes.results.get("bundle")
     if not isinstance(result, Mapping) or result.get("skipped") or not result.get("content"):
         return None
@@ -491,7 +492,7 @@ def _bundle(probes: _Probes) -> dict[str, Any] | None:
         return None
     if not isinstance(record, Mapping):
         return None
-    return {key: str(record.get(key) or "") for key in ("name", "commit", "manifest_sha256", "lock_sha256")}
+    return {key: str(record.get(key) or "") for key in ("name", "commit", "version", "manifest_sha256", "lock_sha256")}
 
 
 def _judge_smoke(

@@ -12,7 +12,7 @@ import zipfile
 import pytest
 
 from serving import LocalServer
-from vllm_fleet import wheelhouse
+from vllm_fleet import __version__, wheelhouse
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t",
@@ -64,13 +64,15 @@ def make_staging(root):
     return staging
 
 
-def make_project(root):
-    """A git checkout with one commit, named vllm-fleet."""
+def make_project(root, version=__version__):
+    """A git checkout with one commit, named vllm-fleet, whose src/vllm_fleet/__init__.py states `version` (the
+    bundle carries the version its project's HEAD states)."""
     project = root / "vllm-fleet"
-    project.mkdir()
+    (project / "src" / "vllm_fleet").mkdir(parents=True)
     (project / "README.md").write_text("vllm-fleet\n")
+    (project / "src" / "vllm_fleet" / "__init__.py").write_text(f'__version__ = "{version}"\n')
     env = {**os.environ, **GIT_ENV}
-    for args in (["init", "-q"], ["add", "README.md"], ["commit", "-q", "-m", "first"]):
+    for args in (["init", "-q"], ["add", "README.md", "src"], ["commit", "-q", "-m", "first"]):
         subprocess.run(["git", "-C", str(project), *args], check=True, env=env, capture_output=True)
     return project
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from vllm_fleet import datafiles
+from vllm_fleet import __version__, datafiles
 
 PACKAGE = ROOT / "src" / "vllm_fleet"
 # scripts/env.sh names the folder; a pytest run without it uses the checkout's cache, as bootstrap.sh does.
@@ -25,7 +25,7 @@ FIX = "fix: scripts/bootstrap.sh --no-image (its 'library wheels' phase download
 
 # Run by the installed package's Python, in isolated mode (-I: no PYTHONPATH, no user site, not the current folder).
 CHECK = r"""
-import ast, importlib, json, pkgutil, sys
+import ast, importlib, importlib.metadata, json, pkgutil, sys
 from importlib import resources
 
 import vllm_fleet
@@ -76,6 +76,8 @@ json.dump(
         "profiles": {name: profiles.resolve("installed", name) for name in profiles.names()},
         "missing": missing,
         "sbom": sbom,
+        "version": vllm_fleet.__version__,
+        "installed_version": importlib.metadata.version("vllm-fleet"),
     },
     sys.stdout,
     default=str,
@@ -135,6 +137,8 @@ def test_pip_install_in_a_clean_virtualenv_imports_every_module_and_reads_the_da
     assert installed["modules"] == sorted(f"vllm_fleet.{p.stem}" for p in PACKAGE.glob("*.py") if p.stem != "__init__")
     assert installed["missing"] == {}, "pyproject.toml's dependencies leave out what these modules import"
     assert installed["sbom"] == "installed"
+    # pyproject.toml's version is read from the package's __version__, its one home (tests/unit/test_version.py).
+    assert installed["version"] == installed["installed_version"] == __version__
     data = sorted(str(p.relative_to(PACKAGE / "data")) for p in (PACKAGE / "data").rglob("*") if p.is_file())
     assert installed["data"] == data, "pyproject.toml's [tool.setuptools.package-data] leaves out a data file"
 

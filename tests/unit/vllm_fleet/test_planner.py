@@ -8,7 +8,7 @@ import math
 import pytest
 
 from conftest import H200, L40, LAB, RTX4090
-from vllm_fleet import catalogue, planner, sizing
+from vllm_fleet import __version__, catalogue, planner, sizing
 
 GIB, MIB = 1 << 30, 1 << 20
 NON_TORCH, GRAPHS_PER_LAYER = 375809638, 12_700_000  # data/memory_model.yml, gpu
@@ -590,7 +590,8 @@ def test_plan_json_contract():
             "a": {"vllm_profile_name": "nope", "vllm_gpu": RTX4090, "vllm_version": "0.33.0"},
         }
     )
-    assert list(result) == ["hosts"] and list(result["hosts"]) == ["a", "b"]
+    assert list(result) == ["hosts", "vllm_fleet_version"] and list(result["hosts"]) == ["a", "b"]
+    assert result["vllm_fleet_version"] == __version__
     for entry in result["hosts"].values():
         assert {"profile", "vllm_version", "instances", "dropped", "errors", "warnings", "capacity"} <= set(entry)
         assert set(entry["capacity"]) == set(planner.CAPACITY_KEYS)

@@ -12,7 +12,15 @@ import pytest
 
 from test_fragments import run_fragments as _fragments
 from test_verdict import AFTER, expect, ok, probes
-from vllm_fleet import fragments, report, report_html, verdict
+from vllm_fleet import __version__, fragments, report, report_html, verdict
+
+
+def test_every_file_of_the_report_names_the_vllm_fleet_version_that_wrote_it(tmp_path):
+    """report.json, report.md and report.html as write_report (python -m vllm_fleet.report --merge) writes them."""
+    json_path, md_path = report.write_report(fragments.merge(_fragments(), run_id="run-1"), tmp_path)
+    assert json.loads(json_path.read_text())["vllm_fleet_version"] == __version__
+    assert f" by vllm-fleet {__version__}. Hosts: " in md_path.read_text()
+    assert f" by vllm-fleet {__version__}. Instances: " in (tmp_path / "report.html").read_text()
 
 
 def test_markdown_shows_versions_latencies_kv_findings_rollout_and_rollback():
@@ -113,3 +121,8 @@ def test_each_instance_names_the_signed_bundle_its_release_came_from_in_both_pag
     assert "- installed from: no signed bundle recorded" in md
     page = report_html.render_html(rep)
     assert f"<tr><th>installed from</th><td>{said}</td></tr>" in page
+    # A bundle built from 0.2.0 on names the vllm-fleet version it carried (bundle_of, from the trusted comment).
+    signed["bundle"] = dict(bundle, version="0.2.0")
+    said = f"signed bundle lab (vllm-fleet 0.2.0), project 1775afa5d610, manifest SHA-256 {'f' * 64}"
+    assert f"- installed from: {said}" in report.render_markdown(rep)
+    assert f"<tr><th>installed from</th><td>{said}</td></tr>" in report_html.render_html(rep)

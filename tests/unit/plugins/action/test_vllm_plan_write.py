@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from conftest import L40, RTX4090, ansible_env, run_ansible
+from vllm_fleet import __version__
 
 pytestmark = pytest.mark.integration
 
@@ -67,6 +68,7 @@ def test_plan_json_is_the_text_to_nice_json_wrote_with_the_table_and_the_errors(
     text = (tmp_path / "reports" / "plan.json").read_text()
     assert text == (tmp_path / "before.json").read_text()
     assert sorted(json.loads(text)["hosts"]) == sorted(HOSTS)
+    assert json.loads(text)["vllm_fleet_version"] == __version__, "plan.json names the vllm-fleet that planned"
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["changed"] is False and result["hosts"] == 2 and result["path"] == str(tmp_path / "reports/plan.json")
     assert any(line.startswith("gpu-4090.invalid  rtx4090-7b-decode") for line in result["table"]), result["table"]

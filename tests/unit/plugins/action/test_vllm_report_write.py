@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from conftest import ansible_env, run_ansible
+from vllm_fleet import __version__
 
 pytestmark = pytest.mark.integration
 
@@ -45,9 +46,13 @@ def test_each_hosts_fragment_then_one_report_of_all_of_them(tmp_path):
     assert len(list((run_dir / "hosts").glob("*.json"))) == len(HOSTS)
     report = json.loads((run_dir / "report.json").read_text())
     assert report["run_id"] == "run-1" and sorted(report["summary"]["ok"]) == [f"{h}/cpu0" for h in HOSTS], report
-    assert (run_dir / "report.md").read_text().startswith("# vLLM rollout report: run-1")
+    md = (run_dir / "report.md").read_text()
+    assert md.startswith("# vLLM rollout report: run-1")
     html = (run_dir / "report.html").read_text()
     assert html.startswith("<!DOCTYPE html>") and all(h in html for h in HOSTS)
+    # Each of the three files names the vllm-fleet version that wrote it.
+    assert report["vllm_fleet_version"] == __version__
+    assert f" by vllm-fleet {__version__}. Hosts: 4;" in md and f" by vllm-fleet {__version__}. Instances: 4;" in html
     assert "changed=0" in out and "changed=1" not in out  # a report is output, not a host's state
     assert not [p for p in run_dir.iterdir() if p.name.startswith(".report.") and p.name != ".report.lock"]
 

@@ -9,6 +9,7 @@ from ansible.errors import AnsibleFilterError
 from ansible.utils.unsafe_proxy import wrap_var
 
 from conftest import ROOT, fixture_json, load_source
+from vllm_fleet import __version__
 
 plugin = load_source("vllm_answers_filter", ROOT / "plugins" / "filter" / "vllm_answers.py")
 F = plugin.FilterModule().filters()
@@ -32,6 +33,8 @@ def test_a_batching_change_that_keeps_the_answers_goes():
     assert report["changed_args"] == ["--max-num-seqs"]
     page = F["vllm_answers_markdown"](report)
     assert page.startswith("# Answers gate: go\n")
+    # Both files the gate writes (answers-HOST-INSTANCE.json and .md) name the vllm-fleet that judged.
+    assert report["vllm_fleet_version"] == __version__ and f"\n- judged by vllm-fleet {__version__}\n" in page
 
 
 def test_the_site_can_hold_a_change_to_the_numerics_limits():

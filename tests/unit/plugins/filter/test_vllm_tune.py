@@ -14,7 +14,7 @@ from ansible.errors import AnsibleFilterError
 from ansible.utils.unsafe_proxy import wrap_var
 
 from conftest import ROOT, fixture_text, load_source
-from vllm_fleet import tune
+from vllm_fleet import __version__, tune
 
 plugin = load_source("vllm_tune_filter", ROOT / "plugins" / "filter" / "vllm_tune.py")
 F = plugin.FilterModule().filters()
@@ -81,6 +81,8 @@ def test_the_search_decides_run_10_as_the_gpu_summary_did():
     assert (versus["verdict"], versus["p"]) == ("level", 0.3333)
     page = F["vllm_tune_page"](search, "Tune search: gpu-1 main")
     assert page.startswith("<!DOCTYPE html>") and "Tune search: gpu-1 main" in page
+    # search.json and tune.html name the vllm-fleet that searched.
+    assert search["vllm_fleet_version"] == __version__ and f"<p>Searched by vllm-fleet {__version__}.</p>" in page
 
 
 def test_a_decided_search_is_a_measured_profile_the_plan_takes():

@@ -13,7 +13,7 @@ from ansible.errors import AnsibleFilterError
 from ansible.utils.unsafe_proxy import wrap_var
 
 from conftest import ROOT, fixture_text, load_source
-from vllm_fleet import upgrade
+from vllm_fleet import __version__, upgrade
 
 plugin = load_source("vllm_upgrade_filter", ROOT / "plugins" / "filter" / "vllm_upgrade.py")
 F = plugin.FilterModule().filters()
@@ -57,6 +57,10 @@ def test_the_report_reads_the_shipped_dashboard_and_rules_and_takes_ansibles_val
     json.dumps(report)
     assert "## Verdict: **GO**" in F["vllm_upgrade_markdown"](wrap_var(report))
     assert '<p class="verdict go">GO</p>' in F["vllm_upgrade_html"](report)
+    # The three pages the role writes (upgrade-HOST-INSTANCE.json, .md, .html) name the vllm-fleet that compared.
+    assert report["vllm_fleet_version"] == __version__
+    assert f"\nCompared by vllm-fleet {__version__}.\n" in F["vllm_upgrade_markdown"](wrap_var(report))
+    assert f"<p>Compared by vllm-fleet {__version__}.</p>" in F["vllm_upgrade_html"](report)
 
 
 def test_speculation_and_the_sites_names_are_required_when_asked():

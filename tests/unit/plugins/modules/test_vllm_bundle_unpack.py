@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from bundle_helpers import GIT_ENV, make_keys, make_wheel
+from bundle_helpers import make_keys, make_project, make_wheel
 from conftest import ROOT
-from vllm_fleet import bundle, wheelhouse
+from vllm_fleet import __version__, bundle, wheelhouse
 
 MODULE = ROOT / "plugins" / "modules" / "vllm_bundle_unpack.py"
 NAME = "site-2026-05"
@@ -45,11 +45,7 @@ def site(tmp_path_factory):
     write(staging / "models" / "tiny-qwen2" / "model.safetensors", bytes(range(256)) * 64)
     write(staging / "models" / "tiny-qwen2" / "config.json", b"{}\n")
     write(staging / "debian" / "pool" / "main" / "minisign_0.11_amd64.deb", b"!<arch>\n")
-    project = root / "vllm-fleet"
-    write(project / "README.md", b"vllm-fleet\n")
-    env = {**os.environ, **GIT_ENV}
-    for args in (["init", "-q"], ["add", "README.md"], ["commit", "-q", "-m", "first"]):
-        subprocess.run(["git", "-C", str(project), *args], check=True, env=env, capture_output=True)
+    project = make_project(root)
     first = bundle.build(staging, project, sec, root / f"{NAME}.tar")
     write(staging / "models" / "tiny-qwen2" / "config.json", b'{"later": true}\n')
     later = bundle.build(staging, project, sec, root / "site-2026-06.tar")
@@ -111,6 +107,7 @@ def test_a_good_bundle_is_swapped_in_and_a_second_run_changes_nothing(site, dest
     assert result["changed"] and result["name"] == NAME and result["files"] == 7
     assert result["swapped"] == ["debian", "models", "project", "sbom.cdx.json", "wheelhouse"]
     assert result["trusted_comment"].startswith(f"vllm-fleet bundle {NAME}, 7 files, {result['bytes']} bytes, project")
+    assert result["trusted_comment"].endswith(f", version {__version__}"), "the signed comment names the version"
     after = listing(dest)
     assert after["models/tiny-qwen2/model.safetensors"][0] == "-rw-r--r--" and after["models/tiny-qwen2"][0] == (
         "drwxr-xr-x"
