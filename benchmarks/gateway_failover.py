@@ -6,10 +6,10 @@
         --model tiny-qwen2 --model tiny-qwen2-b          # the fleet scenario's pair and its two models
 
 On the lab (lab/scripts/lab.sh up: lab-gw and lab-gw2 sharing 10.89.77.9 through keepalived's VRRP), a bounded loop
-of streamed chat completions (vllm_fleet.streamload, connections retried as the openai SDK retries them) runs through
+of streamed chat completions (labtools.streamload, connections retried as the openai SDK retries them) runs through
 the shared address while the gateway holding it loses, in turn: its HAProxy (`systemctl stop haproxy`), its host
 shut down cleanly (`podman stop`, systemd's shutdown) and its host gone at once (`podman kill`, as a power loss).
-A watch asks the address's /health every 50 ms (vllm_fleet.failover). Each trial prints the time from the first
+A watch asks the address's /health every 50 ms (labtools.failover). Each trial prints the time from the first
 unanswered ask to the next answer, the requests lost (failed or cut) and how many of them began after the address
 answered again (none may), and the seconds from the act to the next answer. With --limited-tenant, that tenant is
 brought to its request-rate limit (429) before each act and asked once more after the address moved: the status it
@@ -35,10 +35,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from gateway_rollout import check_route  # noqa: E402
 
-from vllm_fleet import failover, streamload  # noqa: E402
+from labtools import failover, streamload  # noqa: E402
 
 INVENTORY = ROOT / "lab" / "inventory"
 CACHE = Path(os.environ.get("CACHE_DIR", ROOT / ".cache"))

@@ -4,7 +4,7 @@
     benchmarks/gateway_rollout.py [--rest-seconds 60] [--concurrency 4] [--max-tokens 48] [--bad]
 
 On the lab (lab/scripts/lab.sh up: lab-1 and lab-2 behind lab-gw), a bounded loop of streamed chat completions
-(vllm_fleet.streamload) runs through the gateway, first at rest, then during a good rolling change of every lab
+(labtools.streamload) runs through the gateway, first at rest, then during a good rolling change of every lab
 instance (`site.yml` with max_num_seqs changed), and with --bad during a change that fails on the canary (a
 tokenizer path that does not exist) and is rolled back. Prints one row per phase: requests, failed, cut, p50 and
 p99 TTFT. Every loop is bounded in requests and seconds; nothing is sent before this machine is seen to have a
@@ -24,7 +24,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from vllm_fleet import streamload  # noqa: E402
+sys.path.insert(0, str(ROOT / "tests"))
+from labtools import streamload  # noqa: E402
 
 INVENTORY = ROOT / "lab" / "inventory"
 CACHE = Path(os.environ.get("CACHE_DIR", ROOT / ".cache"))

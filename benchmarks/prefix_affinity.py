@@ -5,7 +5,7 @@
         [--repeats 3] [--vllm-router .cache/vllm-router/bin/vllm-router]
 
 On the lab (lab/scripts/lab.sh up: lab-1 and lab-2, two instances each, behind lab-gw and lab-gw2), the same shape of
-workload (vllm_fleet.conversations: applications with their own long system prompt, conversations of several turns,
+workload (labtools.conversations: applications with their own long system prompt, conversations of several turns,
 each turn sending the conversation so far) is played, each time with new text (its own seed):
 1. straight to one instance (lab-1's first): the hit rate one instance reaches, the reference;
 2. through the gateways' shared address with `vllm_gateway_balance: leastconn`;
@@ -42,11 +42,12 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from gateway_failover import pair_facts  # noqa: E402
 from gateway_rollout import check_route  # noqa: E402
 
-from vllm_fleet import conversations, streamload  # noqa: E402
+from labtools import conversations, streamload  # noqa: E402
 
 INVENTORY = ROOT / "lab" / "inventory"
 CACHE = Path(os.environ.get("CACHE_DIR", ROOT / ".cache"))

@@ -1,4 +1,4 @@
-# Thin Ansible filters over vllm_fleet.gateway: what the vllm_gateway role and site.yml's drain use.
+# Thin Ansible filters over vllm_fleet.gateway: what the vllm_gateway role and vllm_rollout's drain use.
 from __future__ import annotations
 
 import os
@@ -82,7 +82,7 @@ def vllm_gateway_backend_name(model):
 
 
 def vllm_gateway_deployed(hostvars, hosts):
-    """{host: the instances it runs now} for the hosts whose vllm_deployed_instances site.yml read in this run."""
+    """{host: the instances it runs now} for the hosts whose vllm_deployed_instances vllm_rollout read in this run."""
     out = {}
     for host in hosts:
         try:

@@ -1,6 +1,6 @@
 """The fingerprint of what a host should run, so that a re-run can tell a host that is already there.
 
-site.yml's rollout writes, after it has verified every instance of a host, a digest of everything the vllm role
+The vllm_rollout role writes, after it has verified every instance of a host, a digest of everything the vllm role
 derives the host's state from: the host's plan entry (its instances' arguments, cards and environment), the unit,
 environment and firewall files rendered for it, the release and where it comes from, where the models come from,
 and the role's own code and templates (:func:`tree_digest`, so that a new version of the project is a change).

@@ -729,7 +729,7 @@ def host_entry(
         "url": expect.get("url"),
         "unit": expect.get("unit"),
         "version": {"pinned": pinned or None, "reported": reported},
-        # The card the plan sized the host for: the detected one on GPU hosts (site.yml plans them again).
+        # The card the plan sized the host for: the detected one on GPU hosts (vllm_rollout plans them again).
         "gpu": (plan or {}).get("gpu"),
         # Where the plan placed this instance (its port, cards and the arguments its unit runs).
         "placement": _placement(plan, expect.get("instance")),

@@ -152,6 +152,22 @@ def test_the_product_never_loads_the_lab_or_the_gpu_harness():
     assert not found, "the product loads files of the lab or the GPU harness:\n" + "\n".join(found)
 
 
+def test_the_product_never_imports_the_labs_clients():
+    """tests/labtools (streamload, probe, conversations, failover) load and watch a fleet for the tests, the scenarios
+    and the benchmarks; the library, the plugins and the roles' programs never import them (nor the wheel ship them)."""
+    assert not (ROOT / "src" / "labtools").exists()
+    files = [ROOT / p for p in _git("ls-files", *PRODUCT).split() if p.endswith(".py")]
+    assert len(files) > 50
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            found += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "labtools"]
+    assert not found, "the product imports the lab's clients:\n" + "\n".join(found)
+
+
 def test_the_proof_has_folders_of_its_own():
     """Lab, GPU harness and recorded runs each have a folder; docs/ keeps the operator's pages only."""
     for folder in (

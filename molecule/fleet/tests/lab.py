@@ -21,11 +21,12 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-# tests/browser.py: the headless browser the report page's unit test uses too.
+# tests/browser.py: the headless browser the report page's unit test uses too; tests/labtools: the load and watch
+# clients (streamload, probe, failover) the scenario runs.
 sys.path.append(str(ROOT / "tests"))
 import browser  # noqa: E402,F401
 import serving  # noqa: E402
-from vllm_fleet import failover  # noqa: E402
+from labtools import failover  # noqa: E402
 
 REPORTS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"
 # The operator's inventory: a copy of Molecule's (its group_vars and host_vars links resolved into files), which the
@@ -57,7 +58,9 @@ KEYS = CACHE / "lab" / "api-keys"
 OUTPUTS = []  # every play's output, searched for keys at the end
 RUNS = CACHE / "logs" / "fleet-runs"  # this verify's runs only (the outputs, checked for keys at the end)
 shutil.rmtree(RUNS, ignore_errors=True)
-ENV = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+# The library and the lab's clients, for the `python -m` commands the tests start (labtools.probe, .streamload, the
+# library's report --merge).
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]))
 
 
 def playbook(path, *extra, timeout=1800):
@@ -398,7 +401,7 @@ def set_server_state(server, state):
 
 
 def watch_shared_address(seconds=120):
-    """A watch of the shared address's /health from this machine (vllm_fleet.failover: every 50 ms, 0.5 s each)."""
+    """A watch of the shared address's /health from this machine (labtools.failover: every 50 ms, 0.5 s each)."""
     return failover.Watch(VIP, ssl.create_default_context(cafile=str(CA)), seconds=seconds)
 
 
@@ -433,7 +436,7 @@ def stream_loop(run_id, seconds=1200, think=2, url=GATEWAY, connect_retries=0):
     """Start a bounded loop of streamed chat completions through the gateway (2 users at a time, each pausing
     `think` s between answers, so that the loop leaves the 2 cores to what it watches: with 4 users and 1 s, each
     instance's start took 80 to 106 s on the lab instead of 26 s, and the good change 1,178 s); stop() ends it and
-    returns its result (vllm_fleet.streamload). One user streams each of the fleet's two models (MODELS), so both
+    returns its result (labtools.streamload). One user streams each of the fleet's two models (MODELS), so both
     backends are under load. With `connect_retries`, a request that could not connect (1 s each) tries again, a
     quarter second apart, as the openai SDK's client does."""
     stop = REPORTS / f"{run_id}.gateway.stop"
@@ -442,7 +445,7 @@ def stream_loop(run_id, seconds=1200, think=2, url=GATEWAY, connect_retries=0):
         [
             sys.executable,
             "-m",
-            "vllm_fleet.streamload",
+            "labtools.streamload",
             "--url",
             url,
             "--connect-retries",

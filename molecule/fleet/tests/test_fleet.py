@@ -83,7 +83,7 @@ from lab import (
     watch_shared_address,
     why_not_served,
 )
-from vllm_fleet import failover
+from labtools import failover
 
 # The loops that watch a change are paced for what a request costs the lab. With vLLM's worker in its own process
 # (its multiprocess executor), which polls its shared-memory queue for 1 s after each step, a 2-token completion on an
@@ -163,7 +163,7 @@ def good_rollout():
         [
             sys.executable,
             "-m",
-            "vllm_fleet.probe",
+            "labtools.probe",
             "--interval",
             str(CHANGE_PROBE_INTERVAL_S),
             "--timeout",

@@ -29,8 +29,8 @@ from lab import (
     wait_gateways_settled,
     watch_shared_address,
 )
-from vllm_fleet import streamload
-from vllm_fleet.failover import outage
+from labtools import streamload
+from labtools.failover import outage
 
 # Six applications, each with its own system prompt, longer than the body's first bytes that the balance hashes
 # (vllm_gateway_prefix_bytes, 1024, of which the model's name and the message's start take about 60), and different

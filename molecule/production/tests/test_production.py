@@ -45,8 +45,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tests"))  # labtools: the lab's streaming client
+from labtools.streamload import Stream  # noqa: E402
 from vllm_fleet import egress, gateway  # noqa: E402
-from vllm_fleet.streamload import Stream  # noqa: E402
 
 INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
 REPORTS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"

@@ -1,4 +1,4 @@
-"""vllm_fleet.conversations: the multi-turn workload with shared prefixes (benchmarks/prefix_affinity.py), played
+"""labtools.conversations: the multi-turn workload with shared prefixes (benchmarks/prefix_affinity.py), played
 against a local stand-in that streams like vLLM, and the prefix cache's hit rate read from real vLLM /metrics."""
 
 import http.server
@@ -9,7 +9,7 @@ from typing import ClassVar
 import pytest
 
 from conftest import LocalServer, fixture_text
-from vllm_fleet import conversations, streamload
+from labtools import conversations, streamload
 
 IDLE = fixture_text("vllm", "0.32.0-cpu", "metrics_idle.txt")
 AFTER = fixture_text("vllm", "0.32.0-cpu", "metrics_after_20_requests.txt")

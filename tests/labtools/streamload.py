@@ -1,6 +1,6 @@
 """A bounded loop of streamed chat completions through the gateway: failed requests, cut streams, TTFT.
 
-    python -m vllm_fleet.streamload --url https://10.89.77.10 --key-file .cache/lab/api-keys/lab-team-a \\
+    python -m labtools.streamload --url https://10.89.77.10 --key-file .cache/lab/api-keys/lab-team-a \\
         --cafile .cache/lab/pki/ca.crt --model tiny-qwen2 --concurrency 4 --max-tokens 48 \\
         --max-seconds 900 --max-requests 5000 --stop-file /tmp/stop
 

@@ -22,7 +22,8 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from vllm_fleet import metrics, streamload
+from labtools import streamload
+from vllm_fleet import metrics
 
 # The words the prompts are made of (text from a seed, no data set).
 WORDS = (  # noqa: SIM905 (one word list, read as text)
@@ -130,7 +131,7 @@ def hit_rate(before: Mapping[str, tuple[float, float]], after: Mapping[str, tupl
 
 
 def summarise(results: list[dict[str, Any]], wall: float, users: int) -> dict[str, Any]:
-    """The stream loop's summary (:func:`vllm_fleet.streamload.summarise`: requests, failed, cut, TTFT p50 and p99),
+    """The stream loop's summary (:func:`labtools.streamload.summarise`: requests, failed, cut, TTFT p50 and p99),
     with the TTFT of the later turns (after the first) beside it."""
     summary = streamload.summarise(results, wall, users)
     later = streamload.summarise([r for r in results if r["turn"] > 0], wall, users)

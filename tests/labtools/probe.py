@@ -1,6 +1,6 @@
 """A bounded request loop against vLLM hosts during a rollout: failed requests and unhealthy seconds.
 
-    python -m vllm_fleet.probe --target lab-1=http://10.89.77.11:8000 --target lab-2=http://... \\
+    python -m labtools.probe --target lab-1=http://10.89.77.11:8000 --target lab-2=http://... \\
         --stop-file /tmp/stop --max-seconds 900 --max-requests 20000 --run-dir reports/<run>
 
 One thread per host sends a short real completion (and reads ``/health``) every ``--interval`` seconds
@@ -146,7 +146,7 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vllm_fleet.probe", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m labtools.probe", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--target",
         action="append",
