@@ -27,7 +27,7 @@ GATE_START = "Hold the answers against the last verified release's (answers gate
 RECORD_START = "Record the answers with the verified release"
 TUNE_START = "Hold the candidate's answers against the verified release's"
 INCLUDED = {
-    "Name the configuration the answers are held for (its release and arguments)",
+    "Name the configuration the answers are held for",
     "Forget an earlier instance's measurement",
     "Find the release the instance was last verified with",
     "Look for the answers recorded with that release",

@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True, help="the served model name")
     parser.add_argument("--prompts", help="a JSON file, a list of {name, prompt} (default: $VLLM_ANSWERS_PROMPTS)")
     parser.add_argument("--recorded", help="the answers recorded with the last verified release (absent: none)")
-    parser.add_argument("--tokens", type=int, default=32, help="tokens per answer")
+    parser.add_argument("--tokens", type=int, default=16, help="tokens per answer")
     parser.add_argument("--top-k", type=int, default=5, help="logprobs kept per position")
     parser.add_argument("--timeout-s", type=float, default=60.0, help="per request")
     args = parser.parse_args(argv)

