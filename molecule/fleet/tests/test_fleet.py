@@ -84,6 +84,7 @@ from lab import (
     why_not_served,
 )
 from labtools import failover
+from vllm_fleet import __version__
 
 # The loops that watch a change are paced for what a request costs the lab. With vLLM's worker in its own process
 # (its multiprocess executor), which polls its shared-memory queue for 1 s after each step, a 2-token completion on an
@@ -472,7 +473,9 @@ def test_good_change_rolls_out_and_every_instance_verifies(good_rollout):
             assert entry["ok"] is True
             assert (entry["bundle"]["name"], entry["bundle"]["manifest_sha256"]) == ("lab", served), entry["bundle"]
     page = (REPORTS / "rollout-good" / "report.md").read_text()
-    assert "- installed from: signed bundle lab, project " in page and f"manifest SHA-256 {served}" in page
+    # The bundle names the project's version (vllm_fleet.__version__, the bundled checkout's) and its commit.
+    assert f"- installed from: signed bundle lab (vllm-fleet {__version__}), project " in page, page
+    assert f"manifest SHA-256 {served}" in page
 
 
 def test_the_upgrade_passed_the_canarys_go_no_go_before_any_other_instance_changed(good_rollout):
