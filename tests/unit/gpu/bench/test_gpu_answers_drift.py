@@ -66,7 +66,7 @@ def test_the_three_servers_differ_only_in_the_kv_cache(plan):
 
 def test_the_golden_set_is_the_rollout_roles_respelt_for_the_dummy_tokenizer(plan):
     golden = plan["golden"]
-    assert golden["source"] == "roles/vllm_rollout/defaults/main.yml" and (golden["tokens"], golden["top_k"]) == (32, 5)
+    assert golden["source"] == "roles/vllm_rollout/defaults/main.yml" and (golden["tokens"], golden["top_k"]) == (16, 5)
     assert [p["name"] for p in golden["prompts"]] == [p["name"] for p in drift.golden_set()["prompts"]]
     assert len(golden["prompts"]) == 8
     for p in golden["prompts"]:
@@ -189,7 +189,7 @@ def test_the_table_says_what_it_measures_and_one_row_per_server(plan):
     summary["prompts"] = [{"name": "a"}, {"name": "b"}]
     text = drift.table(summary)
     assert "NUMERICAL DRIFT ON RANDOM WEIGHTS, NOT TASK ACCURACY" in text and "(H100), vLLM 0.26.0" in text
-    assert "same prefix of 32 tokens (a, b)" in text
+    assert "same prefix of 16 tokens (a, b)" in text
     (a_row,) = [line for line in text.splitlines() if line.startswith("A-self")]
     assert a_row.split()[3:9] == ["1.0000", "0.000000", "0.000000", "go", "(numerics)", "1.0"]
     assert a_row.endswith("  2 2")
@@ -353,8 +353,8 @@ def test_a_whole_run_against_a_stand_in(fake_site, tmp_path, plan):  # noqa: F81
     assert rows["A-self"]["kind"] == "numerics" and rows["B"]["kind"] == rows["C"]["kind"] == "precision"
     assert rows["B"]["mean_kl"] > rows["C"]["mean_kl"] > 0 and rows["B"]["agreement"] < 1.0
     assert summary["rows"][2]["same_scores_as_B"] is False
-    assert rows["A-self"]["same_prefix"] == dict.fromkeys([p["name"] for p in plan["golden"]["prompts"]], 32)
-    assert summary["flatness"]["positions"] == 8 * 32
+    assert rows["A-self"]["same_prefix"] == dict.fromkeys([p["name"] for p in plan["golden"]["prompts"]], 16)
+    assert summary["flatness"]["positions"] == 8 * 16
     raw = json.loads((out / "answers-drift-measures.json").read_text())
     assert list(raw) == ["A-record", "A-self", "B", "C"] and raw["B"]["result"]["reference"] == "A-record"
     assert raw["A-record"]["result"]["answers"][0]["prompt"] == plan["golden"]["prompts"][0]["sent"]
