@@ -105,19 +105,21 @@ def test_the_filter_fills_what_the_inventory_leaves_from_the_vllm_roles_defaults
     assert "9000" in filters.vllm_plan_hosts(hostvars, ["h1"])["hosts"]["h1"]["instances"][0]["args"]
 
 
+# A lab host's settings (the lab's CPU profile and release), as its inventory gives them.
+LAB_HOST = {
+    "vllm_profile_name": "cpu-lab-tiny",
+    "vllm_version": "0.32.0",
+    "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0},
+    "group_names": ["vllm_nodes"],
+}
+
+
 def test_numbers_given_on_the_command_line_are_taken_as_their_specs_type():
     """-e gives every value as text: `-e vllm_shutdown_timeout=25` and `-e vllm_port=9000` plan as 25 and 9000, as
     Ansible's own argument specs take them, for the host's plan and for the instances a gateway reads; a text that is
     no number still gets the plan's message."""
     filters = load_filters()
-    host = {
-        "vllm_profile_name": "cpu-lab-tiny",
-        "vllm_version": "0.32.0",
-        "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0},
-        "group_names": ["vllm_nodes"],
-        "vllm_shutdown_timeout": "25",
-        "vllm_port": "9000",
-    }
+    host = dict(LAB_HOST, vllm_shutdown_timeout="25", vllm_port="9000")
     entry = filters.vllm_plan_hosts({"h1": host}, ["h1"])["hosts"]["h1"]
     assert entry["errors"] == []
     args = entry["instances"][0]["args"]
@@ -269,12 +271,7 @@ def test_the_answers_gates_settings_are_checked_in_the_plan_with_the_host_and_th
     """A site prompt named like one of the product's, and limits that are no numbers, stop the plan (the spec checks
     the types first: a prompt without its text is the argument spec's error)."""
     filters = load_filters()
-    host = {
-        "vllm_profile_name": "cpu-lab-tiny",
-        "vllm_version": "0.32.0",
-        "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 0},
-        "group_names": ["vllm_nodes"],
-    }
+    host = dict(LAB_HOST)
     assert filters.vllm_plan_hosts({"h1": host}, ["h1"])["hosts"]["h1"]["errors"] == []
     bad = dict(
         host,
