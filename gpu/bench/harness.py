@@ -947,11 +947,8 @@ class Runner:
             "\n".join(
                 [
                     "[defaults]",
-                    f"roles_path = {REPO / 'roles'}",
-                    f"filter_plugins = {REPO / 'plugins/filter'}",
-                    f"action_plugins = {REPO / 'plugins/action'}",
-                    f"library = {REPO / 'plugins/modules'}",
-                    f"module_utils = {REPO / 'plugins/module_utils'}",
+                    # the repository as the collection vllm_fleet.fleet (its roles, modules and filters by full name)
+                    f"collections_path = {REPO / 'collections'}",
                     "stdout_callback = ansible.builtin.default",
                     "callback_result_format = yaml",
                     "host_key_checking = false",

@@ -46,9 +46,7 @@ export LC_ALL=C.UTF-8 LANG=C.UTF-8 PYTHONUNBUFFERED=1
 # A configuration of its own: the repo's ansible.cfg names collections this host does not have.
 cat >"$WORK/ansible.cfg" <<CFG
 [defaults]
-roles_path = $ROOT/roles
-library = $ROOT/plugins/modules
-module_utils = $ROOT/plugins/module_utils
+collections_path = $ROOT/collections
 stdout_callback = ansible.builtin.default
 callback_result_format = yaml
 host_key_checking = false

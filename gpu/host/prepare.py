@@ -61,12 +61,8 @@ def ansible_cfg(to: Path, work: Path, collections: Path) -> None:
     timer = posix.is_dir()
     lines = [
         "[defaults]",
-        f"roles_path = {ROOT}/roles",
-        f"library = {ROOT}/plugins/modules",
-        f"module_utils = {ROOT}/plugins/module_utils",
-        f"filter_plugins = {ROOT}/plugins/filter",
-        f"action_plugins = {ROOT}/plugins/action",
-        f"collections_path = {collections}",
+        # the repository as the collection vllm_fleet.fleet (collections/ links to it), then the carried collections
+        f"collections_path = {ROOT}/collections:{collections}",
         "stdout_callback = ansible.builtin.default",
         "callback_result_format = yaml",
         "callbacks_enabled = ansible.posix.profile_tasks" if timer else None,

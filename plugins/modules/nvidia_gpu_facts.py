@@ -67,12 +67,12 @@ seealso:
 
 EXAMPLES = r"""
 - name: Probe the GPUs; a host without a driver is not an error here
-  nvidia_gpu_facts:
+  vllm_fleet.fleet.nvidia_gpu_facts:
     require: false
   register: __nvidia_driver_probe
 
 - name: Fail unless the driver answers, with UUIDs masked for the report
-  nvidia_gpu_facts:
+  vllm_fleet.fleet.nvidia_gpu_facts:
     mask_uuids: true
   register: __gpu
 
@@ -209,7 +209,7 @@ nvml_library_version:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.nvidia_smi import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import (
     NvidiaSmiParseError,
     classify_error,
     nvml_library_version,

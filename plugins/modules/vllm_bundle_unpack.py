@@ -73,14 +73,14 @@ notes:
 
 EXAMPLES = r"""
 - name: Unpack the signed bundle into the mirror
-  vllm_bundle_unpack:
+  vllm_fleet.fleet.vllm_bundle_unpack:
     bundle: /srv/incoming/site-2026-05.tar
     public_key: /etc/vllm-fleet/site.pub
     dest: /srv/mirror
   register: __vllm_bundle
 
 - name: Check a bundle without unpacking it
-  vllm_bundle_unpack:
+  vllm_fleet.fleet.vllm_bundle_unpack:
     bundle: /srv/incoming/site-2026-05.tar
     public_key: /etc/vllm-fleet/site.pub
     dest: /srv/mirror
@@ -88,7 +88,7 @@ EXAMPLES = r"""
   check_mode: true
 
 - name: Check that the mirror still serves, file for file, the signed bundle it was served from
-  vllm_bundle_unpack:
+  vllm_fleet.fleet.vllm_bundle_unpack:
     mode: verify
     public_key: /etc/vllm-fleet/site.pub
     dest: /srv/mirror

@@ -34,7 +34,7 @@ requirements:
 
 EXAMPLES = r"""
 - name: Write plan.json on the controller
-  vllm_plan_write:
+  vllm_fleet.fleet.vllm_plan_write:
     dest: "{{ vllm_plan_report_dir }}/plan.json"
   register: _plan_written
   run_once: true

@@ -73,7 +73,7 @@ notes:
 
 EXAMPLES = r"""
 - name: Keep the verified configuration in the history
-  vllm_release:
+  vllm_fleet.fleet.vllm_release:
     path: /etc/vllm/releases/main
     state: recorded
     files: [/etc/systemd/system/vllm@main.service, /etc/vllm/main.env, /etc/vllm/main.args.json]
@@ -82,7 +82,7 @@ EXAMPLES = r"""
     keep: 3
 
 - name: Find the release before the running one
-  vllm_release:
+  vllm_fleet.fleet.vllm_release:
     path: /etc/vllm/releases/main
   register: history
 """

@@ -45,13 +45,13 @@ requirements:
 
 EXAMPLES = r"""
 - name: Write this instance's fragment
-  vllm_report_write:
+  vllm_fleet.fleet.vllm_report_write:
     run_dir: "{{ _run_dir }}"
-    fragment: "{{ _result | vllm_report_fragment(inventory_hostname, 'verify', 'cpu0') }}"
+    fragment: "{{ _result | vllm_fleet.fleet.vllm_report_fragment(inventory_hostname, 'verify', 'cpu0') }}"
     render: false
 
 - name: Write the run's report
-  vllm_report_write:
+  vllm_fleet.fleet.vllm_report_write:
     run_dir: "{{ _run_dir }}"
     run_id: rollout-1
   run_once: true

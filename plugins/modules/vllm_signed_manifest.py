@@ -52,7 +52,7 @@ requirements:
 
 EXAMPLES = r"""
 - name: Read the site's signed manifest
-  vllm_signed_manifest:
+  vllm_fleet.fleet.vllm_signed_manifest:
     url: http://mirror.site/BUNDLE.sha256
     public_key: /etc/vllm-site/site.pub
   register: signed

@@ -62,13 +62,13 @@ notes:
 
 EXAMPLES = r"""
 - name: Wait until the restarted instance is healthy (fail with the reason and its journal)
-  vllm_wait_healthy:
+  vllm_fleet.fleet.vllm_wait_healthy:
     url: http://127.0.0.1:8000
     unit: vllm@main.service
     timeout: 900
 
 - name: Wait, and keep the result for the report
-  vllm_wait_healthy:
+  vllm_fleet.fleet.vllm_wait_healthy:
     url: http://10.0.0.5:8000
     unit: vllm@gpu0.service
     timeout: 300
@@ -125,7 +125,7 @@ from urllib.error import HTTPError
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
-from ansible.module_utils.vllm_unit import show_argv, wait_healthy
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.vllm_unit import show_argv, wait_healthy
 
 
 def main():

@@ -35,6 +35,10 @@ LAB = {"name": "cpu", "memory_mib": 4096, "bandwidth_gb_s": 20, "count": 1}
 # This checkout's package, before any installed copy (a venv's editable install may point at another checkout).
 if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
+# This checkout as the collection vllm_fleet.fleet (collections/ansible_collections/vllm_fleet/fleet links to it): the
+# modules import their module_utils by the collection's name, ansible_collections.vllm_fleet.fleet.plugins.module_utils.
+if str(ROOT / "collections") not in sys.path:
+    sys.path.append(str(ROOT / "collections"))
 # tests/browser.py: the headless browser the report page's tests share with the fleet scenario.
 if str(ROOT / "tests") not in sys.path:
     sys.path.append(str(ROOT / "tests"))
@@ -111,8 +115,7 @@ def run_module(tmp_path: Path, module: str, args: dict[str, Any], path: tuple[st
     config.write_text("[defaults]\n")
     env = dict(
         os.environ,
-        ANSIBLE_LIBRARY=str(ROOT / "plugins" / "modules"),
-        ANSIBLE_MODULE_UTILS=str(ROOT / "plugins" / "module_utils"),
+        ANSIBLE_COLLECTIONS_PATH=str(ROOT / "collections"),
         ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal",
         ANSIBLE_CALLBACK_RESULT_FORMAT="json",
         ANSIBLE_NOCOLOR="1",
@@ -131,7 +134,7 @@ def run_module(tmp_path: Path, module: str, args: dict[str, Any], path: tuple[st
             "-e",
             "ansible_python_interpreter=" + sys.executable,
             "-m",
-            module,
+            module if "." in module else f"vllm_fleet.fleet.{module}",
             "-a",
             json.dumps(args),
         ],

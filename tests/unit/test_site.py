@@ -1,4 +1,4 @@
-"""site.yml: the plays that take the hosts with something to do keep the inventory's order.
+"""site.yml (playbooks/site.yml): the plays that take the hosts with something to do keep the inventory's order.
 
 group_by fills vllm_nodes_to_roll_out in the order its results come back, which changes from run to run (the lab
 once rolled out its second host as the canary). The rollout's host pattern must give the canary and the batches
@@ -17,7 +17,11 @@ NODES = [f"node-{i}" for i in range(1, 7)]
 
 
 def plays_taking(group):
-    return [play for play in yaml.safe_load((ROOT / "site.yml").read_text()) if group in str(play.get("hosts", ""))]
+    return [
+        play
+        for play in yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text())
+        if group in str(play.get("hosts", ""))
+    ]
 
 
 def test_the_canary_and_the_batches_follow_the_inventory_not_group_bys_order(tmp_path):

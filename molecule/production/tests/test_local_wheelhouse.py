@@ -71,7 +71,7 @@ def test_a_local_folder_wheelhouse_plans_with_egress_on_and_no_rule_for_it(tmp_p
     write = {
         "name": "Write this host's egress rules on the controller",
         "ansible.builtin.copy": {
-            "content": "{{ hostvars | vllm_egress_rules(inventory_hostname, groups) | to_json }}",
+            "content": "{{ hostvars | vllm_fleet.fleet.vllm_egress_rules(inventory_hostname, groups) | to_json }}",
             "dest": f"{tmp_path}/egress-{{{{ inventory_hostname }}}}.json",
             "mode": "0644",
         },

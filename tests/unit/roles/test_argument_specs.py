@@ -50,7 +50,9 @@ def test_a_shared_default_mirrored_in_a_spec_is_its_homes_value(role):
     assert mirrored or role != "vllm"  # the vllm role's page shows vllm_port, vllm_instance...: the test sees them
     if mirrored:
         deps = yaml.safe_load((ROOT / "roles" / role / "meta" / "main.yml").read_text())["dependencies"]
-        assert {"role": "vllm_defaults"} in deps, f"{role} shows vllm_defaults' values but does not depend on it"
+        assert {"role": "vllm_fleet.fleet.vllm_defaults"} in deps, (
+            f"{role} shows vllm_defaults' values but does not depend on it"
+        )
 
 
 @pytest.mark.parametrize("role", ROLES)

@@ -80,7 +80,11 @@ def _role_calls():
                     for action in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
                         call = task.get(action)
                         if isinstance(call, dict) and "tasks_from" in call:
-                            yield str(path.relative_to(ROOT)), call["name"], call["tasks_from"]
+                            yield (
+                                str(path.relative_to(ROOT)),
+                                call["name"].removeprefix("vllm_fleet.fleet."),
+                                call["tasks_from"],
+                            )
 
 
 def test_every_entry_point_entered_with_tasks_from_has_an_argument_spec():

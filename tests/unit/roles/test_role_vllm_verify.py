@@ -535,7 +535,10 @@ def test_fragment_entry_point_adds_rollout_and_rollback_to_the_run(verify_run, t
                     "tasks": [
                         {
                             "name": "Record the load loop",
-                            "ansible.builtin.include_role": {"name": "vllm_verify", "tasks_from": "fragment"},
+                            "ansible.builtin.include_role": {
+                                "name": "vllm_fleet.fleet.vllm_verify",
+                                "tasks_from": "fragment",
+                            },
                             "vars": {
                                 "vllm_verify_fragment_kind": "rollout",
                                 "vllm_verify_fragment_data": {
@@ -547,7 +550,10 @@ def test_fragment_entry_point_adds_rollout_and_rollback_to_the_run(verify_run, t
                         },
                         {
                             "name": "Record a rollback",
-                            "ansible.builtin.include_role": {"name": "vllm_verify", "tasks_from": "fragment"},
+                            "ansible.builtin.include_role": {
+                                "name": "vllm_fleet.fleet.vllm_verify",
+                                "tasks_from": "fragment",
+                            },
                             "vars": {
                                 "vllm_verify_fragment_kind": "rollback",
                                 "vllm_verify_fragment_data": {
@@ -612,7 +618,10 @@ def test_bad_fragment_is_refused_by_the_argument_spec(tmp_path):
                     "tasks": [
                         {
                             "name": "Record",
-                            "ansible.builtin.include_role": {"name": "vllm_verify", "tasks_from": "fragment"},
+                            "ansible.builtin.include_role": {
+                                "name": "vllm_fleet.fleet.vllm_verify",
+                                "tasks_from": "fragment",
+                            },
                             "vars": {"vllm_verify_fragment_kind": "rollout", "vllm_verify_fragment_data": "27 s"},
                         }
                     ],

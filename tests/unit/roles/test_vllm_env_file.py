@@ -19,7 +19,7 @@ plugin = load_source("systemd_args_filter", ROOT / "plugins" / "filter" / "syste
 def render(target_device, environment=None):
     env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env.filters["comment"] = lambda text: "#\n# " + text + "\n#"
-    env.filters["systemd_env_quote"] = plugin.systemd_env_quote
+    env.filters["vllm_fleet.fleet.systemd_env_quote"] = plugin.systemd_env_quote
     template = env.from_string((ROOT / "templates" / "vllm.env.j2").read_text())
     return template.render(
         ansible_managed="Ansible managed",

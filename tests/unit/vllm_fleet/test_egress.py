@@ -268,7 +268,7 @@ def _render(rules):
         trim_blocks=True,  # as Ansible's template module renders
     )
     env.filters["comment"] = lambda text: "# " + text
-    env.filters["vllm_egress_comment"] = egress.nft_comment
+    env.filters["vllm_fleet.fleet.vllm_egress_comment"] = egress.nft_comment
     return env.get_template("vllm-egress.nft.j2").render(
         ansible_managed="Ansible managed",
         inventory_hostname="fleet-1",

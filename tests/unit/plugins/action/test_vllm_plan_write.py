@@ -25,7 +25,7 @@ HOSTS = {
 }
 PLAN = {
     "name": "Compute the plan of every host",
-    "ansible.builtin.set_fact": {"vllm_plan": "{{ hostvars | vllm_plan_hosts(ansible_play_hosts) }}"},
+    "ansible.builtin.set_fact": {"vllm_plan": "{{ hostvars | vllm_fleet.fleet.vllm_plan_hosts(ansible_play_hosts) }}"},
     "run_once": True,
 }
 
@@ -47,7 +47,7 @@ def test_plan_json_is_the_text_to_nice_json_wrote_with_the_table_and_the_errors(
         [
             PLAN,
             {
-                "vllm_plan_write": {"dest": str(tmp_path / "reports" / "plan.json")},
+                "vllm_fleet.fleet.vllm_plan_write": {"dest": str(tmp_path / "reports" / "plan.json")},
                 "register": "written",
                 "run_once": True,
             },
@@ -80,7 +80,9 @@ def test_plan_json_is_the_text_to_nice_json_wrote_with_the_table_and_the_errors(
 def test_written_in_check_mode_too(tmp_path):
     """plan.json is the run's output: `--check` plans, and writes it."""
     rc, out = play(
-        tmp_path, [PLAN, {"vllm_plan_write": {"dest": str(tmp_path / "plan.json")}, "run_once": True}], "--check"
+        tmp_path,
+        [PLAN, {"vllm_fleet.fleet.vllm_plan_write": {"dest": str(tmp_path / "plan.json")}, "run_once": True}],
+        "--check",
     )
     assert rc == 0, out[-3000:]
     assert sorted(json.loads((tmp_path / "plan.json").read_text())["hosts"]) == sorted(HOSTS)
@@ -89,17 +91,26 @@ def test_written_in_check_mode_too(tmp_path):
 @pytest.mark.parametrize(
     "tasks, message",
     [
-        ([{"vllm_plan_write": {"dest": "{{ playbook_dir }}/plan.json"}}], "the fact vllm_plan is not the fleet's plan"),
+        (
+            [{"vllm_fleet.fleet.vllm_plan_write": {"dest": "{{ playbook_dir }}/plan.json"}}],
+            "the fact vllm_plan is not the fleet's plan",
+        ),
         (
             [
                 {"ansible.builtin.set_fact": {"vllm_plan": {"hosts": {"h": "x"}}}},
-                {"vllm_plan_write": {"dest": "{{ playbook_dir }}/plan.json"}},
+                {"vllm_fleet.fleet.vllm_plan_write": {"dest": "{{ playbook_dir }}/plan.json"}},
             ],
             "the plan's host entries are not plan entries",
         ),
-        ([PLAN, {"vllm_plan_write": {"dest": ""}}], "dest must be the path of plan.json"),
-        ([PLAN, {"vllm_plan_write": {"dest": "/proc/no-such/plan.json"}}], "could not write /proc/no-such/plan.json"),
-        ([PLAN, {"vllm_plan_write": {"dest": "x", "mode": "0600"}}], "Invalid options for vllm_plan_write: mode"),
+        ([PLAN, {"vllm_fleet.fleet.vllm_plan_write": {"dest": ""}}], "dest must be the path of plan.json"),
+        (
+            [PLAN, {"vllm_fleet.fleet.vllm_plan_write": {"dest": "/proc/no-such/plan.json"}}],
+            "could not write /proc/no-such/plan.json",
+        ),
+        (
+            [PLAN, {"vllm_fleet.fleet.vllm_plan_write": {"dest": "x", "mode": "0600"}}],
+            "Invalid options for vllm_fleet.fleet.vllm_plan_write: mode",
+        ),
     ],
 )
 def test_bad_input_is_refused_by_name(tmp_path, tasks, message):

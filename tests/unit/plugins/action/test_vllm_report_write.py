@@ -28,9 +28,9 @@ def play(tmp_path, tasks, *extra):
 def fragment_task(run_dir):
     return {
         "name": "Write this host's fragment",
-        "vllm_report_write": {
+        "vllm_fleet.fleet.vllm_report_write": {
             "run_dir": str(run_dir),
-            "fragment": "{{ {'ok': true, 'errors': []} | vllm_report_fragment(inventory_hostname, 'verify', 'cpu0') }}",
+            "fragment": "{{ {'ok': true, 'errors': []} | vllm_fleet.fleet.vllm_report_fragment(inventory_hostname, 'verify', 'cpu0') }}",
             "render": False,
         },
     }
@@ -40,7 +40,10 @@ def test_each_hosts_fragment_then_one_report_of_all_of_them(tmp_path):
     run_dir = tmp_path / "reports" / "run-1"
     rc, out = play(
         tmp_path,
-        [fragment_task(run_dir), {"vllm_report_write": {"run_dir": str(run_dir), "run_id": "run-1"}, "run_once": True}],
+        [
+            fragment_task(run_dir),
+            {"vllm_fleet.fleet.vllm_report_write": {"run_dir": str(run_dir), "run_id": "run-1"}, "run_once": True},
+        ],
     )
     assert rc == 0, out[-3000:]
     assert len(list((run_dir / "hosts").glob("*.json"))) == len(HOSTS)
@@ -62,7 +65,7 @@ def test_hosts_that_render_at_once_leave_a_report_of_every_fragment(tmp_path):
     writer's report holds all four (without it, a host that merged early could write last)."""
     run_dir = tmp_path / "run-2"
     task = fragment_task(run_dir)
-    task["vllm_report_write"] = dict(task["vllm_report_write"], render=True)
+    task["vllm_fleet.fleet.vllm_report_write"] = dict(task["vllm_fleet.fleet.vllm_report_write"], render=True)
     rc, out = play(tmp_path, [task])
     assert rc == 0, out[-3000:]
     report = json.loads((run_dir / "report.json").read_text())
@@ -71,7 +74,9 @@ def test_hosts_that_render_at_once_leave_a_report_of_every_fragment(tmp_path):
 
 def test_check_mode_writes_nothing(tmp_path):
     run_dir = tmp_path / "run-3"
-    rc, out = play(tmp_path, [fragment_task(run_dir), {"vllm_report_write": {"run_dir": str(run_dir)}}], "--check")
+    rc, out = play(
+        tmp_path, [fragment_task(run_dir), {"vllm_fleet.fleet.vllm_report_write": {"run_dir": str(run_dir)}}], "--check"
+    )
     assert rc == 0, out[-3000:]
     assert not run_dir.exists()
 
@@ -85,12 +90,15 @@ def test_check_mode_writes_nothing(tmp_path):
         ),
         ({"run_dir": ""}, "run_dir must be the run's folder"),
         ({"run_dir": "{{ playbook_dir }}/r", "render": False}, "nothing to write"),
-        ({"run_dir": "{{ playbook_dir }}/r", "format": "pdf"}, "Invalid options for vllm_report_write: format"),
+        (
+            {"run_dir": "{{ playbook_dir }}/r", "format": "pdf"},
+            "Invalid options for vllm_fleet.fleet.vllm_report_write: format",
+        ),
         ({"run_dir": "/proc/no-such/run"}, "could not write the report in /proc/no-such/run"),
     ],
 )
 def test_bad_input_is_refused_by_name(tmp_path, args, message):
-    rc, out = play(tmp_path, [{"vllm_report_write": args, "run_once": True}])
+    rc, out = play(tmp_path, [{"vllm_fleet.fleet.vllm_report_write": args, "run_once": True}])
     assert rc == 2, out[-3000:]
     assert message in " ".join(out.split()), out[-3000:]
     assert "Traceback" not in out

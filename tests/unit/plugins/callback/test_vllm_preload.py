@@ -1,4 +1,4 @@
-"""The vllm_preload callback loads the project's filter plugins in ansible-playbook's process before the first task,
+"""The vllm_preload callback loads the collection's filter plugins in ansible-playbook's process before the first task,
 so that each task's worker, forked from it, inherits them (plugins/callback/vllm_preload.py)."""
 
 import json
@@ -15,11 +15,14 @@ from ansible.plugins.loader import filter_loader, init_plugin_loader
 init_plugin_loader()
 from ansible.plugins.loader import callback_loader
 before = "vllm_fleet.planner" in sys.modules
-callback = callback_loader.get("vllm_preload")
+prefix = "ansible_collections.vllm_fleet.fleet.plugins.filter."
+callback = callback_loader.get("vllm_fleet.fleet.vllm_preload")
 callback.v2_playbook_on_start(None)
+modules = [m for name, m in sys.modules.items() if name.startswith(prefix)]
+loaded = {f for m in modules if hasattr(m, "FilterModule") for f in m.FilterModule().filters()}
 print(json.dumps({"before": before, "planner": "vllm_fleet.planner" in sys.modules,
                   "filters": sorted(name for name in ("vllm_tune_candidates", "vllm_gateway_clients", "vllm_tune_load")
-                                    if filter_loader.get(name) is not None)}))
+                                    if name in loaded)}))
 """
 
 
@@ -35,5 +38,6 @@ def test_the_callback_loads_the_filter_plugins_before_any_task():
 
 def test_ansible_cfg_enables_it():
     text = (ROOT / "ansible.cfg").read_text()
-    assert "callback_plugins = plugins/callback" in text
-    assert any(line.startswith("callbacks_enabled") and "vllm_preload" in line for line in text.splitlines()), text
+    assert any(
+        line.startswith("callbacks_enabled") and "vllm_fleet.fleet.vllm_preload" in line for line in text.splitlines()
+    ), text

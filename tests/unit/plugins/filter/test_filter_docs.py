@@ -20,6 +20,10 @@ import yaml
 from conftest import ROOT, load_source
 
 FILTERS = ROOT / "plugins" / "filter"
+# The collection this checkout is (galaxy.yml), and its filters' folder as Ansible finds it (ansible.cfg's
+# collections_path: collections/ansible_collections/vllm_fleet/fleet, a link to this checkout).
+COLLECTION = "vllm_fleet.fleet"
+AS_COLLECTION = ROOT / "collections" / "ansible_collections" / "vllm_fleet" / "fleet" / "plugins" / "filter"
 DOC_NAMES = ("DOCUMENTATION", "EXAMPLES", "RETURN")
 
 
@@ -147,15 +151,18 @@ def _ansible_doc(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ansible_doc_renders_every_filter_from_its_own_file():
-    """ansible-doc, from this checkout (ansible.cfg: filter_plugins), reads each filter's .yml and renders it, as text
-    and as JSON, with no error or warning."""
-    shown = _ansible_doc(*NAMES)
+    """ansible-doc, from this checkout (ansible.cfg: the checkout as the collection vllm_fleet.fleet), reads each
+    filter's .yml and renders it, as text and as JSON, with no error or warning."""
+    fqcns = [f"{COLLECTION}.{name}" for name in NAMES]
+    shown = _ansible_doc(*fqcns)
     assert shown.returncode == 0 and "ERROR" not in shown.stderr and "WARNING" not in shown.stderr, shown.stderr
-    missing = [name for name in NAMES if f"> FILTER {name} ({FILTERS / name}.yml)" not in shown.stdout]
+    missing = [
+        name for name in NAMES if f"> FILTER {COLLECTION}.{name} ({AS_COLLECTION}/{name}.yml)" not in shown.stdout
+    ]
     assert missing == [], f"ansible-doc did not render these from their own .yml: {missing}\n{shown.stderr}"
-    read = _ansible_doc("--json", *NAMES)
+    read = _ansible_doc("--json", *fqcns)
     assert read.returncode == 0 and "ERROR" not in read.stderr, read.stderr
     docs = json.loads(read.stdout)
-    assert {name: docs[name]["doc"]["filename"] for name in NAMES if name in docs} == {
-        name: str(FILTERS / f"{name}.yml") for name in NAMES
-    }
+    assert {
+        name: docs[f"{COLLECTION}.{name}"]["doc"]["filename"] for name in NAMES if f"{COLLECTION}.{name}" in docs
+    } == {name: f"{AS_COLLECTION}/{name}.yml" for name in NAMES}

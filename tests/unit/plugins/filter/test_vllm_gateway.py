@@ -134,7 +134,7 @@ PLAYBOOK = """
         mode: "0600"
         content: >-
           {% set ns = namespace(found={}) %}{% for g in groups['vllm_gateways'] %}{% set ns.found = ns.found |
-          combine({g: hostvars | vllm_gateway_vip_errors(g, groups['vllm_gateways'])}) %}{% endfor %}{{ ns.found |
+          combine({g: hostvars | vllm_fleet.fleet.vllm_gateway_vip_errors(g, groups['vllm_gateways'])}) %}{% endfor %}{{ ns.found |
           to_json }}
 """
 
@@ -149,7 +149,7 @@ def _vault_inventory(tmp_path):
         ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
         ANSIBLE_VAULT_PASSWORD_FILE=str(tmp_path / "vp"),
     )
-    (tmp_path / "ansible.cfg").write_text(f"[defaults]\nfilter_plugins = {ROOT / 'plugins' / 'filter'}\n")
+    (tmp_path / "ansible.cfg").write_text(f"[defaults]\ncollections_path = {ROOT / 'collections'}\n")
     (tmp_path / "vp").write_text("vault-test-password\n")
     (tmp_path / "p.yml").write_text(PLAYBOOK)
     inventory = tmp_path / "inv"

@@ -53,7 +53,7 @@ def test_only_what_the_role_uses_is_registered():
 def test_ansible_doc_reads_the_documentation():
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-doc"), "-t", "filter", "vllm_verify_result"],
+        [str(Path(sys.executable).parent / "ansible-doc"), "-t", "filter", "vllm_fleet.fleet.vllm_verify_result"],
         cwd=ROOT,
         env=env,
         capture_output=True,
