@@ -44,5 +44,10 @@ class ActionModule(ActionBase):
             if errors:
                 raise AnsibleActionFail("vllm_signed_manifest: " + " | ".join(errors))
             result["collections"] = checked
+            errors, fleet = _custody.fleet_collection(signed, paths, timeout=timeout)
+            if errors:
+                raise AnsibleActionFail("vllm_signed_manifest: " + " | ".join(errors))
+            if fleet is not None:
+                result["fleet_collection"] = fleet
         # Read-only, and the same in check mode: the roles' checks need it there too.
         return dict(result, changed=False, manifest=signed.as_dict(), files=len(signed.digests))

@@ -11,7 +11,7 @@ from __future__ import annotations
 DOCUMENTATION = """
 name: vllm_preload
 type: aggregate
-short_description: Load this collection's filter plugins once, before the first task, so that each task's worker inherits them
+short_description: Load this collection's filter plugins once, before the first task, for each task's worker to inherit
 description:
   - At the start of a playbook, loads every filter plugin of this collection (vllm_fleet.fleet) in ansible-playbook's
     process. Each task's worker process, forked from it, then finds them loaded instead of loading them again.

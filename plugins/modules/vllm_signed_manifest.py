@@ -44,6 +44,9 @@ options:
         (C(collections/ansible_collections/NS/NAME/)) is found where Ansible loads it from (the first path that has
         it) and every file there compared with the signed digests; one altered,
         missing or added (byte-code caches aside) fails the task, naming the collection, the files and the fix.
+      - Where the manifest carries this project's collection tarball (C(collection/)), it is read from the mirror and
+        checked against its signed digest, and the copy Ansible loads is compared with it file for file (a checkout,
+        with C(galaxy.yml) and no C(MANIFEST.json), is named and not compared); see RV(fleet_collection).
     type: list
     elements: path
 requirements:
@@ -76,4 +79,15 @@ collections:
   type: list
   elements: str
   returned: when collections_paths is given
+fleet_collection:
+  description:
+    - With O(collections_paths), where the manifest carries this project's collection tarball (C(collection/)): the
+      collection (C(collection)), its C(version), the C(tarball)'s path in the bundle, the folder Ansible loads it
+      from (C(path)), and its C(state) there.
+    - C(state) is C(signed) (file for file the tarball), C(checkout) (a development checkout, not compared) or
+      C(not installed).
+  type: dict
+  returned: when collections_paths is given and the manifest carries the collection
+  sample: {collection: vllm_fleet.fleet, version: 0.3.0, tarball: collection/vllm_fleet-fleet-0.3.0.tar.gz,
+           path: /home/ops/.ansible/collections/ansible_collections/vllm_fleet/fleet, state: signed}
 """

@@ -7,7 +7,9 @@ uncompressed POSIX tar of it, all under one top-level folder NAME::
     NAME/MANIFEST.sha256          every other file's SHA-256, `sha256sum` format, sorted (sha256sum -c checks it)
     NAME/MANIFEST.sha256.minisig  minisign's signature of the manifest, made with the site's key
     NAME/sbom.cdx.json            a CycloneDX SBOM of the wheels under wheelhouse/*/ and the project (in the manifest)
-    NAME/<payload>                the staging folder's files, and project/<project>-<commit>.tar (git archive)
+    NAME/<payload>                the staging folder's files, project/<project>-<commit>.tar (git archive), and
+                                  collection/vllm_fleet-fleet-<version>.tar.gz (the collection built from that
+                                  archive, which playbooks/bundle.yml installs on the controller)
 
 The manifest and its signature come first, so the site (plugins/modules/vllm_bundle_unpack.py) checks the
 signature before it reads anything else, then checks each file as it streams past. The signature's trusted
@@ -33,6 +35,7 @@ import argparse
 import ast
 import email.parser
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -67,8 +70,11 @@ MANIFEST = "MANIFEST.sha256"
 SIGNATURE = MANIFEST + ".minisig"
 SBOM = "sbom.cdx.json"
 PROJECT = "project"
+# The project as the Ansible collection vllm_fleet.fleet (ansible-galaxy collection build of HEAD's archive), for
+# playbooks/bundle.yml to install on the controller: collection/vllm_fleet-fleet-<version>.tar.gz.
+COLLECTION = "collection"
 # What the bundle adds beside the staging folder's files: the staging folder may not hold them itself.
-RESERVED = (MANIFEST, SIGNATURE, SBOM, PROJECT)
+RESERVED = (MANIFEST, SIGNATURE, SBOM, PROJECT, COLLECTION)
 
 CHUNK = 1 << 20
 INSTALL_MINISIGN = "install it with: apt-get install minisign"
@@ -219,6 +225,63 @@ def project_archive(project: Path, out: Path) -> None:
         raise BundleError(f"{project}: git archive failed: {proc.stderr.decode(errors='replace').strip()}")
 
 
+def collection_build(archive: Path, work: Path, galaxy: str | None = None) -> Path | None:
+    """The collection tarball ``ansible-galaxy collection build`` makes of the project's archive (HEAD's files, so
+    the collection is the commit the bundle names), in ``work/collection/``; None for a project that is no
+    collection (no galaxy.yml at HEAD). `galaxy` is the ansible-galaxy to run (default: the one beside this Python,
+    else on PATH)."""
+    tree = work / "collection-src"
+    with tarfile.open(archive) as tar:
+        if "galaxy.yml" not in tar.getnames():
+            return None
+        tar.extractall(tree, filter="tar")
+    beside = Path(sys.executable).parent / "ansible-galaxy"
+    galaxy = galaxy or (str(beside) if beside.is_file() else shutil.which("ansible-galaxy"))
+    if galaxy is None:
+        raise BundleError(
+            "the project is an Ansible collection (galaxy.yml) and ansible-galaxy is not installed; fix: run "
+            "scripts/bundle.sh from a checkout set up with scripts/bootstrap.sh (its virtualenv has ansible-core)"
+        )
+    out = work / COLLECTION
+    proc = subprocess.run(
+        [galaxy, "collection", "build", "--output-path", str(out), str(tree)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=dict(os.environ, ANSIBLE_NOCOLOR="1"),
+    )
+    built = sorted(out.glob("*.tar.gz")) if out.is_dir() else []
+    if proc.returncode != 0 or len(built) != 1:
+        message = (proc.stderr or proc.stdout).strip().splitlines()
+        raise BundleError(
+            f"ansible-galaxy collection build of the project failed: {message[-1] if message else proc.returncode}; "
+            "fix: run `ansible-galaxy collection build` in the checkout and mend what it names (galaxy.yml)"
+        )
+    shutil.rmtree(tree)
+    return built[0]
+
+
+def collection_component(entry: Entry, commit: str) -> Component:
+    """The SBOM component of the collection tarball (collection/NS-NAME-VERSION.tar.gz): name and version from its
+    MANIFEST.json."""
+    with tarfile.open(entry.source) as tar:
+        member = tar.extractfile("MANIFEST.json")
+        info = json.load(member)["collection_info"] if member is not None else {}
+    name = f"{info.get('namespace')}.{info.get('name')}"
+    return Component(
+        type=ComponentType.LIBRARY,
+        name=name,
+        version=str(info.get("version")),
+        bom_ref=entry.path,
+        description=f"the Ansible collection {name} built from the project at commit {commit}",
+        hashes=[HashType(alg=HashAlgorithm.SHA_256, content=entry.sha256)],
+        properties=[
+            Property(name="vllm-fleet:bundle-path", value=entry.path),
+            Property(name="vllm-fleet:project-commit", value=commit),
+        ],
+    )
+
+
 def wheel_metadata(path: Path) -> Message:
     """The wheel's ``*.dist-info/METADATA``, parsed."""
     try:
@@ -272,9 +335,9 @@ def project_component(entry: Entry, version: str, commit: str) -> Component:
 
 
 def sbom_json(name: str, commit: str, entries: list[Entry], version: str = __version__) -> str:
-    """The CycloneDX 1.6 SBOM (JSON) of the wheels under wheelhouse/*/ and of the project's archive (vllm-fleet at
-    `version`, the one the project states), validated against the schema. ``metadata.tools`` names the vllm-fleet
-    that wrote it (this library's version)."""
+    """The CycloneDX 1.6 SBOM (JSON) of the wheels under wheelhouse/*/, of the project's archive (vllm-fleet at
+    `version`, the one the project states) and of its collection tarball, validated against the schema.
+    ``metadata.tools`` names the vllm-fleet that wrote it (this library's version)."""
     bom = Bom()
     bom.metadata.tools.components.add(
         Component(
@@ -297,9 +360,12 @@ def sbom_json(name: str, commit: str, entries: list[Entry], version: str = __ver
     projects = [
         project_component(e, version, commit) for e in entries if re.fullmatch(rf"{PROJECT}/[^/]+\.tar", e.path)
     ]
-    for component in [*wheels, *projects]:
+    collections = [
+        collection_component(e, commit) for e in entries if re.fullmatch(rf"{COLLECTION}/[^/]+\.tar\.gz", e.path)
+    ]
+    for component in [*wheels, *projects, *collections]:
         bom.components.add(component)
-    bom.register_dependency(root, [*wheels, *projects])
+    bom.register_dependency(root, [*wheels, *projects, *collections])
     text = JsonV1Dot6(bom).output_as_string(indent=2)
     error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
     if error is not None:
@@ -469,7 +535,11 @@ def build(
         work = Path(tmp)
         archive = work / f"{project.name}-{commit.replace('+', '-')}.tar"
         project_archive(project, archive)
-        payload = sorted(_entries([*files, (f"{PROJECT}/{archive.name}", archive)]), key=lambda e: e.path)
+        carried = [*files, (f"{PROJECT}/{archive.name}", archive)]
+        collection = collection_build(archive, work)
+        if collection is not None:
+            carried.append((f"{COLLECTION}/{collection.name}", collection))
+        payload = sorted(_entries(carried), key=lambda e: e.path)
         check_locks(payload)
         sbom = work / SBOM
         sbom.write_text(sbom_json(name, commit, payload, version))

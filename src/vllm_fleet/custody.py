@@ -6,6 +6,9 @@ signature with the site's public key, and gives each host the SHA-256 the signed
 that vouch for everything else it takes from the mirror: a wheelhouse's ``requirements.lock`` (whose every line
 carries its wheel's SHA-256, which pip checks) and a model's ``SHA256SUMS`` (against which each of its files is
 checked as it lands and again before use). A host that finds another digest stops before it changes anything.
+On the controller, the collections Ansible loads are checked against it too: those of ``collections/`` file for file
+(:func:`collection_errors`), and this project's own collection against the tarball the bundle carries
+(:func:`fleet_collection`; playbooks/bundle.yml installs it, :func:`installed_errors` checks the copy it installed).
 
 Standard library only, and the ``minisign`` program.
 """
@@ -13,10 +16,12 @@ Standard library only, and the ``minisign`` program.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import urllib.error
 import urllib.parse
@@ -257,3 +262,144 @@ def collection_errors(digests: dict[str, str], roots: list[str]) -> tuple[list[s
                 "ansible_collections/ on the controller's collections_path), or remove the copy that comes first"
             )
     return errors, checked
+
+
+# The bundle's collection of this project (vllm_fleet.bundle builds it: collection/NS-NAME-VERSION.tar.gz).
+FLEET_COLLECTION = "collection/"
+MAX_COLLECTION = 64 << 20
+
+
+@dataclass(frozen=True)
+class CollectionTarball:
+    """What a collection tarball says of itself: its name, version and every file with its SHA-256 (FILES.json)."""
+
+    namespace: str
+    name: str
+    version: str
+    files: dict[str, str]
+
+    @property
+    def fqcn(self) -> str:
+        return f"{self.namespace}.{self.name}"
+
+
+def read_tarball(path: str | os.PathLike[str]) -> CollectionTarball:
+    """The MANIFEST.json and FILES.json of a collection tarball (``ansible-galaxy collection build``'s)."""
+    try:
+        with tarfile.open(path) as tar:
+            manifest, files = (tar.extractfile(name) for name in ("MANIFEST.json", "FILES.json"))
+            if manifest is None or files is None:
+                raise KeyError("MANIFEST.json")
+            info = json.load(manifest)["collection_info"]
+            listed = json.load(files)["files"]
+    except (OSError, tarfile.TarError, KeyError, ValueError, TypeError) as exc:
+        raise CustodyError(
+            f"{path} is not a collection tarball ({exc}); fix: serve the site's signed bundle again"
+        ) from exc
+    return CollectionTarball(
+        str(info["namespace"]),
+        str(info["name"]),
+        str(info["version"]),
+        {str(f["name"]): str(f["chksum_sha256"]) for f in listed if f.get("ftype") == "file"},
+    )
+
+
+def installed_errors(tarball: CollectionTarball, folder: str) -> list[str]:
+    """What differs between the collection installed in `folder` (``.../ansible_collections/NS/NAME``) and the
+    tarball it should be: each file altered, missing or added (byte-code caches aside), and MANIFEST.json and
+    FILES.json, which ``ansible-galaxy collection install`` copies from the tarball. Empty when they are the same."""
+    found = {}
+    for top, folders, names in os.walk(folder):
+        folders[:] = sorted(f for f in folders if f != "__pycache__")
+        for file_name in names:
+            full = os.path.join(top, file_name)
+            found[os.path.relpath(full, folder)] = full
+    wanted = dict(tarball.files)
+    altered = [
+        f"{rel} (SHA-256 {sha256_file(found[rel])[0]}, signed {wanted[rel]})"
+        for rel in sorted(wanted)
+        if rel in found and sha256_file(found[rel])[0] != wanted[rel]
+    ]
+    missing = sorted(rel for rel in wanted if rel not in found)
+    added = sorted(rel for rel in found if rel not in wanted and rel not in ("MANIFEST.json", "FILES.json"))
+    said = []
+    for kind, listed in (("altered", altered), ("missing", missing), ("added", added)):
+        if listed:
+            more = f" and {len(listed) - NAMED} more" if len(listed) > NAMED else ""
+            said.append(f"{kind}: {', '.join(listed[:NAMED])}{more}")
+    manifest = os.path.join(folder, "MANIFEST.json")
+    try:
+        with open(manifest, encoding="utf-8") as handle:
+            version = json.load(handle)["collection_info"]["version"]
+    except (OSError, ValueError, KeyError, TypeError):
+        version = None
+    if version != tarball.version:
+        said.insert(0, f"version {version or 'unknown'} installed, {tarball.version} signed")
+    return said
+
+
+def installed_at(tarball: CollectionTarball, roots: list[str]) -> str | None:
+    """The folder Ansible loads the tarball's collection from: the first of `roots` (the controller's collections
+    paths, in order) that has ``ansible_collections/NS/NAME``; None when none has it."""
+    for root in roots:
+        folder = os.path.join(os.path.expanduser(root), "ansible_collections", tarball.namespace, tarball.name)
+        if os.path.isdir(folder):
+            return folder
+    return None
+
+
+def fetch_tarball(signed: SignedManifest, folder: str, timeout: float = 30.0) -> tuple[str, str]:
+    """(its path in the bundle, the file in `folder`) of this project's collection tarball, which the signed manifest
+    lists under ``collection/``: read from the mirror beside the manifest and checked against its signed digest."""
+    carried = sorted(path for path in signed.digests if path.startswith(FLEET_COLLECTION) and path.endswith(".tar.gz"))
+    if len(carried) != 1:
+        raise CustodyError(
+            f"the signed manifest {signed.url} lists {len(carried) or 'no'} collection tarball(s) under "
+            f"{FLEET_COLLECTION}: a bundle carries one, vllm_fleet.bundle builds it; fix: build the bundle with "
+            "scripts/bundle.sh from this version's checkout and serve it"
+        )
+    path = carried[0]
+    url = f"{signed.base.rstrip('/')}/{path}"
+    data = _fetch(url, MAX_COLLECTION, timeout)
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != signed.digests[path]:
+        raise CustodyError(
+            f"{url} has SHA-256 {digest}, the signed manifest says {signed.digests[path]}: the mirror serves a "
+            "collection the site did not sign; fix: serve the site's signed bundle again with playbooks/bundle.yml"
+        )
+    local = os.path.join(folder, os.path.basename(path))
+    with open(local, "wb") as out:
+        out.write(data)
+    return path, local
+
+
+def fleet_collection(
+    signed: SignedManifest, roots: list[str], timeout: float = 30.0
+) -> tuple[list[str], dict[str, str] | None]:
+    """(errors, what was found) of this project's collection where the signed manifest carries its tarball
+    (``collection/*.tar.gz``): the tarball is read from the mirror beside the manifest and checked against its signed
+    digest, then the copy this controller's Ansible loads (the first of `roots` that has it) is compared with it file
+    for file. A checkout (galaxy.yml, no MANIFEST.json: a development copy) is said, not checked; a controller that
+    has no copy is said too. (None when the manifest carries no collection tarball.)"""
+    if not any(path.startswith(FLEET_COLLECTION) for path in signed.digests):
+        return [], None
+    try:
+        with tempfile.TemporaryDirectory(prefix="vllm-custody-") as work:
+            path, local = fetch_tarball(signed, work, timeout)
+            tarball = read_tarball(local)
+    except CustodyError as exc:
+        return [str(exc)], None
+    folder = installed_at(tarball, roots)
+    found = {"collection": tarball.fqcn, "version": tarball.version, "tarball": path, "path": folder or ""}
+    if folder is None:
+        return [], dict(found, state="not installed")
+    if not os.path.isfile(os.path.join(folder, "MANIFEST.json")) and os.path.isfile(os.path.join(folder, "galaxy.yml")):
+        return [], dict(found, state="checkout")
+    said = installed_errors(tarball, folder)
+    if said:
+        return [
+            f"the collection {tarball.fqcn} this controller loads ({folder}) is not the one the site signed ({path}): "
+            + "; ".join(said)
+            + "; fix: install it from the signed bundle with playbooks/bundle.yml, or remove the copy that comes first"
+        ], dict(found, state="differs")
+    return [], dict(found, state="signed")

@@ -77,6 +77,26 @@ def make_project(root, version=__version__):
     return project
 
 
+def make_collection_project(root, version=__version__):
+    """A git checkout that is also an Ansible collection, as this project is: galaxy.yml (vllm_fleet.fleet at
+    `version`), one role with one task, and src/vllm_fleet/__init__.py; the bundle builds its collection tarball."""
+    project = make_project(root, version)
+    (project / "galaxy.yml").write_text(
+        f"namespace: vllm_fleet\nname: fleet\nversion: {version}\nreadme: README.md\nauthors: [t]\n"
+        "build_ignore: [tests]\n"
+    )
+    (project / "roles" / "demo" / "tasks").mkdir(parents=True)
+    (project / "roles" / "demo" / "tasks" / "main.yml").write_text(
+        "---\n- name: Say so\n  ansible.builtin.debug:\n    msg: demo\n"
+    )
+    (project / "tests").mkdir()
+    (project / "tests" / "test_left_out.py").write_text("# not in the collection (build_ignore)\n")
+    env = {**os.environ, **GIT_ENV}
+    for args in (["add", "galaxy.yml", "roles", "tests"], ["commit", "-q", "-m", "a collection"]):
+        subprocess.run(["git", "-C", str(project), *args], check=True, env=env, capture_output=True)
+    return project
+
+
 def make_keys(folder):
     folder.mkdir(parents=True, exist_ok=True)
     pub, sec = folder / "site.pub", folder / "site.key"

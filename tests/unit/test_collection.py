@@ -1,8 +1,10 @@
-"""The collection vllm_fleet.fleet as an operator installs it: `ansible-galaxy collection build` makes the versioned
-tarball from this checkout, `ansible-galaxy collection install --offline` puts it into a clean folder, and from a
-folder outside the checkout, with an ansible.cfg that names only that folder and the controller's other collections
-(its dependencies), the playbooks run by their full names: playbooks/plan.yml plans the lab's vLLM hosts, every
-playbook passes --syntax-check, and ansible-doc shows every filter, module, callback and role of the collection."""
+"""The collection vllm_fleet.fleet as an operator in the air gap installs it: the signed bundle of this checkout's HEAD
+(vllm_fleet.bundle, as scripts/bundle.sh builds it) carries the tarball `ansible-galaxy collection build` makes;
+playbooks/bundle.yml serves the bundle from a mirror (here a folder served over HTTP on loopback) and installs the
+tarball into a clean collections folder on the controller, checked against the signed digest. Then, from a folder
+outside the checkout, with an ansible.cfg that names only that folder and the controller's other collections (its
+dependencies), the playbooks run by their full names: playbooks/plan.yml plans the lab's vLLM hosts, every playbook
+passes --syntax-check, and ansible-doc shows every filter, module, callback and role of the collection."""
 
 from __future__ import annotations
 
@@ -11,13 +13,15 @@ import os
 import subprocess
 import sys
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
+from bundle_helpers import make_keys, make_staging, serve_folder
 from conftest import ROOT, load_source
-from vllm_fleet import __version__
+from vllm_fleet import __version__, bundle
 
 pytestmark = pytest.mark.integration
 
@@ -60,30 +64,50 @@ def _run(
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> dict[str, Path]:
-    """The tarball built from this checkout, installed into a clean folder; the ansible.cfg of a site's inventory
-    repository that uses it (that folder, then the controller's dependencies: .cache/collections)."""
+def installed(tmp_path_factory) -> Iterator[dict[str, Path]]:
+    """This checkout's HEAD in a signed bundle, served and its collection installed by playbooks/bundle.yml into a
+    clean folder; the ansible.cfg of a site's inventory repository that uses it (that folder, then the controller's
+    dependencies: .cache/collections)."""
     work = tmp_path_factory.mktemp("collection")
-    built = _run("ansible-galaxy", "collection", "build", "--output-path", str(work / "dist"), str(ROOT), cwd=work)
-    assert built.returncode == 0, built.stdout + built.stderr
-    tarball = work / "dist" / f"vllm_fleet-fleet-{__version__}.tar.gz"
-    assert tarball.is_file(), f"no {tarball.name} in {sorted(p.name for p in (work / 'dist').iterdir())}"
-    dependencies = Path(os.environ.get("COLLECTIONS_DIR") or ROOT / ".cache" / "collections")
-    config = work / "ansible.cfg"
-    config.write_text(
-        "[defaults]\n"
-        f"collections_path = {work / 'installed'}:{dependencies}\n"
-        f"callbacks_enabled = {COLLECTION}.vllm_preload\n"
-        "interpreter_python = auto_silent\n"
-    )
-    done = _run(
-        "ansible-galaxy", "collection", "install", "--offline", "-p", str(work / "installed"), str(tarball),
-        cwd=work, config=config,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    root = work / "installed" / "ansible_collections" / "vllm_fleet" / "fleet"
-    assert (root / "MANIFEST.json").is_file(), done.stdout
-    return {"work": work, "tarball": tarball, "config": config, "root": root}
+    pub, sec = make_keys(work / "keys")
+    built = bundle.build(make_staging(work), ROOT, sec, work / "site.tar", allow_dirty=True)
+    mirror, collections = work / "mirror", work / "installed"
+    mirror.mkdir()
+    with serve_folder(mirror) as server:
+        mirror_vars = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "vllm_bundle": str(built.out),
+            "vllm_bundle_public_key": str(pub),
+            "vllm_bundle_mirror_root": str(mirror),
+            "vllm_signed_manifest_url": f"{server.url}/BUNDLE.sha256",
+            "vllm_signed_manifest_public_key": str(pub),
+            "vllm_bundle_collections_path": str(collections),
+        }
+        (work / "hosts.yml").write_text(yaml.safe_dump({"vllm_mirrors": {"hosts": {"mirror-1": mirror_vars}}}))
+        served = _run(
+            "ansible-playbook", "-i", str(work / "hosts.yml"), str(ROOT / "playbooks" / "bundle.yml"),
+            cwd=work, config=ROOT / "ansible.cfg",
+        )  # fmt: skip
+        assert served.returncode == 0, served.stdout[-4000:] + served.stderr[-2000:]
+        said = " ".join(served.stdout.split())
+        assert f"{COLLECTION} {__version__} on the controller" in said, served.stdout[-3000:]
+        tarball = mirror / "collection" / f"vllm_fleet-fleet-{__version__}.tar.gz"
+        assert tarball.is_file(), sorted(p.name for p in mirror.iterdir())
+        dependencies = Path(os.environ.get("COLLECTIONS_DIR") or ROOT / ".cache" / "collections")
+        config = work / "ansible.cfg"
+        config.write_text(
+            "[defaults]\n"
+            f"collections_path = {collections}:{dependencies}\n"
+            f"callbacks_enabled = {COLLECTION}.vllm_preload\n"
+            "interpreter_python = auto_silent\n"
+        )
+        root = collections / "ansible_collections" / "vllm_fleet" / "fleet"
+        assert (root / "MANIFEST.json").is_file()
+        # This mirror as the lab's (its signed manifest, and where the hosts' wheelhouse and model would come from),
+        # with the key that signed it: plan.yml checks the installed collection against the bundle's tarball.
+        signed = ("-e", f"lab_mirror_url={server.url}", "-e", f"vllm_signed_manifest_public_key={pub}")
+        yield {"work": work, "tarball": tarball, "config": config, "root": root, "signed": signed}
 
 
 def test_the_tarball_is_the_projects_version_and_carries_the_product_only(installed):
@@ -106,13 +130,18 @@ def test_the_tarball_is_the_projects_version_and_carries_the_product_only(instal
 
 def test_the_plan_runs_from_the_installed_collection(installed):
     """playbooks/plan.yml by its full name, from a folder outside the checkout: the lab's vLLM hosts planned with the
-    installed roles, filters and library (the gateways need the lab's certificates, made when the lab runs)."""
+    installed roles, filters and library (the gateways need the lab's certificates, made when the lab runs), and the
+    installed collection checked against the signed bundle's tarball, file for file."""
     work = installed["work"]
     done = _run(
         "ansible-playbook", "-i", str(ROOT / "lab" / "inventory"), f"{COLLECTION}.plan", "-l", "vllm_nodes",
-        cwd=work, config=installed["config"],
+        *installed["signed"], cwd=work, config=installed["config"],
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    said = " ".join(done.stdout.split())
+    assert f"{COLLECTION} {__version__} ({installed['root']}) is the signed tarball, file for file." in said, said[
+        -3000:
+    ]
     assert "vllm_fleet.fleet.vllm_plan : Compute the plan of every host" in done.stdout
     plan = json.loads((work / "reports" / "plan.json").read_text())
     assert plan["vllm_fleet_version"] == __version__
@@ -125,8 +154,8 @@ def test_every_playbook_passes_syntax_check_from_the_installed_collection(instal
     failed = {}
     for name in playbooks:
         done = _run(
-            "ansible-playbook", "-i", str(ROOT / "inventories" / "production"), "--syntax-check", f"{COLLECTION}.{name}",
-            cwd=installed["work"], config=installed["config"],
+            "ansible-playbook", "-i", str(ROOT / "inventories" / "production"), "--syntax-check",
+            f"{COLLECTION}.{name}", cwd=installed["work"], config=installed["config"],
         )  # fmt: skip
         if done.returncode != 0 or "ERROR" in done.stderr:
             failed[name] = done.stderr[-1500:]

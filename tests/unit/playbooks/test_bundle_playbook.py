@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bundle_helpers import make_keys, make_project, make_staging
+from bundle_helpers import make_collection_project, make_keys, make_project, make_staging, serve_folder
 from vllm_fleet import bundle
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -159,3 +159,59 @@ def test_an_altered_served_bundle_is_refused_and_verify_names_what_changed_on_th
     assert tree(site["mirror"]) == served
     rc, out = flat(site["inventory"], "-e", "vllm_bundle_verify=true")
     assert rc == 0, out
+
+
+@pytest.fixture(scope="module")
+def collection_site(tmp_path_factory):
+    """A bundle whose project is a collection (vllm_fleet.fleet 1.2.3, as scripts/bundle.sh builds this project's),
+    a mirror folder served over HTTP on loopback, and an inventory whose controller installs the collection into a
+    folder of its own."""
+    root = tmp_path_factory.mktemp("collection-site")
+    pub, sec = make_keys(root / "keys")
+    good = root / "site-2026-12.tar"
+    bundle.build(make_staging(root), make_collection_project(root, "1.2.3"), sec, good)
+    mirror = root / "mirror"
+    mirror.mkdir()
+    with serve_folder(mirror) as server:
+        inventory = root / "hosts.yml"
+        mirror_vars = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "vllm_bundle": str(good),
+            "vllm_bundle_public_key": str(pub),
+            "vllm_bundle_mirror_root": str(mirror),
+            "vllm_signed_manifest_url": f"{server.url}/BUNDLE.sha256",
+            "vllm_signed_manifest_public_key": str(pub),
+            "vllm_bundle_collections_path": str(root / "controller-collections"),
+        }
+        inventory.write_text(yaml.safe_dump({"vllm_mirrors": {"hosts": {"mirror-1": mirror_vars}}}))
+        yield {"inventory": inventory, "installed": root / "controller-collections", "mirror": mirror}
+
+
+@pytest.mark.integration
+def test_the_bundles_collection_is_installed_on_the_controller_once_and_checked_file_for_file(collection_site):
+    """Issue #51: bundle.yml installs the collection the signed bundle carries on the controller, from the mirror it
+    has just served, against the signed digest; --check installs nothing, a second run changes nothing, and a file
+    altered in the installed copy is named by -e vllm_bundle_verify=true and put back by the next run."""
+    folder = collection_site["installed"] / "ansible_collections" / "vllm_fleet" / "fleet"
+    rc, out = flat(collection_site["inventory"], "--check")
+    assert rc == 0 and not folder.exists(), out
+    rc, out = flat(collection_site["inventory"])
+    assert rc == 0, out
+    assert f"vllm_fleet.fleet 1.2.3 on the controller ({folder}): installed from the signed bundle" in out, out
+    assert "the signed bundle, collection/vllm_fleet-fleet-1.2.3.tar.gz (it differed: not installed)." in out
+    assert (folder / "roles" / "demo" / "tasks" / "main.yml").is_file() and not (folder / "tests").exists()
+    rc, out = flat(collection_site["inventory"])
+    assert rc == 0 and "changed=0" in out, out
+    assert "file for file the signed bundle, collection/vllm_fleet-fleet-1.2.3.tar.gz." in out
+    rc, out = flat(collection_site["inventory"], "-e", "vllm_bundle_verify=true")
+    assert rc == 0 and "changed=0" in out, out
+    (folder / "roles" / "demo" / "tasks" / "main.yml").write_text("---\n- name: Something else\n")
+    before = tree(folder)
+    rc, out = flat(collection_site["inventory"], "-e", "vllm_bundle_verify=true")
+    assert rc != 0 and "altered: roles/demo/tasks/main.yml (SHA-256" in out, out
+    assert "fix: run playbooks/bundle.yml without vllm_bundle_verify to install it" in out and "Traceback" not in out
+    assert tree(folder) == before, "verify changed the installed copy"
+    rc, out = flat(collection_site["inventory"])
+    assert rc == 0 and "installed from the signed bundle" in out and "(it differed: altered: roles/demo" in out, out
+    assert (folder / "roles" / "demo" / "tasks" / "main.yml").read_text().startswith("---\n- name: Say so")

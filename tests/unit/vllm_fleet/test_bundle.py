@@ -15,7 +15,7 @@ import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
-from bundle_helpers import GIT_ENV, make_keys, make_project, make_staging, make_wheel, minisign
+from bundle_helpers import GIT_ENV, make_collection_project, make_keys, make_project, make_staging, make_wheel, minisign
 from vllm_fleet import __version__, bundle, custody
 
 
@@ -301,3 +301,34 @@ def test_the_bundle_carries_the_version_its_projects_head_states(tmp_path):
     for args in (["rm", "-rq", "src"], ["add", "pyproject.toml"], ["commit", "-qm", "as 0.1.0 was"]):
         subprocess.run([*git, *args], check=True, env={**os.environ, **GIT_ENV}, capture_output=True)
     assert bundle.project_version(project) == "0.1.0"
+
+
+def test_a_project_that_is_a_collection_carries_its_tarball_built_from_head_and_named_in_the_sbom(tmp_path):
+    """The project as the collection vllm_fleet.fleet: collection/vllm_fleet-fleet-VERSION.tar.gz, built by
+    ansible-galaxy from HEAD's archive (a file changed after the commit is not in it; build_ignore is honoured),
+    signed with the rest and named in the SBOM with its version and digest. A project that is no collection carries
+    none (the `built` fixture's)."""
+    _, sec = make_keys(tmp_path / "keys")
+    staging, project = make_staging(tmp_path), make_collection_project(tmp_path, "9.8.7")
+    (project / "roles" / "demo" / "tasks" / "main.yml").write_text("---\n[]\n")  # uncommitted: not carried
+    out = tmp_path / "site-2026-06.tar"
+    built = bundle.build(staging, project, sec, out, allow_dirty=True)
+    content = {name.split("/", 1)[1]: data for name, _, _, data in members(out)}
+    assert "collection/vllm_fleet-fleet-9.8.7.tar.gz" in content, sorted(content)
+    tarball = content["collection/vllm_fleet-fleet-9.8.7.tar.gz"]
+    manifest = custody.parse(content["MANIFEST.sha256"].decode(), "manifest")
+    assert manifest["collection/vllm_fleet-fleet-9.8.7.tar.gz"] == hashlib.sha256(tarball).hexdigest()
+    with tarfile.open(fileobj=io.BytesIO(tarball)) as tar:
+        names = tar.getnames()
+        assert tar.extractfile("roles/demo/tasks/main.yml").read().startswith(b"---\n- name: Say so")
+        assert json.load(tar.extractfile("MANIFEST.json"))["collection_info"]["version"] == "9.8.7"
+    assert not [n for n in names if n.startswith("tests")], names
+    sbom = json.loads(content["sbom.cdx.json"])
+    (component,) = [c for c in sbom["components"] if c["name"] == "vllm_fleet.fleet"]
+    assert component["version"] == "9.8.7"
+    assert component["hashes"] == [{"alg": "SHA-256", "content": hashlib.sha256(tarball).hexdigest()}]
+    assert built.commit.endswith("+changes")
+
+
+def test_a_project_that_is_no_collection_carries_no_tarball(built):
+    assert not [name for name, *_ in members(built["out"]) if "/collection/" in name]

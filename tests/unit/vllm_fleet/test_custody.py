@@ -2,11 +2,17 @@
 checked by the real minisign with keys made here; the digests it gives the hosts, and every refusal by name."""
 
 import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
 
 import pytest
 
-from bundle_helpers import make_keys, serve_folder, sign_manifest
-from vllm_fleet import custody
+from bundle_helpers import make_collection_project, make_keys, make_staging, serve_folder, sign_manifest
+from vllm_fleet import bundle, custody
 
 LOCK = b"tiny-pkg==1.0 --hash=sha256:" + b"5" * 64 + b"\n"
 SUMS = b"a" * 64 + b"  model.safetensors\n"
@@ -184,3 +190,85 @@ def test_the_first_collections_path_that_has_the_collection_is_the_one_checked(t
     collection(tmp_path / "first", {**FILES, "MANIFEST.json": b'{"other": 1}'})  # an unsigned copy, loaded first
     errors, _ = custody.collection_errors(digests, [str(tmp_path / "first"), str(tmp_path / "second")])
     assert len(errors) == 1 and "altered: MANIFEST.json" in errors[0] and str(tmp_path / "first") in errors[0]
+
+
+@pytest.fixture(scope="module")
+def fleet_site(tmp_path_factory):
+    """A mirror serving a signed bundle whose project is a collection (vllm_fleet.bundle builds its tarball), over
+    HTTP on loopback, and the tarball installed by ansible-galaxy into a collections path."""
+    root = tmp_path_factory.mktemp("fleet")
+    pub, sec = make_keys(root / "keys")
+    out = root / "site.tar"
+    bundle.build(make_staging(root), make_collection_project(root, "1.2.3"), sec, out)
+    mirror = root / "mirror"
+    with tarfile.open(out) as tar:
+        tar.extractall(root / "x", filter="tar")
+    shutil.copytree(root / "x" / "site", mirror)
+    shutil.copy(mirror / "MANIFEST.sha256", mirror / "BUNDLE.sha256")
+    shutil.copy(mirror / "MANIFEST.sha256.minisig", mirror / "BUNDLE.sha256.minisig")
+    installed = root / "cols"
+    (root / "ansible.cfg").write_text("[defaults]\n")
+    galaxy = Path(sys.executable).parent / "ansible-galaxy"
+    subprocess.run(
+        [str(galaxy), "collection", "install", "--offline", "--no-deps", "-p", str(installed),
+         str(mirror / "collection" / "vllm_fleet-fleet-1.2.3.tar.gz")],
+        check=True, capture_output=True, env=dict(os.environ, ANSIBLE_CONFIG=str(root / "ansible.cfg")),
+    )  # fmt: skip
+    with serve_folder(mirror) as server:
+        yield {"pub": str(pub), "url": f"{server.url}/BUNDLE.sha256", "installed": installed, "mirror": mirror}
+
+
+def test_the_collection_the_controller_loads_is_the_signed_tarball_file_for_file(fleet_site, tmp_path):
+    signed = custody.read(fleet_site["url"], fleet_site["pub"])
+    folder = fleet_site["installed"] / "ansible_collections" / "vllm_fleet" / "fleet"
+    (folder / "roles" / "demo" / "tasks" / "__pycache__").mkdir()
+    (folder / "roles" / "demo" / "tasks" / "__pycache__" / "x.pyc").write_bytes(
+        b"\0"
+    )  # byte code: not the collection's
+    errors, found = custody.fleet_collection(signed, [str(tmp_path / "none"), str(fleet_site["installed"])])
+    assert errors == [] and found == {
+        "collection": "vllm_fleet.fleet",
+        "version": "1.2.3",
+        "tarball": "collection/vllm_fleet-fleet-1.2.3.tar.gz",
+        "path": str(folder),
+        "state": "signed",
+    }
+    # A checkout found first (galaxy.yml, no MANIFEST.json) is named, not compared; no copy at all is said too.
+    checkout = tmp_path / "checkout" / "ansible_collections" / "vllm_fleet" / "fleet"
+    checkout.mkdir(parents=True)
+    (checkout / "galaxy.yml").write_text("name: fleet\n")
+    assert custody.fleet_collection(signed, [str(tmp_path / "checkout"), str(fleet_site["installed"])])[1]["state"] == (
+        "checkout"
+    )
+    assert custody.fleet_collection(signed, [str(tmp_path / "none")])[1]["state"] == "not installed"
+
+
+def test_an_altered_or_added_file_of_the_installed_collection_is_named_with_the_fix(fleet_site, tmp_path):
+    signed = custody.read(fleet_site["url"], fleet_site["pub"])
+    copy = tmp_path / "copy"
+    shutil.copytree(fleet_site["installed"], copy)
+    folder = copy / "ansible_collections" / "vllm_fleet" / "fleet"
+    (folder / "roles" / "demo" / "tasks" / "main.yml").write_text("---\n- name: Something else\n")
+    (folder / "roles" / "demo" / "tasks" / "extra.yml").write_text("---\n[]\n")
+    errors, found = custody.fleet_collection(signed, [str(copy)])
+    assert found["state"] == "differs" and len(errors) == 1, errors
+    assert (
+        f"the collection vllm_fleet.fleet this controller loads ({folder}) is not the one the site signed" in errors[0]
+    )
+    assert (
+        "altered: roles/demo/tasks/main.yml (SHA-256 " in errors[0] and "added: roles/demo/tasks/extra.yml" in errors[0]
+    )
+    assert "fix: install it from the signed bundle with playbooks/bundle.yml" in errors[0]
+
+
+def test_a_tarball_the_mirror_changed_after_signing_is_refused(fleet_site, tmp_path):
+    signed = custody.read(fleet_site["url"], fleet_site["pub"])
+    tarball = fleet_site["mirror"] / "collection" / "vllm_fleet-fleet-1.2.3.tar.gz"
+    kept = tarball.read_bytes()
+    try:
+        tarball.write_bytes(kept + b"\0")
+        errors, found = custody.fleet_collection(signed, [str(fleet_site["installed"])])
+    finally:
+        tarball.write_bytes(kept)
+    assert found is None and "vllm_fleet-fleet-1.2.3.tar.gz has SHA-256" in errors[0], errors
+    assert "the mirror serves a collection the site did not sign" in errors[0]

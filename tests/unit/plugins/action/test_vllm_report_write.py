@@ -30,7 +30,8 @@ def fragment_task(run_dir):
         "name": "Write this host's fragment",
         "vllm_fleet.fleet.vllm_report_write": {
             "run_dir": str(run_dir),
-            "fragment": "{{ {'ok': true, 'errors': []} | vllm_fleet.fleet.vllm_report_fragment(inventory_hostname, 'verify', 'cpu0') }}",
+            "fragment": "{{ {'ok': true, 'errors': []}"
+            " | vllm_fleet.fleet.vllm_report_fragment(inventory_hostname, 'verify', 'cpu0') }}",
             "render": False,
         },
     }

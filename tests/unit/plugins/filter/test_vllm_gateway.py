@@ -134,8 +134,8 @@ PLAYBOOK = """
         mode: "0600"
         content: >-
           {% set ns = namespace(found={}) %}{% for g in groups['vllm_gateways'] %}{% set ns.found = ns.found |
-          combine({g: hostvars | vllm_fleet.fleet.vllm_gateway_vip_errors(g, groups['vllm_gateways'])}) %}{% endfor %}{{ ns.found |
-          to_json }}
+          combine({g: hostvars | vllm_fleet.fleet.vllm_gateway_vip_errors(g, groups['vllm_gateways'])}) %}{% endfor %}{{
+          ns.found | to_json }}
 """
 
 
