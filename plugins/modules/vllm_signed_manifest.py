@@ -81,7 +81,7 @@ collections:
   returned: when collections_paths is given
 fleet_collection:
   description:
-    - With O(collections_paths), where the manifest carries this project's collection tarball (C(collection/)): the
+    - With O(collections_paths), where the manifest carries this project's collection tarball (C(collection/)), the
       collection (C(collection)), its C(version), the C(tarball)'s path in the bundle, the folder Ansible loads it
       from (C(path)), and its C(state) there.
     - C(state) is C(signed) (file for file the tarball), C(checkout) (a development checkout, not compared) or
