@@ -110,7 +110,7 @@ swapped:
   elements: str
 trusted_comment:
   description: The signature's trusted comment, signed with the manifest, e.g. C(vllm-fleet bundle site-2026-05,
-    812 files, 1342177280 bytes, project 0123456789ab, version 0.2.0).
+    812 files, 1342177280 bytes, project 0123456789ab, version 0.3.0).
   returned: always
   type: str
 name:

@@ -197,3 +197,13 @@ def test_ansible_doc_shows_every_plugin_and_role_of_the_installed_collection(ins
             assert no_examples == [], f"{kind}s without examples: {no_examples}"
             unreadable = sorted(name for name, doc in docs.items() if yaml.safe_load(doc["examples"]) is None)
             assert unreadable == [], f"{kind}s whose examples are not YAML: {unreadable}"
+
+
+def test_the_production_example_pins_the_collection_of_this_version():
+    """inventories/production/requirements.yml names the tarball of this version that the site's mirror serves
+    (collection/ of the signed bundle), and the collection's dependencies as galaxy.yml declares them."""
+    pins = yaml.safe_load((ROOT / "inventories" / "production" / "requirements.yml").read_text())["collections"]
+    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+    urls = [pin["name"] for pin in pins if pin.get("type") == "url"]
+    assert [url.rsplit("/", 2)[-2:] for url in urls] == [["collection", f"vllm_fleet-fleet-{__version__}.tar.gz"]]
+    assert {pin["name"]: pin["version"] for pin in pins if "version" in pin} == galaxy["dependencies"]

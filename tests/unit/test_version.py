@@ -112,7 +112,9 @@ def test_every_other_file_states_the_packages_version():
                 wrong.append(f"{path}: {version}")
     assert not wrong, f"these state another version than vllm_fleet.__version__ {__version__}: {wrong}"
     # The places known today: the sweep reads them (a pattern that stopped matching would pass silently otherwise).
-    assert {"execution-environment.yml", "docs/awx.md", "docs/air-gap.md"} <= set(checked), sorted(set(checked))
+    assert {"execution-environment.yml", "docs/awx.md", "docs/air-gap.md", "galaxy.yml"} <= set(checked), sorted(
+        set(checked)
+    )
 
 
 def _sections() -> list[tuple[str, str | None, list[str]]]:
