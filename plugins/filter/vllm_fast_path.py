@@ -43,12 +43,23 @@ def vllm_deployed_instances(slurped, inventory_address, unit_format):
     return out
 
 
-# What the vllm role's work on a host derives from besides its variables: its tasks, files and templates, the
-# modules it runs, and the project's templates (vllm_fleet.fingerprint: a new version of the project is a change).
+# What the vllm role's work on a host derives from besides its variables: its tasks, files and templates, those of
+# the roles it runs with (the firewall of its ports, the host's sentinel), the modules it runs, and the project's
+# templates (vllm_fleet.fingerprint: a new version of the project is a change).
 ROLE_CODE = [
     os.path.join(ROOTDIR, part)
-    for part in ("roles/vllm", "roles/vllm_firewall", "templates", "plugins/modules", "plugins/module_utils")
+    for part in (
+        "roles/vllm",
+        "roles/vllm_firewall",
+        "roles/vllm_sentinel",
+        "templates",
+        "plugins/modules",
+        "plugins/module_utils",
+    )
 ]
+# The roles whose argument specs name the variables of what a vLLM host runs: the vllm role's, and the sentinel's
+# (where its units' templates are).
+ROLE_SPECS = ("vllm", "vllm_sentinel")
 
 
 # The role's variables that say how a run goes, not what the host runs.
@@ -56,13 +67,14 @@ _NOT_STATE = {"vllm_fast_path", "vllm_driver_ready"}
 
 
 def vllm_fingerprint(variables, host, plan_entry, extra=None):
-    """The digest of what `host` should run: every variable of the vllm role's argument spec as the host has it
-    (secrets by their digest only), its plan entry, `extra` (what the role derives from other hosts: the gateways
-    its firewall admits) and the role's code."""
+    """The digest of what `host` should run: every variable of the vllm and vllm_sentinel roles' argument specs as
+    the host has it (secrets by their digest only), its plan entry, `extra` (what the role derives from other hosts:
+    the gateways its firewall admits) and the roles' code."""
     if not hasattr(variables, "get") or not isinstance(plan_entry, Mapping):
         raise AnsibleFilterError(f"vllm_fingerprint: {host}: expected the host's variables and its plan entry")
     values = {}
-    for name, option in datafiles.role_options(ROLES, "vllm").items():
+    options = {name: option for role in ROLE_SPECS for name, option in datafiles.role_options(ROLES, role).items()}
+    for name, option in options.items():
         if name in _NOT_STATE:
             continue
         value = variables.get(name)

@@ -98,7 +98,10 @@ def plan_inputs(variables, skip=()):
 
 # The roles site.yml runs on a host, by the group that brings them: the plan checks every setting a host gives
 # any of them against that role's argument spec, so that a bad value stops the run before the driver play.
-SITE_ROLES = (("vllm_nodes", ("vllm", "vllm_verify", "vllm_rollout")), ("gpu_nodes", ("nvidia_driver",)))
+SITE_ROLES = (
+    ("vllm_nodes", ("vllm", "vllm_sentinel", "vllm_verify", "vllm_rollout")),
+    ("gpu_nodes", ("nvidia_driver",)),
+)
 ROOTDIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ROLES = os.path.join(ROOTDIR, "roles")
 

@@ -1,6 +1,6 @@
 """The host sentinel's side on the controller: its settings checked at plan time (:func:`errors`), and the instances
 of its configuration (:func:`instances`) from the host's plan entry. The sentinel itself runs on the host
-(roles/vllm/files/vllm-sentinel.py, standard library only).
+(roles/vllm_sentinel/files/vllm-sentinel.py, standard library only).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The sentinel of each vLLM host (vllm_sentinel, on by default; roles/vllm/files/vllm-sentinel.py), as converge and
-the rollouts of test_fleet.py and test_instances.py left it (test_tune.py runs after it).
+"""The sentinel of each vLLM host (vllm_sentinel, on by default; roles/vllm_sentinel/files/vllm-sentinel.py), as
+converge and the rollouts of test_fleet.py and test_instances.py left it (test_tune.py runs after it).
 
 Under a bounded loop of streamed completions through the gateway, the engine process of fleet-1's cpu0 is stopped
 (SIGSTOP) while its API server still answers /health 200: the sentinel's probes get no token, its agent tells the
@@ -275,8 +275,8 @@ print(json.dumps(outcomes))
 
 
 def test_a_changed_agent_socket_is_taken_up_anew_while_connections_come():
-    """What a run does on a host whose agent socket ran before its unit file changed (roles/vllm/tasks/
-    sentinel_restart.yml): stop it, wait until nothing listens on its port, start it. 15 times in a row while 4
+    """What a run does on a host whose agent socket ran before its unit file changed (roles/vllm_sentinel/tasks/
+    restart.yml): stop it, wait until nothing listens on its port, start it. 15 times in a row while 4
     clients on the host connect to the port, each take-up must succeed and the socket answer after it. A plain restart
     can fail there with "Address already in use" (the task file says when and how often); this load does not
     reproduce that rate: the test shows the take-up holds under connections, not the race."""

@@ -83,7 +83,7 @@ def test_the_roles_metadata_agrees():
         for line in (ROOT / "requirements" / "controller.txt").read_text().split()
         if line.startswith("ansible-core==")
     )
-    assert len(metas) == 9
+    assert len(metas) == 10
     for role, meta in metas.items():
         assert meta["role_name"] == role
         assert (meta["namespace"], meta["author"], meta["license"]) == (

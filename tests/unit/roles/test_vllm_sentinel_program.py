@@ -1,4 +1,5 @@
-"""The sentinel's program (roles/vllm/files/vllm-sentinel.py), its pieces and its rounds, here on the controller.
+"""The sentinel's program (roles/vllm_sentinel/files/vllm-sentinel.py), its pieces and its rounds, here on the
+controller.
 
 Its Xid parsing against lines the NVIDIA driver writes (each quoted from where it was published); drift against a
 recorded release in a temporary folder; its metrics read back with prometheus_client's parser; its agent and metrics
@@ -24,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ROOT, load_source, socket_activated
 
-PROGRAM = ROOT / "roles" / "vllm" / "files" / "vllm-sentinel.py"
+PROGRAM = ROOT / "roles" / "vllm_sentinel" / "files" / "vllm-sentinel.py"
 DEFAULTS = yaml.safe_load((ROOT / "roles" / "vllm_defaults" / "defaults" / "main.yml").read_text())
 
 
@@ -343,7 +344,7 @@ def test_the_metrics_answer_is_http_with_the_last_rounds_file_and_the_pause_as_i
 
     (tmp_path / "paused-until").write_text(str(int(sentinel.time.time()) + 600))
     assert scrape() == {("vllm_sentinel_gave_up", ()): 0, ("vllm_sentinel_paused", ()): 1}
-    (tmp_path / "paused-until").unlink()  # what sentinel_resume does
+    (tmp_path / "paused-until").unlink()  # what the vllm_sentinel role's resume does
     assert scrape() == {("vllm_sentinel_gave_up", ()): 0, ("vllm_sentinel_paused", ()): 0}
     # A file the program's earlier release wrote (the pause in it, from the last round): the pause once, as it is now.
     earlier = "# HELP vllm_sentinel_paused 1 while a rollout works on the host.\n# TYPE vllm_sentinel_paused gauge\n"

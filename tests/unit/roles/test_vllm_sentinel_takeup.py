@@ -1,5 +1,5 @@
-"""Which of the sentinel's units a run takes up anew (roles/vllm/tasks/sentinel.yml, "Take up the changed units that
-ran before"): only one that was active before the run's start task and whose file changed. A first install starts
+"""Which of the sentinel's units a run takes up anew (roles/vllm_sentinel/tasks/main.yml, "Take up the changed units
+that ran before"): only one that was active before the run's start task and whose file changed. A first install starts
 its units once and restarts none (a restart right after the start, with connections coming, once failed a CI run's
 converge); a change to the service that answers a socket's connections alone takes up no socket (the next task
 stops that service, and its socket starts it again). The task's own loop expression, rendered by ansible-core's
@@ -18,7 +18,7 @@ FILES = [*UNITS, "vllm-sentinel.service", "vllm-sentinel-agent.service", "vllm-s
 
 
 def take_up_loop():
-    install = yaml.safe_load((ROOT / "roles/vllm/tasks/sentinel.yml").read_text())[0]["block"]
+    install = yaml.safe_load((ROOT / "roles/vllm_sentinel/tasks/main.yml").read_text())[0]["block"]
     (task,) = [task for task in install if task["name"] == "Take up the changed units that ran before"]
     return task["loop"]
 

@@ -35,6 +35,7 @@ def test_any_change_of_what_the_host_runs_changes_it():
         _digest(vllm_api_key="sk-lab-2"),  # a secret, by its digest
         _digest(vllm_version="0.33.0"),  # the release
         _digest(vllm_syscall_filter=["@system-service", "@io-event"]),  # a unit setting
+        _digest(vllm_sentinel_service_template="/site/vllm-sentinel.service.j2"),  # the sentinel role's setting
     ]
     assert base not in changed and len(set(changed)) == len(changed)
     values = dict(HOST)
@@ -61,3 +62,5 @@ def test_the_roles_code_is_part_of_it(tmp_path):
     (tmp_path / "role" / "main.yml").write_text("a: 2\n")
     assert fingerprint.tree_digest([str(tmp_path / "role")]) != before
     assert all((ROOT / p.split(str(ROOT) + "/", 1)[-1]).exists() for p in plugin.ROLE_CODE)
+    # The host's sentinel (its program, tasks) is part of what the host runs.
+    assert plugin.os.path.join(plugin.ROOTDIR, "roles", "vllm_sentinel") in plugin.ROLE_CODE

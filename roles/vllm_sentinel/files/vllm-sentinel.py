@@ -9,7 +9,7 @@ vllm-sentinel-metrics.socket) listens: systemd hands them its listening socket (
 answered in a thread. Without that socket they answer one connection on standard input and output: what a
 per-connection service of an earlier release (Accept=yes) still does with this program while a run replaces it.
 
-Installed by the vllm role (tasks/sentinel.yml) with vllm_unit.py beside it. Standard library only, but for reading
+Installed by the vllm_sentinel role (tasks/main.yml) with vllm_unit.py beside it. Standard library only, but for reading
 vLLM's /metrics (prometheus_client's parser): `check` runs with the Python of the host's vLLM release, `agent` and
 `metrics` with the host's python3. The configuration (/etc/vllm-sentinel/sentinel.json) is rendered from the host's
 plan; it holds no secret: an instance's API key is read from its own environment file when a probe needs it.
