@@ -48,7 +48,7 @@ def tuned():
 
 def test_the_search_ran_each_candidate_and_decided(tuned):
     assert tuned["rc"] == 0, tuned["output"][-4000:]
-    assert tuned["output"].count("TASK [vllm : Restart with the candidate's arguments") == 3
+    assert tuned["output"].count("TASK [vllm_fleet.fleet.vllm : Restart with the candidate's arguments") == 3
     search = json.loads((tuned["folder"] / "search.json").read_text())
     assert search["load"]["source"] == "site" and search["load"]["requests"] >= 20, search["load"]
     assert set(search["measured"]) == {"vllm-defaults", "profile", "derived"}, search["measured"]
