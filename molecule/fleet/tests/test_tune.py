@@ -79,7 +79,7 @@ def test_the_instance_is_back_on_its_own_release_verified_and_in_the_gateway(tun
         on(HOST, "systemctl", "show", "-p", "FragmentPath,DropInPaths", f"vllm@{INSTANCE}.service")
         == tuned["unit_before"]
     )
-    assert "TASK [vllm_verify" in tuned["output"] and gateway_state(f"{HOST}_{INSTANCE}") == "UP"
+    assert "TASK [vllm_fleet.fleet.vllm_verify" in tuned["output"] and gateway_state(f"{HOST}_{INSTANCE}") == "UP"
     assert serves(HOST, INSTANCE)
 
 
