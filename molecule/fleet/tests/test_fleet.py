@@ -322,7 +322,8 @@ def test_a_rerun_leaves_unchanged_hosts_alone_and_repairs_a_stopped_instance():
     for unchanged in ("fleet-1", *GATEWAY_HOSTS, MONITORING_HOST):
         assert counts[unchanged]["changed"] == 0, (unchanged, counts, output[-6000:])
     # fleet-2 walked every task of its rollout: the instance's start is the one change.
-    assert changed_tasks(output, "fleet-2") == ["vllm_fleet.fleet.vllm : Enable and start the instance cpu1"], output[-6000:]
+    started = ["vllm_fleet.fleet.vllm : Enable and start the instance cpu1"]
+    assert changed_tasks(output, "fleet-2") == started, output[-6000:]
     assert counts["fleet-2"]["changed"] == 1, counts
     assert rolled_out(output) == {"fleet-2"}, output[-4000:]
     assert on("fleet-2", "systemctl", "is-active", "vllm@cpu1.service", check=False).strip() == "active"
