@@ -35,7 +35,6 @@ import argparse
 import ast
 import email.parser
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -63,7 +62,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 
 from . import __version__, wheelhouse
-from .custody import sha256_file
+from .custody import CustodyError, read_tarball, sha256_file
 from .wheelhouse import normalize
 
 MANIFEST = "MANIFEST.sha256"
@@ -263,17 +262,25 @@ def collection_build(archive: Path, work: Path, galaxy: str | None = None) -> Pa
 
 def collection_component(entry: Entry, commit: str) -> Component:
     """The SBOM component of the collection tarball (collection/NS-NAME-VERSION.tar.gz): name and version from its
-    MANIFEST.json."""
-    with tarfile.open(entry.source) as tar:
-        member = tar.extractfile("MANIFEST.json")
-        info = json.load(member)["collection_info"] if member is not None else {}
-    name = f"{info.get('namespace')}.{info.get('name')}"
+    MANIFEST.json (custody.read_tarball, which the controller's checks read it with)."""
+    try:
+        tarball = read_tarball(entry.source)
+    except CustodyError as exc:
+        raise BundleError(str(exc)) from exc
+    description = f"the Ansible collection {tarball.fqcn} built from the project at commit {commit}"
+    return _project_part(entry, ComponentType.LIBRARY, tarball.fqcn, tarball.version, description, commit)
+
+
+def _project_part(
+    entry: Entry, kind: ComponentType, name: str, version: str, description: str, commit: str
+) -> Component:
+    """The SBOM component of a file the bundle makes from the project at `commit` (its archive, its collection)."""
     return Component(
-        type=ComponentType.LIBRARY,
+        type=kind,
         name=name,
-        version=str(info.get("version")),
+        version=version,
         bom_ref=entry.path,
-        description=f"the Ansible collection {name} built from the project at commit {commit}",
+        description=description,
         hashes=[HashType(alg=HashAlgorithm.SHA_256, content=entry.sha256)],
         properties=[
             Property(name="vllm-fleet:bundle-path", value=entry.path),
@@ -320,18 +327,8 @@ def wheel_component(entry: Entry) -> Component:
 
 def project_component(entry: Entry, version: str, commit: str) -> Component:
     """The SBOM component of the project's archive (project/<project>-<commit>.tar): vllm-fleet at `version`."""
-    return Component(
-        type=ComponentType.APPLICATION,
-        name="vllm-fleet",
-        version=version,
-        bom_ref=entry.path,
-        description=f"the vllm-fleet project at commit {commit} (git archive)",
-        hashes=[HashType(alg=HashAlgorithm.SHA_256, content=entry.sha256)],
-        properties=[
-            Property(name="vllm-fleet:bundle-path", value=entry.path),
-            Property(name="vllm-fleet:project-commit", value=commit),
-        ],
-    )
+    description = f"the vllm-fleet project at commit {commit} (git archive)"
+    return _project_part(entry, ComponentType.APPLICATION, "vllm-fleet", version, description, commit)
 
 
 def sbom_json(name: str, commit: str, entries: list[Entry], version: str = __version__) -> str:

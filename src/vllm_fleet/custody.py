@@ -210,6 +210,44 @@ def sha256_file(path: str | os.PathLike[str]) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
+def _loaded_from(roots: list[str], namespace: str, name: str) -> str | None:
+    """The folder Ansible loads the collection NS.NAME from: ``ansible_collections/NS/NAME`` under the first of
+    `roots` (the controller's collections paths, in order) that has it; None when none has it."""
+    for root in roots:
+        folder = os.path.join(os.path.expanduser(root), "ansible_collections", namespace, name)
+        if os.path.isdir(folder):
+            return folder
+    return None
+
+
+def _differences(
+    folder: str, wanted: dict[str, str], ignored: tuple[str, ...] = (), links_altered: bool = False
+) -> list[str]:
+    """What differs between the files under `folder` and `wanted` ({relative path: SHA-256}): ``altered: ...``,
+    ``missing: ...``, ``added: ...`` (at most NAMED files named each, then a count), byte-code caches aside on either
+    side; `ignored` files are not counted as added; with `links_altered`, a link is altered whatever it points at."""
+    found = {}
+    for top, folders, names in os.walk(folder):
+        folders[:] = sorted(f for f in folders if f != "__pycache__")
+        for file_name in names:
+            full = os.path.join(top, file_name)
+            found[os.path.relpath(full, folder)] = full
+    altered = [
+        f"{rel} (SHA-256 {sha256_file(found[rel])[0]}, signed {wanted[rel]})"
+        for rel in sorted(wanted)
+        if rel in found
+        and ((links_altered and os.path.islink(found[rel])) or sha256_file(found[rel])[0] != wanted[rel])
+    ]
+    missing = sorted(rel for rel in wanted if rel not in found)
+    added = sorted(rel for rel in found if rel not in wanted and rel not in ignored)
+    said = []
+    for kind, listed in (("altered", altered), ("missing", missing), ("added", added)):
+        if listed:
+            more = f" and {len(listed) - NAMED} more" if len(listed) > NAMED else ""
+            said.append(f"{kind}: {', '.join(listed[:NAMED])}{more}")
+    return said
+
+
 def collection_errors(digests: dict[str, str], roots: list[str]) -> tuple[list[str], list[str]]:
     """(errors, checked) of the collections the signed manifest carries (``collections/ansible_collections/NS/NAME/``),
     each as this controller's Ansible loads it: from the first of `roots` (its collections paths, in order) that has
@@ -225,35 +263,12 @@ def collection_errors(digests: dict[str, str], roots: list[str]) -> tuple[list[s
                 signed.setdefault((parts[0], parts[1]), {})[parts[2]] = digest
     errors, checked = [], []
     for (namespace, name), files in sorted(signed.items()):
-        folder = next(
-            (
-                os.path.join(os.path.expanduser(root), "ansible_collections", namespace, name)
-                for root in roots
-                if os.path.isdir(os.path.join(os.path.expanduser(root), "ansible_collections", namespace, name))
-            ),
-            None,
-        )
+        folder = _loaded_from(roots, namespace, name)
         if folder is None:
             continue
-        found = {}
-        for top, folders, names in os.walk(folder):
-            folders[:] = sorted(f for f in folders if f != "__pycache__")
-            for file_name in names:
-                full = os.path.join(top, file_name)
-                found[os.path.relpath(full, folder)] = full
-        altered = [
-            f"{rel} (SHA-256 {sha256_file(found[rel])[0]}, signed {files[rel]})"
-            for rel in sorted(files)
-            if rel in found and (os.path.islink(found[rel]) or sha256_file(found[rel])[0] != files[rel])
-        ]
-        missing = sorted(rel for rel in files if rel not in found)
-        added = sorted(rel for rel in found if rel not in files)
         checked.append(f"{namespace}.{name}")
-        said = []
-        for kind, listed in (("altered", altered), ("missing", missing), ("added", added)):
-            if listed:
-                more = f" and {len(listed) - NAMED} more" if len(listed) > NAMED else ""
-                said.append(f"{kind}: {', '.join(listed[:NAMED])}{more}")
+        # A link stands for a file it is not: the signed collections/ tree holds none.
+        said = _differences(folder, files, links_altered=True)
         if said:
             errors.append(
                 f"the collection {namespace}.{name} this controller loads ({folder}) is not the one the site signed: "
@@ -308,25 +323,7 @@ def installed_errors(tarball: CollectionTarball, folder: str) -> list[str]:
     """What differs between the collection installed in `folder` (``.../ansible_collections/NS/NAME``) and the
     tarball it should be: each file altered, missing or added (byte-code caches aside), and MANIFEST.json and
     FILES.json, which ``ansible-galaxy collection install`` copies from the tarball. Empty when they are the same."""
-    found = {}
-    for top, folders, names in os.walk(folder):
-        folders[:] = sorted(f for f in folders if f != "__pycache__")
-        for file_name in names:
-            full = os.path.join(top, file_name)
-            found[os.path.relpath(full, folder)] = full
-    wanted = dict(tarball.files)
-    altered = [
-        f"{rel} (SHA-256 {sha256_file(found[rel])[0]}, signed {wanted[rel]})"
-        for rel in sorted(wanted)
-        if rel in found and sha256_file(found[rel])[0] != wanted[rel]
-    ]
-    missing = sorted(rel for rel in wanted if rel not in found)
-    added = sorted(rel for rel in found if rel not in wanted and rel not in ("MANIFEST.json", "FILES.json"))
-    said = []
-    for kind, listed in (("altered", altered), ("missing", missing), ("added", added)):
-        if listed:
-            more = f" and {len(listed) - NAMED} more" if len(listed) > NAMED else ""
-            said.append(f"{kind}: {', '.join(listed[:NAMED])}{more}")
+    said = _differences(folder, tarball.files, ignored=("MANIFEST.json", "FILES.json"))
     manifest = os.path.join(folder, "MANIFEST.json")
     try:
         with open(manifest, encoding="utf-8") as handle:
@@ -339,13 +336,8 @@ def installed_errors(tarball: CollectionTarball, folder: str) -> list[str]:
 
 
 def installed_at(tarball: CollectionTarball, roots: list[str]) -> str | None:
-    """The folder Ansible loads the tarball's collection from: the first of `roots` (the controller's collections
-    paths, in order) that has ``ansible_collections/NS/NAME``; None when none has it."""
-    for root in roots:
-        folder = os.path.join(os.path.expanduser(root), "ansible_collections", tarball.namespace, tarball.name)
-        if os.path.isdir(folder):
-            return folder
-    return None
+    """The folder Ansible loads the tarball's collection from (the first of `roots` that has it), or None."""
+    return _loaded_from(roots, tarball.namespace, tarball.name)
 
 
 def fetch_tarball(signed: SignedManifest, folder: str, timeout: float = 30.0) -> tuple[str, str]:
