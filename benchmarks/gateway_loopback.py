@@ -93,15 +93,25 @@ def certificate() -> tuple[str, str]:
     )
 
 
-def render(tmp: Path, ports: dict[str, int], template: Path | None = None, extra: dict | None = None) -> Path:
+def render(
+    tmp: Path,
+    ports: dict[str, int],
+    template: Path | None = None,
+    extra: dict | None = None,
+    host_vars: dict[str, dict] | None = None,
+) -> Path:
     """Render each gateway's haproxy.cfg, maps and certificate into tmp/etc/<gateway>/ with the role's own
     template (or `template`, another revision's), vars and defaults over the example's inventory, with `extra` as
-    further extra vars. RuntimeError with Ansible's output when the run fails."""
+    further extra vars and `host_vars` as further variables of the named vLLM hosts (their LoRA adapters, say).
+    RuntimeError with Ansible's output when the run fails."""
     etc = tmp / "etc"
     role = ROOT / "roles" / "vllm_gateway"
     defaults = yaml.safe_load((ROOT / "roles" / "vllm_defaults" / "defaults" / "main.yml").read_text())
     defaults.update(yaml.safe_load((role / "defaults" / "main.yml").read_text()))
-    hosts = {name: {"ansible_host": address, "vllm_bind_address": address} for name, address in BACKENDS.items()}
+    hosts = {
+        name: {"ansible_host": address, "vllm_bind_address": address, **(host_vars or {}).get(name, {})}
+        for name, address in BACKENDS.items()
+    }
     gateways = {
         name: {"ansible_connection": "local", "vllm_gateway_source_address": address, "vllm_gateway_vrrp_priority": p}
         for (name, address), p in zip(GATEWAYS.items(), (200, 100), strict=True)

@@ -16,7 +16,7 @@ from jinja2 import Undefined
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
 if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
-from vllm_fleet import __version__, answers, compat, datafiles, inputs, planner, tune
+from vllm_fleet import __version__, answers, compat, datafiles, inputs, lora, planner, tune
 
 
 # The roles' defaults (roles/vllm_defaults, the one home of those the roles share, and the vllm role's own): the plan
@@ -39,6 +39,10 @@ _PLAN_VARS = tuple(
             "vllm_draft_model_config",
             "vllm_extra_args",
             "vllm_model_aliases",
+            "vllm_lora_adapters",
+            "vllm_lora_max_loras",
+            "vllm_lora_max_rank",
+            "vllm_lora_max_cpu_loras",
             *planner.DEPLOY_VARS,
             *inputs.UNIT_VARS,
         )
@@ -87,7 +91,7 @@ def plan_inputs(variables, skip=()):
         values[name] = (
             defaults.get(name) if value is None and name in defaults else _as_spec_type(name, inputs.plain(value))
         )
-    for name in ("vllm_typical_prompt_tokens", "vllm_typical_output_tokens", "ansible_host"):
+    for name in ("vllm_typical_prompt_tokens", "vllm_typical_output_tokens", "ansible_host", "vllm_plan_lora_configs"):
         if variables.get(name) is not None:
             values[name] = variables.get(name)
     detected = variables.get("nvidia_driver_gpus")  # the nvidia_driver role's fact, once it has verified the cards
@@ -250,6 +254,39 @@ def vllm_plan_hosts(hostvars, hosts, typical_prompt_tokens=None, typical_output_
     }
 
 
+def vllm_lora_sources(hostvars, hosts):
+    """The adapters' folders of `hosts` whose adapter_config.json the plan reads on the controller, each once:
+    [{source: url or controller, location}] (a host whose adapter settings are wrong has its own plan error)."""
+    found = {}
+    for host, variables in _each_host("vllm_lora_sources", hostvars, hosts):
+        values = plan_inputs(variables)
+        adapters, _ = lora.settings(host, values, str(values.get("vllm_state_dir") or "/var/lib/vllm"))
+        found[host] = adapters
+    return lora.sources(found)
+
+
+def vllm_lora_configs(url_results, controller_sources):
+    """{location: the text of its adapter_config.json, or {error}} from the plan's reads: the uri task's results
+    (url sources) and the controller folders (read here, on the controller)."""
+    configs = {}
+    for result in url_results or []:
+        location = result.get("item", {}).get("location")
+        if location is None:
+            continue
+        if result.get("status") == 200 and "content" in result:
+            configs[location] = result["content"]
+        else:
+            configs[location] = {"error": str(result.get("msg") or f"HTTP status {result.get('status')}")}
+    for source in controller_sources or []:
+        path = os.path.join(source["location"], lora.CONFIG_FILE)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                configs[source["location"]] = handle.read()
+        except OSError as exc:
+            configs[source["location"]] = {"error": f"{path}: {exc.strerror}"}
+    return configs
+
+
 def _made(host, variables):
     """The host's entry of the plan this run made (its fact vllm_plan: plan.yml's, made once for the run, its entry
     replaced on the host when its GPUs were detected), or None where this run made none (a run limited to other
@@ -362,6 +399,8 @@ class FilterModule:
             "vllm_plan_host": vllm_plan_host,
             "vllm_plan_for_version": vllm_plan_for_version,
             "vllm_plan_hosts": vllm_plan_hosts,
+            "vllm_lora_sources": vllm_lora_sources,
+            "vllm_lora_configs": vllm_lora_configs,
             "vllm_plan_table": vllm_plan_table,
             "vllm_plan_instances": vllm_plan_instances,
             "vllm_plan_read": vllm_plan_read,

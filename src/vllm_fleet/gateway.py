@@ -164,6 +164,8 @@ def servers(
                     "model": model,
                     "weights": str(instance.get("weights") or (host_weights if model == host_model else "")),
                     "backend": backend_name(model) if model else "",
+                    # The LoRA adapters it loads beside the model (its plan's; none for one the plan drops).
+                    "adapters": [] if instance.get("retiring") else [str(a) for a in instance.get("adapters") or []],
                 }
             )
     return result
@@ -209,11 +211,14 @@ def routes(
     """What the gateway routes by, from its servers (``servers``) and its tenants (vllm_gateway_api_keys, each with
     an optional ``models`` allow-list; none: every served model):
 
-    - ``backends``: one per served model, sorted by name: {name, model, servers};
-    - ``models``: {served name or alias: backend} (the map a request's ``model`` is looked up in): an alias
+    - ``backends``: one per served model, sorted by name: {name, model, servers}; and one per LoRA adapter (a
+      server's ``adapters``): {name, model: the adapter's name, parent: its model, servers: the instances that load
+      it, each with ``tracks``: its server in the model's backend};
+    - ``models``: {served name, adapter or alias: backend} (the map a request's ``model`` is looked up in): an alias
       (``aliases``, vllm_model_aliases: {alias: served name}) goes to its model's backend;
-    - ``allowed``: the sorted ``tenant/name`` keys a tenant may ask for: the names in its list, and each alias of a
-      model in it;
+    - ``allowed``: the sorted ``tenant/name`` keys a tenant may ask for: the names in its list (an adapter only where
+      it is named: a tenant allowed a model is not thereby allowed its adapters), and each alias of a model in it;
+      a tenant without a list may use every model and adapter;
     - ``lists``: {tenant: the JSON of ``GET /v1/models`` for that tenant, in the OpenAI shape, on one line};
     - ``maps``: the lines of the gateway's maps (``models``, ``allowed``, ``lists``, ``concurrency``: each tenant's
       cap on requests in flight, 0 for none).
@@ -228,9 +233,25 @@ def routes(
             server["backend"], {"name": server["backend"], "model": server["model"], "servers": []}
         )
         entry["servers"].append(dict(server))
+    # A LoRA adapter's backend holds the instances that load it, each tracking its server in the model's backend:
+    # drained, in maintenance or down there, it is so here too (a rollout drains each instance once, by its model).
+    lora: dict[str, dict[str, Any]] = {}
+    for server in servers_list:
+        for adapter in server.get("adapters") or []:
+            if not server.get("backend") or adapter in {e["model"] for e in backends.values()}:
+                continue  # a name clash the plan refuses (lora.name_errors, route_errors)
+            entry = lora.setdefault(
+                adapter,
+                {"name": backend_name(adapter), "model": adapter, "parent": server["model"], "servers": []},
+            )
+            entry["servers"].append(dict(server, tracks=f"{server['backend']}/{server['name']}"))
+    parents = {name: entry["parent"] for name, entry in lora.items()}
+    backends.update({entry["name"]: entry for entry in lora.values()})
     served = {entry["model"]: name for name, entry in sorted(backends.items())}
     pointing = {
-        str(alias): str(target) for alias, target in (aliases or {}).items() if target in served and alias not in served
+        str(alias): str(target)
+        for alias, target in (aliases or {}).items()
+        if target in served and alias not in served and target not in parents
     }
     models = {**served, **{alias: served[target] for alias, target in sorted(pointing.items())}}
     allowed: list[str] = []
@@ -254,6 +275,8 @@ def routes(
                         "created": 0,
                         "owned_by": "vllm-fleet",
                         "root": pointing.get(name, name),
+                        # An adapter's card names its model, as vLLM's own /v1/models does.
+                        **({"parent": parents[name]} if name in parents else {}),
                     }
                     for name in names
                 ],
@@ -316,6 +339,32 @@ def route_errors(
             )
     served = set(by_model)
     known = set(served)
+    # LoRA adapters (each host's vllm_lora_adapters, on its instances): one name, one model, and no name of a model.
+    adapters: dict[str, dict[str, set[str]]] = {}
+    for server in servers_list:
+        for adapter in server.get("adapters") or []:
+            adapters.setdefault(str(adapter), {}).setdefault(str(server.get("model")), set()).add(str(server["host"]))
+    for adapter, models in sorted(adapters.items()):
+        on = ", ".join(sorted({h for hs in models.values() for h in hs}))
+        if adapter in served:
+            errors.append(
+                f"{host}: the adapter {adapter!r} (vllm_lora_adapters on {on}) has the name of a served model: a "
+                "request for it could mean either; fix: another name for the adapter"
+            )
+        elif len(models) > 1:
+            errors.append(
+                f"{host}: the adapter {adapter!r} is served beside {len(models)} different models "
+                f"({'; '.join(f'{m} on {chr(44).join(sorted(h))}' for m, h in sorted(models.items()))}): an adapter "
+                "is trained for one model; fix: give each its own name"
+            )
+        else:
+            known.add(adapter)
+    if isinstance(aliases, Mapping):
+        for alias in sorted(set(map(str, aliases)) & set(adapters)):
+            errors.append(
+                f"{host}: vllm_model_aliases[{inputs.short(alias)}] is also an adapter's name (vllm_lora_adapters): "
+                "a request for it could mean either; fix: another alias, or another name for the adapter"
+            )
     for alias, target in (aliases or {}).items() if isinstance(aliases, Mapping) else []:
         if alias in served:
             errors.append(
@@ -1025,12 +1074,16 @@ def vrrp_interface(interfaces: Mapping[str, Any], address: str) -> str:
 
 
 def server_sessions(show_stat: str, backend: str, server: str) -> int | None:
-    """Current sessions of `server` in `backend` from the runtime API's `show stat` (CSV); None if absent."""
+    """Current sessions of `server` in `backend` from the runtime API's `show stat` (CSV), with those of the servers
+    that track it (the same instance in its adapters' backends); None if absent."""
     text = show_stat.lstrip("# ")
+    found = None
     for row in csv.DictReader(io.StringIO(text)):
-        if row.get("pxname") == backend and row.get("svname") == server:
-            return int(row.get("scur") or 0)
-    return None
+        if row.get("svname") == server and (
+            row.get("pxname") == backend or row.get("tracked") == f"{backend}/{server}"
+        ):
+            found = (found or 0) + int(row.get("scur") or 0)
+    return found
 
 
 def requests_running(metrics_text: str) -> float:

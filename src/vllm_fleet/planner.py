@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import __version__, datafiles, inputs, placement, profiles, render, tune
+from . import __version__, datafiles, inputs, lora, placement, profiles, render, tune
 from .rules import ERROR_RULES, WARNING_RULES, known_failure
 from .service_levels import GUIDE_TARGETS, match_card, misses_target, service_levels
 from .sizing import KV_TOLERANCE, fit_hint, gib, kv_band, size_instance
@@ -176,6 +176,23 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
     errors += render.extra_args_errors(host, hostvars.get("vllm_extra_args"), release)
     aliases, alias_errors = model_aliases(host, hostvars.get("vllm_model_aliases"))
     errors += alias_errors
+    # LoRA adapters beside the model (vllm_fleet.lora): their settings, names, and what their adapter_config.json
+    # says (read on the controller by the plan role: vllm_plan_lora_configs; not read, as by a gateway's own read of
+    # a host it does not plan, nothing is said of them).
+    state_dir = str(deploy_inputs(hostvars)["vllm_state_dir"] or "/var/lib/vllm")
+    adapters, lora_errors = lora.settings(host, hostvars, state_dir)
+    errors += lora_errors
+    if adapters and "served_model_name" in entry:
+        errors += lora.name_errors(host, adapters, entry["served_model_name"], aliases)
+        configs = hostvars.get("vllm_plan_lora_configs")
+        if isinstance(configs, Mapping):
+            found, config_errors = lora.config_errors(host, adapters, configs, str(profile.get("model")))
+            errors += config_errors
+            ranks = {a["name"]: a for a in found}
+            adapters = dict(
+                adapters, adapters=[dict(a, **ranks.get(a["name"], {})) for a in adapters["adapters"]]
+            )
+    entry["lora"] = adapters
     extra = hostvars.get("vllm_extra_args") or {}
     prompt_tokens = hostvars.get("vllm_typical_prompt_tokens", DEFAULT_TYPICAL_PROMPT_TOKENS)
     output_tokens = hostvars.get("vllm_typical_output_tokens", DEFAULT_TYPICAL_OUTPUT_TOKENS)
@@ -248,7 +265,7 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
                     deploy["vllm_state_dir"],
                 ),
                 draft_model_path=draft_model_path(profile, deploy),
-                extra_args={**needs["args"], **extra, **own},
+                extra_args={**needs["args"], **extra, **own, **lora.args(adapters, render.served_model_name(profile))},
                 aliases=aliases,
             )
         except ValueError as exc:
@@ -258,6 +275,9 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
         # What the gateways route by: the name clients ask for, and the weights behind it (one name, one model).
         instance["served_model_name"] = render.served_model_name(profile)
         instance["weights"] = str(profile.get("model") or "")
+        # The adapters it serves beside the model, by name: the gateways send each name only to the instances that
+        # load it, and the verification reads them back from the instance's own /v1/models.
+        instance["adapters"] = [a["name"] for a in (adapters or {}).get("adapters", [])]
         if device == "gpu":
             instance["environment"] = dict(instance["environment"], **needs["environment"])
     entry["instances"] = laid["instances"]

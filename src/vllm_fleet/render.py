@@ -210,6 +210,12 @@ MANAGED_EXTRA_ARGS: dict[str, str] = {
     "spec_model": "vllm_profile.speculative.model",
     "spec_method": "vllm_profile.speculative.method",
     "spec_tokens": "vllm_profile.speculative.num_speculative_tokens",
+    # LoRA adapters beside the model (vllm_fleet.lora): the plan checks them and sizes the host with them.
+    "enable_lora": "vllm_lora_adapters (LoRA is on where a host serves adapters)",
+    "lora_modules": "vllm_lora_adapters",
+    "max_loras": "vllm_lora_max_loras",
+    "max_lora_rank": "vllm_lora_max_rank",
+    "max_cpu_loras": "vllm_lora_max_cpu_loras",
     # A file of options that the plan can neither see nor check.
     "config": "vllm_profile and vllm_extra_args",
 }

@@ -265,6 +265,63 @@ def _judge_models(probes: _Probes, served: str, out: _Lines) -> tuple[str, list[
     return served, model_ids
 
 
+def adapters_in_args(args: Any) -> list[str] | None:
+    """The LoRA adapters' names a `vllm serve` command line loads (its --lora-modules: JSON objects, or name=path),
+    or None when it is no list."""
+    if not isinstance(args, (list, tuple)):
+        return None
+    names: list[str] = []
+    taking = False
+    for arg in map(str, args):
+        if arg.startswith("--"):
+            taking = arg == "--lora-modules"
+            continue
+        if not taking:
+            continue
+        try:
+            module = json.loads(arg)
+        except ValueError:
+            module = None
+        if isinstance(module, Mapping) and module.get("name"):
+            names.append(str(module["name"]))
+        elif "=" in arg:
+            names.append(arg.split("=", 1)[0])
+    return names
+
+
+def _judge_adapters(
+    probes: _Probes, served: str, expect: Mapping[str, Any], plan: Mapping[str, Any] | None, out: _Lines
+) -> dict[str, Any]:
+    """The adapters the instance serves (its own /v1/models: the cards whose parent is a model) against those it must
+    load: the command line it must run (expect["args"]: the plan's, or a restored release's), else its plan."""
+    body = _json_body(probes.results.get("models")) or {}
+    cards = [m for m in (body.get("data") or [] if isinstance(body, Mapping) else []) if isinstance(m, Mapping)]
+    serving = sorted(str(m.get("id")) for m in cards if m.get("parent"))
+    expected = adapters_in_args(expect.get("args"))
+    if expected is None:
+        placed = next(
+            (i for i in (plan or {}).get("instances") or [] if i.get("name") == expect.get("instance")), None
+        )
+        expected = list((placed or {}).get("adapters") or [])
+    expected = sorted(expected)
+    if "models" not in probes.not_probed and not probes.error("/v1/models", "models") and serving != expected:
+        missing = sorted(set(expected) - set(serving))
+        extra = sorted(set(serving) - set(expected))
+        out.errors.append(
+            "/v1/models serves the adapters %s, the plan has %s%s%s"
+            % (
+                serving or "none",
+                expected or "none",
+                "; not served: %s" % ", ".join(missing) if missing else "",
+                "; not planned: %s" % ", ".join(extra) if extra else "",
+            )
+        )
+    wrong_parent = sorted(str(m.get("id")) for m in cards if m.get("parent") and served and m.get("parent") != served)
+    if wrong_parent:
+        out.errors.append("/v1/models lists the adapters %s on another model than %r" % (wrong_parent, served))
+    return {"planned": expected, "served": serving}
+
+
 def _scrapes(probes: _Probes, out: _Lines) -> tuple[_metrics.MetricsFacts | None, _metrics.MetricsFacts | None]:
     """The /metrics scrapes before and after the smoke request, parsed."""
     before = _metrics_facts("/metrics (before the smoke request)", probes.results.get("metrics_before"), None)
@@ -697,6 +754,7 @@ def host_entry(
     pinned = str(expect.get("vllm_version") or "")
     reported = _judge_version(api, pinned, out)
     served, model_ids = _judge_models(api, str(expect.get("served_model_name") or ""), out)
+    adapters = _judge_adapters(api, served, expect, plan, out)
     before, after = _scrapes(api, out)
     health["startup_s"] = _startup_seconds(health, after)
     speculative = expect.get("speculative")
@@ -743,6 +801,7 @@ def host_entry(
         "health": health,
         "served_model_name": served or None,
         "models": model_ids,
+        "adapters": adapters,
         "smoke": smoke,
         "metrics": {
             "families": len(after.families) if after is not None else 0,

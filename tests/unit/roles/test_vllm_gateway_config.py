@@ -41,6 +41,12 @@ from gateway_loopback import (  # noqa: E402
 )
 
 
+# A LoRA adapter of the 14B on two of its three hosts (the plan reads no adapter_config.json here: the gateway's own
+# read of the hosts, as a gateway play makes it).
+LEGAL = {"name": "legal-summaries", "url": "http://mirror.example.internal/adapters/legal-summaries"}
+ADAPTED = ("gpu-l40-01.example.internal", "gpu-l40-02.example.internal")
+
+
 @pytest.fixture(scope="module")
 def gateways(tmp_path_factory):
     """The two gateways running the rendered configuration, in front of the stand-ins: {name: (front door URL,
@@ -49,7 +55,7 @@ def gateways(tmp_path_factory):
     try:
         command = haproxy(tmp)
         ports = {"front": free_port(), "metrics": free_port(), "peers": free_port()}
-        etc = render(tmp, ports)
+        etc = render(tmp, ports, host_vars={name: {"vllm_lora_adapters": [LEGAL]} for name in ADAPTED})
     except RuntimeError as exc:
         pytest.fail(str(exc))
     backends = {name: Backend(address) for name, address in BACKENDS.items()}
@@ -142,6 +148,20 @@ def test_each_request_goes_to_the_instances_of_the_model_it_names(gateways):
             assert answer["key"] == "Bearer " + "v" * 40
 
 
+def test_an_adapter_goes_only_to_the_hosts_that_load_it(gateways):
+    """The adapter's name reaches only the two L40 hosts that load it (each tracked from its server in the 14B's
+    backend), never the third L40 host nor a 4090 host."""
+    door, _ = gateways["doors"]["gw-01.example.internal"]
+    loading = {BACKENDS[name] for name in ADAPTED}
+    seen = set()
+    for turn in range(8):
+        body = {"model": LEGAL["name"], "prompt": f"summarise case {turn} " * 50}
+        code, answer = status(door, KEYS["chat-frontend"], "/v1/completions", body)
+        assert code == 200 and answer["model"] == LEGAL["name"] and answer["address"] in loading, answer
+        seen.add(answer["address"])
+    assert seen <= loading
+
+
 def test_each_tenant_lists_and_uses_only_its_models_and_refusals_reach_no_instance(gateways):
     """chat-frontend lists both models and the alias; batch-jobs (the example limits it to the 14B) lists that one and
     its alias, and gets 403 for the other; an unknown model gets 404, a body without a model 400, a GET other than
@@ -149,12 +169,15 @@ def test_each_tenant_lists_and_uses_only_its_models_and_refusals_reach_no_instan
     door, _ = gateways["doors"]["gw-01.example.internal"]
     code, listed = status(door, KEYS["chat-frontend"], "/v1/models")
     assert code == 200 and listed["object"] == "list"
-    assert sorted(m["id"] for m in listed["data"]) == sorted([SMALL, LARGE, "chat"])
+    assert sorted(m["id"] for m in listed["data"]) == sorted([SMALL, LARGE, "chat", LEGAL["name"]])
+    assert [m["parent"] for m in listed["data"] if m["id"] == LEGAL["name"]] == [LARGE]
     code, listed = status(door, KEYS["batch-jobs"], "/v1/models")
     assert code == 200 and [(m["id"], m["root"]) for m in listed["data"]] == [(LARGE, LARGE), ("chat", LARGE)]
     before = {name: b.posts for name, b in gateways["backends"].items()}
     for key, body, path, wanted, error in (
         (KEYS["batch-jobs"], {"model": SMALL, "prompt": "hi"}, "/v1/completions", 403, "model_not_allowed"),
+        # Allowed the 14B, not its adapter: an adapter is allowed only where a tenant's list names it.
+        (KEYS["batch-jobs"], {"model": LEGAL["name"], "prompt": "hi"}, "/v1/completions", 403, "model_not_allowed"),
         (KEYS["chat-frontend"], {"model": "no such model", "prompt": "hi"}, "/v1/completions", 404, "model_not_found"),
         (KEYS["chat-frontend"], {"prompt": "hi"}, "/v1/completions", 400, "model_required"),
         (KEYS["chat-frontend"], None, "/v1/models/" + SMALL, 404, "not_found"),

@@ -1006,6 +1006,7 @@ def test_the_plan_lists_its_instances():
         "tensor_parallel_size": 1,
         "served_model_name": "tiny-qwen2",
         "weights": "lab/tiny-qwen2",
+        "adapters": [],
     }
     assert instance["args"][instance["args"].index("--port") + 1] == "8000"
     assert planner.instances("h", dict(PLANNED, vllm_bind_address="0.0.0.0"))[0]["address"] == "h"

@@ -217,3 +217,95 @@ def test_an_alias_goes_to_its_models_backend_for_the_tenants_of_that_model():
 def test_an_alias_must_point_at_a_served_model_and_be_no_served_name(aliases, wanted):
     errors = gateway.route_errors("gw", gateway.servers(PLANNED), [], None, aliases)
     assert len(errors) == 1 and errors[0].startswith("gw: ") and wanted in errors[0] and "fix:" in errors[0], errors
+
+
+def adapted(name, port, adapters):
+    return dict(instance(name, port, "Qwen/Qwen2.5-14B-Instruct", "Qwen/Qwen2.5-14B-Instruct"), adapters=adapters)
+
+
+def test_an_adapter_goes_only_to_the_instances_that_load_it_tracking_their_model_servers():
+    """vllm_lora_adapters on l40-1 (legal, hr) and l40-2 (legal): a request for legal goes to both, for hr to l40-1
+    only; each of those servers tracks its server in the 14B's backend (drained there, drained here)."""
+    planned = {
+        "l40-1": [adapted("gpu0", 8000, ["legal", "hr"])],
+        "l40-2": [adapted("gpu0", 8000, ["legal"])],
+        "4090-1": PLANNED["4090-1"],
+    }
+    deployed = {"l40-2": [{"name": "old", "address": "10.0.0.5", "port": 8001}]}
+    servers = gateway.servers(planned, deployed)
+    keys = [
+        {"tenant": "all", "key": SECRET},
+        {"tenant": "legal-dept", "key": SECRET, "models": ["legal"]},
+        {"tenant": "base-only", "key": SECRET, "models": ["Qwen/Qwen2.5-14B-Instruct"]},
+    ]
+    assert gateway.route_errors("gw", servers, keys) == []
+    routes = gateway.routes(servers, keys)
+    big = gateway.backend_name("Qwen/Qwen2.5-14B-Instruct")
+    by_name = {b["name"]: b for b in routes["backends"]}
+    assert [(s["name"], s["tracks"]) for s in by_name["model-legal"]["servers"]] == [
+        ("l40-1_gpu0", f"{big}/l40-1_gpu0"),
+        ("l40-2_gpu0", f"{big}/l40-2_gpu0"),
+    ]
+    assert [s["name"] for s in by_name["model-hr"]["servers"]] == ["l40-1_gpu0"]
+    assert by_name["model-hr"]["parent"] == "Qwen/Qwen2.5-14B-Instruct"
+    # The retiring instance serves its model until it is removed, and no adapter.
+    assert "l40-2_old" in [s["name"] for s in by_name[big]["servers"]]
+    assert routes["models"]["legal"] == "model-legal" and routes["models"]["hr"] == "model-hr"
+    lists = {tenant: json.loads(text)["data"] for tenant, text in routes["lists"].items()}
+    assert [(m["id"], m.get("parent")) for m in lists["legal-dept"]] == [("legal", "Qwen/Qwen2.5-14B-Instruct")]
+    # A tenant allowed the model is not thereby allowed its adapters; one without a list may use all.
+    assert [m["id"] for m in lists["base-only"]] == ["Qwen/Qwen2.5-14B-Instruct"]
+    assert "base-only/legal" not in routes["allowed"] and "all/hr" in routes["allowed"]
+    assert sorted(m["id"] for m in lists["all"]) == sorted(["Qwen/Qwen2.5-14B-Instruct", ODD, "hr", "legal"])
+    assert all("parent" not in m for m in lists["all"] if m["id"] not in ("hr", "legal"))
+
+
+@pytest.mark.parametrize(
+    "planned, aliases, wanted",
+    [
+        (
+            {"l40-1": [adapted("gpu0", 8000, [ODD])], "4090-1": PLANNED["4090-1"]},
+            None,
+            f"the adapter {ODD!r} (vllm_lora_adapters on l40-1) has the name of a served model",
+        ),
+        (
+            {
+                "l40-1": [adapted("gpu0", 8000, ["legal"])],
+                "4090-1": [dict(PLANNED["4090-1"][0], adapters=["legal"])],
+            },
+            None,
+            "the adapter 'legal' is served beside 2 different models",
+        ),
+        (
+            {"l40-1": [adapted("gpu0", 8000, ["legal"])]},
+            {"legal": "Qwen/Qwen2.5-14B-Instruct"},
+            "vllm_model_aliases['legal'] is also an adapter's name",
+        ),
+    ],
+)
+def test_an_adapter_name_that_clashes_is_refused(planned, aliases, wanted):
+    errors = gateway.route_errors("gw", gateway.servers(planned), [{"tenant": "t", "key": SECRET}], None, aliases)
+    assert any(wanted in e for e in errors), errors
+    assert all(e.startswith("gw: ") and "fix: " in e for e in errors)
+
+
+def test_a_tenant_may_list_an_adapter_and_an_unknown_one_is_refused():
+    servers = gateway.servers({"l40-1": [adapted("gpu0", 8000, ["legal"])]})
+    ok = [{"tenant": "t", "key": SECRET, "models": ["legal"]}]
+    assert gateway.route_errors("gw", servers, ok) == []
+    bad = [{"tenant": "t", "key": SECRET, "models": ["hr"]}]
+    assert "names 'hr', which no backend host serves" in gateway.route_errors("gw", servers, bad)[0]
+
+
+def test_the_drain_counts_an_instances_sessions_in_its_adapters_backends_too():
+    """HAProxy 2.6's show stat (tracked: the tracked proxy/server), as the gateways' runtime API answers it."""
+    stat = (
+        "# pxname,svname,scur,tracked\n"
+        "model-tiny,fleet-1_cpu0,1,\n"
+        "model-tiny,fleet-2_cpu0,5,\n"
+        "model-tutor,fleet-1_cpu0,2,model-tiny/fleet-1_cpu0\n"
+        "model-tutor,BACKEND,2,\n"
+    )
+    assert gateway.server_sessions(stat, "model-tiny", "fleet-1_cpu0") == 3
+    assert gateway.server_sessions(stat, "model-tiny", "fleet-2_cpu0") == 5
+    assert gateway.server_sessions(stat, "model-tiny", "gone") is None

@@ -193,3 +193,36 @@ def test_speculative_json_is_what_vllm_parses(vllm_serve):
     args = render.render_args({"model": "m", "speculative": spec}, PARSER_VERSION).args
     assert json.loads(args[args.index("--speculative-config") + 1]) == spec
     assert vllm_serve(args).speculative_config == spec
+
+
+def test_adapters_reach_vllm_as_the_plan_renders_them(vllm_serve):
+    """A host's LoRA adapters (vllm_lora_adapters and its limits) as the plan renders them, parsed by vLLM itself:
+    LoRA on, the limits, and each adapter's name, staged path and base model's served name."""
+    from vllm_fleet import planner
+
+    entry = planner.plan_host(
+        "h1",
+        {
+            "vllm_profile_name": "cpu-lab-tiny",
+            "vllm_gpu": {"name": "cpu", "memory_mib": 1024, "bandwidth_gb_s": 20, "count": 1},
+            "vllm_version": PARSER_VERSION,
+            "vllm_lora_adapters": [{"name": "tutor", "url": "http://m/tutor"}, {"name": "poet", "src": "/a/poet"}],
+            "vllm_lora_max_loras": 2,
+            "vllm_lora_max_rank": 8,
+        },
+    )
+    assert entry["errors"] == []
+    namespace = vllm_serve(entry["instances"][0]["args"])
+    assert namespace.enable_lora is True
+    assert (namespace.max_loras, namespace.max_lora_rank, namespace.max_cpu_loras) == (2, 8, 2)
+    assert [(m.name, m.path, m.base_model_name) for m in namespace.lora_modules] == [
+        ("tutor", "/var/lib/vllm/adapters/tutor", "tiny-qwen2"),
+        ("poet", "/var/lib/vllm/adapters/poet", "tiny-qwen2"),
+    ]
+
+
+def test_a_rank_limit_vllm_does_not_offer_is_refused_by_both(vllm_serve, capsys):
+    """The plan refuses vllm_lora_max_rank=48 (test_lora.py); vLLM's own parser refuses it too."""
+    with pytest.raises(SystemExit):
+        vllm_serve(["m", "--enable-lora", "--max-lora-rank", "48"])
+    assert "48" in capsys.readouterr().err
