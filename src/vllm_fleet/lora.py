@@ -59,16 +59,18 @@ def _whole(value: Any) -> int | None:
     return None
 
 
-def settings(host: str, hostvars: Mapping[str, Any], state_dir: str = "/var/lib/vllm") -> tuple[dict | None, list[str]]:
+def settings(
+    host: str, hostvars: Mapping[str, Any], state_dir: str = "/var/lib/vllm"
+) -> tuple[dict[str, Any] | None, list[str]]:
     """(the host's LoRA settings, errors). None when it serves no adapter. Otherwise {max_loras, max_lora_rank,
     max_cpu_loras, adapters: [{name, source ('url' or 'controller'), location, path}]}, ``path`` where the host
     stages it."""
     errors: list[str] = []
     given = hostvars.get("vllm_lora_adapters")
     if given in (None, "", []):
-        for name in SETTINGS[1:]:
-            if hostvars.get(name) not in (None, "", 0) and name in hostvars and _whole(hostvars.get(name)) is None:
-                errors.append(f"{host}: {name}={inputs.short(hostvars[name])} is not a whole number; fix: e.g. 4")
+        for setting in SETTINGS[1:]:
+            if hostvars.get(setting) not in (None, "", 0) and _whole(hostvars.get(setting)) is None:
+                errors.append(f"{host}: {setting}={inputs.short(hostvars[setting])} is not a whole number; fix: e.g. 4")
         return None, errors
     if not isinstance(given, list):
         return None, [f"{host}: vllm_lora_adapters={inputs.short(given)} is not a list; {FIX_ADAPTERS}"]
@@ -148,7 +150,7 @@ def settings(host: str, hostvars: Mapping[str, Any], state_dir: str = "/var/lib/
         above = [r for r in RANKS if r >= rank]
         errors.append(
             f"{host}: vllm_lora_max_rank={rank} is not a rank vLLM offers ({', '.join(map(str, RANKS))}); fix: "
-            f"{above[0] if above else RANKS[-1]}, the next one up (a slot of rank R holds any adapter of rank R or less)"
+            f"{above[0] if above else RANKS[-1]}, the next one up (a slot of rank R holds any adapter up to rank R)"
         )
     max_loras = numbers.get("vllm_lora_max_loras")
     cpu = numbers.get("vllm_lora_max_cpu_loras")
@@ -174,7 +176,7 @@ def settings(host: str, hostvars: Mapping[str, Any], state_dir: str = "/var/lib/
             )
     if errors:
         return None, errors
-    assert max_loras is not None and rank is not None and cpu is not None  # noqa: S101 (no errors: all three set)
+    assert max_loras is not None and rank is not None and cpu is not None  # no errors: all three are set
     return {
         "max_loras": max_loras,
         "max_lora_rank": rank,
@@ -200,9 +202,7 @@ def name_errors(host: str, lora: Mapping[str, Any] | None, served: str, aliases:
 def sources(lora_by_host: Mapping[str, Mapping[str, Any] | None]) -> list[dict[str, str]]:
     """The adapters' folders whose adapter_config.json the plan reads on the controller, each once: {source,
     location}, sorted."""
-    found = {
-        (a["source"], a["location"]) for lora in lora_by_host.values() if lora for a in lora.get("adapters", [])
-    }
+    found = {(a["source"], a["location"]) for lora in lora_by_host.values() if lora for a in lora.get("adapters", [])}
     return [{"source": source, "location": location} for source, location in sorted(found)]
 
 

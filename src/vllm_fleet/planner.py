@@ -186,12 +186,10 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
         errors += lora.name_errors(host, adapters, entry["served_model_name"], aliases)
         configs = hostvars.get("vllm_plan_lora_configs")
         if isinstance(configs, Mapping):
-            found, config_errors = lora.config_errors(host, adapters, configs, str(profile.get("model")))
+            read, config_errors = lora.config_errors(host, adapters, configs, str(profile.get("model")))
             errors += config_errors
-            ranks = {a["name"]: a for a in found}
-            adapters = dict(
-                adapters, adapters=[dict(a, **ranks.get(a["name"], {})) for a in adapters["adapters"]]
-            )
+            ranks = {a["name"]: a for a in read}
+            adapters = dict(adapters, adapters=[dict(a, **ranks.get(a["name"], {})) for a in adapters["adapters"]])
     entry["lora"] = adapters
     extra = hostvars.get("vllm_extra_args") or {}
     prompt_tokens = hostvars.get("vllm_typical_prompt_tokens", DEFAULT_TYPICAL_PROMPT_TOKENS)

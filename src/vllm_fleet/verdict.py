@@ -299,9 +299,7 @@ def _judge_adapters(
     serving = sorted(str(m.get("id")) for m in cards if m.get("parent"))
     expected = adapters_in_args(expect.get("args"))
     if expected is None:
-        placed = next(
-            (i for i in (plan or {}).get("instances") or [] if i.get("name") == expect.get("instance")), None
-        )
+        placed = next((i for i in (plan or {}).get("instances") or [] if i.get("name") == expect.get("instance")), None)
         expected = list((placed or {}).get("adapters") or [])
     expected = sorted(expected)
     if "models" not in probes.not_probed and not probes.error("/v1/models", "models") and serving != expected:

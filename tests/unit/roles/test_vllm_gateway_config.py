@@ -40,7 +40,6 @@ from gateway_loopback import (  # noqa: E402
     start,
 )
 
-
 # A LoRA adapter of the 14B on two of its three hosts (the plan reads no adapter_config.json here: the gateway's own
 # read of the hosts, as a gateway play makes it).
 LEGAL = {"name": "legal-summaries", "url": "http://mirror.example.internal/adapters/legal-summaries"}
