@@ -89,7 +89,7 @@ wheelhouses() {
 phase_bootstrap() {
   scripts/bootstrap.sh &&
   wheelhouses &&
-  "$VENV/bin/python" lab/scripts/build-tiny-model.py "$STAGING_DIR/models/lab/tiny-qwen2" &&
+  lab/scripts/build-lab-models.sh "$STAGING_DIR" &&
   "$VENV/bin/python" lab/scripts/apt-mirror.py &&
   # The lab's mirror serves only what a signed bundle of all that carried there, verified (playbooks/bundle.yml).
   lab/scripts/bundle.sh &&

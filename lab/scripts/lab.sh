@@ -20,7 +20,7 @@ case $cmd in
     lab/scripts/build-image.sh >"$CACHE_DIR/image/build.log" 2>&1 &
     image=$!
     scripts/wheelhouse.sh
-    "$VENV/bin/python" lab/scripts/build-tiny-model.py "$STAGING_DIR/models/lab/tiny-qwen2" >/dev/null
+    lab/scripts/build-lab-models.sh "$STAGING_DIR"
     wait "$image" || { cat "$CACHE_DIR/image/build.log" >&2; exit 1; }
     cat "$CACHE_DIR/image/build.log"
     "$VENV/bin/python" lab/scripts/apt-mirror.py

@@ -339,11 +339,13 @@ def route_errors(
             )
     served = set(by_model)
     known = set(served)
-    # LoRA adapters (each host's vllm_lora_adapters, on its instances): one name, one model, and no name of a model.
+    # LoRA adapters (each host's vllm_lora_adapters, on its instances): one name, one model's weights (served under
+    # one name or several), and no name of a model.
     adapters: dict[str, dict[str, set[str]]] = {}
     for server in servers_list:
         for adapter in server.get("adapters") or []:
-            adapters.setdefault(str(adapter), {}).setdefault(str(server.get("model")), set()).add(str(server["host"]))
+            weights = str(server.get("weights") or server.get("model"))
+            adapters.setdefault(str(adapter), {}).setdefault(weights, set()).add(str(server["host"]))
     for adapter, models in sorted(adapters.items()):
         on = ", ".join(sorted({h for hs in models.values() for h in hs}))
         if adapter in served:

@@ -106,7 +106,12 @@ def installed(tmp_path_factory) -> Iterator[dict[str, Path]]:
         assert (root / "MANIFEST.json").is_file()
         # This mirror as the lab's (its signed manifest, and where the hosts' wheelhouse and model would come from),
         # with the key that signed it: plan.yml checks the installed collection against the bundle's tarball.
-        signed = ("-e", f"lab_mirror_url={server.url}", "-e", f"vllm_signed_manifest_public_key={pub}")
+        # The lab's adapter is left out: this mirror carries no adapters/ (the plan reads them from the lab's own,
+        # test_lora.py and the fleet scenario).
+        signed = (
+            "-e", f"lab_mirror_url={server.url}", "-e", f"vllm_signed_manifest_public_key={pub}",
+            "-e", '{"vllm_lora_adapters": []}',
+        )  # fmt: skip
         yield {"work": work, "tarball": tarball, "config": config, "root": root, "signed": signed}
 
 

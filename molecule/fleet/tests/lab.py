@@ -432,13 +432,14 @@ def start_gateway(host, timeout=120):
     raise AssertionError(f"{host} did not come back within {timeout} s: {units.stdout} {units.stderr}")
 
 
-def stream_loop(run_id, seconds=1200, think=2, url=GATEWAY, connect_retries=0):
+def stream_loop(run_id, seconds=1200, think=2, url=GATEWAY, connect_retries=0, models=None):
     """Start a bounded loop of streamed chat completions through the gateway (2 users at a time, each pausing
     `think` s between answers, so that the loop leaves the 2 cores to what it watches: with 4 users and 1 s, each
     instance's start took 80 to 106 s on the lab instead of 26 s, and the good change 1,178 s); stop() ends it and
     returns its result (labtools.streamload). One user streams each of the fleet's two models (MODELS), so both
     backends are under load. With `connect_retries`, a request that could not connect (1 s each) tries again, a
-    quarter second apart, as the openai SDK's client does."""
+    quarter second apart, as the openai SDK's client does. `models`: the names streamed (a LoRA adapter's too), in place
+    of the fleet's two models."""
     stop = REPORTS / f"{run_id}.gateway.stop"
     stop.unlink(missing_ok=True)
     proc = subprocess.Popen(
@@ -456,7 +457,7 @@ def stream_loop(run_id, seconds=1200, think=2, url=GATEWAY, connect_retries=0):
             str(KEYS / "lab-team-a"),
             "--cafile",
             str(CA),
-            *(arg for model in sorted(set(MODELS.values())) for arg in ("--model", model)),
+            *(arg for model in sorted(set(models or MODELS.values())) for arg in ("--model", model)),
             "--concurrency",
             "2",
             "--max-tokens",

@@ -13,18 +13,25 @@ import time
 import urllib.error
 import urllib.request
 
+import yaml
+
 from lab import (
     CA,
     GATEWAY_ADDRESSES,
     GATEWAY_HOSTS,
+    HOSTS,
+    INVENTORY,
     KEYS,
+    MODELS,
     SHARED,
     VIP,
     kill_gateway,
     on,
     sessions_by_server,
     set_server_state,
+    site,
     start_gateway,
+    stream_loop,
     vip_holders,
     wait_gateways_settled,
     watch_shared_address,
@@ -200,3 +207,106 @@ def test_vrrp_from_anyone_but_the_other_gateway_is_dropped_and_counted():
     assert vrrp_refused(holder) - before >= 5, (before, rules)
     assert vip_holders() == [holder]
     assert "version 3" in on(holder, "cat", "/etc/keepalived/keepalived.conf")
+
+
+# --- LoRA adapters (lab/inventory/group_vars/lab_nodes.yml: lab-tutor beside the tiny model on every lab host) ---
+ADAPTER, ADDED = "lab-tutor", "lab-poet"
+
+
+def shared_post(key, body, path="/v1/completions"):
+    """(HTTP status, JSON answer) of one POST through the shared address."""
+    request = urllib.request.Request(
+        SHARED + path,
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60, context=ssl.create_default_context(cafile=str(CA))) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read() or b"{}")
+
+
+def greedy(model, key_name="lab-team-a"):
+    """The greedy answer (text and token ids) of one completion by `model`'s name through the shared address."""
+    code, answer = shared_post(
+        (KEYS / key_name).read_text().strip(),
+        {"model": model, "prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0, "return_token_ids": True},
+    )
+    assert code == 200, (model, answer)
+    choice = answer["choices"][0]
+    return answer["model"], choice["text"], choice.get("token_ids")
+
+
+def served_adapters(host, instance="cpu0"):
+    """The adapters an instance lists in its own /v1/models (the cards with a parent), from inside its host."""
+    port = 8000 if instance == "cpu0" else 8001
+    listed = json.loads(on(host, "curl", "-s", "-m", "30", f"http://{HOSTS[host]}:{port}/v1/models"))
+    return sorted(m["id"] for m in listed["data"] if m.get("parent"))
+
+
+def test_an_adapter_answers_by_its_name_through_the_gateway_and_differently_from_its_model():
+    """lab-tutor, staged from the mirror beside the tiny model on every instance: a completion by its name through the
+    shared address is answered by it (vLLM names it as the model), greedily, and not as the model itself answers."""
+    model, text, tokens = greedy(ADAPTER)
+    base = greedy("tiny-qwen2")
+    assert model == ADAPTER
+    assert (text, tokens) != base[1:], (text, tokens, base)
+    assert all(served_adapters(host, i) == [ADAPTER] for host in HOSTS for i in ("cpu0", "cpu1"))
+
+
+def test_an_adapter_is_refused_to_a_tenant_whose_list_does_not_name_it():
+    """lab-team-b may use tiny-qwen2 (its list), not its adapter: 403 from the gateway, OpenAI-shaped, and its
+    /v1/models lists no adapter; lab-team-a's lists the adapter with its model as parent."""
+    code, refused = shared_post((KEYS / "lab-team-b").read_text().strip(), {"model": ADAPTER, "prompt": "hi"})
+    assert code == 403 and refused["error"]["code"] == "model_not_allowed", refused
+    for tenant, wanted in (("lab-team-b", []), ("lab-team-a", [ADAPTER])):
+        request = urllib.request.Request(
+            SHARED + "/v1/models", headers={"Authorization": f"Bearer {(KEYS / tenant).read_text().strip()}"}
+        )
+        with urllib.request.urlopen(request, timeout=10, context=ssl.create_default_context(cafile=str(CA))) as answer:
+            cards = json.loads(answer.read())["data"]
+        assert [m["id"] for m in cards if m.get("parent")] == wanted, cards
+
+
+def with_adapters(host, adapters):
+    """The operator's inventory with `adapters` as the host's vllm_lora_adapters (its host_vars), or without them."""
+    path = INVENTORY / "host_vars" / f"{host}.yml"
+    values = yaml.safe_load(path.read_text())
+    if adapters is None:
+        values.pop("vllm_lora_adapters", None)
+    else:
+        values["vllm_lora_adapters"] = adapters
+    path.write_text(yaml.safe_dump(values, sort_keys=False))
+
+
+def test_an_adapter_added_and_removed_rolls_out_with_streams_running_and_none_failing():
+    """lab-poet added on fleet-2 (its host_vars, as an operator does), then removed: each a rolling change of
+    site.yml limited to fleet-2 and the gateways, instance by instance, each drained at the gateways first. Streams
+    to the fleet's models and to lab-tutor run through the shared address all along: none fails and none is cut. Once
+    added, lab-poet answers through the gateway and both fleet-2 instances list it (verification read their own
+    /v1/models back against the plan); once removed, the gateway says it does not exist and no instance lists it."""
+    mirror = "http://10.89.77.2:8080/adapters/lab"
+    both = [{"name": ADAPTER, "url": f"{mirror}/tutor"}, {"name": ADDED, "url": f"{mirror}/poet"}]
+    loop = stream_loop("lora-change", seconds=1500, think=4, url=SHARED, models=[*MODELS.values(), ADAPTER])
+    try:
+        with_adapters("fleet-2", both)
+        rc, output = site("-l", "fleet-2:vllm_gateways", run_id="lora-add", timeout=1200)
+        assert rc == 0, output[-4000:]
+        added = (served_adapters("fleet-2", "cpu0"), served_adapters("fleet-2", "cpu1"))
+        answered = greedy(ADDED)[0]
+        with_adapters("fleet-2", None)
+        rc, output = site("-l", "fleet-2:vllm_gateways", run_id="lora-remove", timeout=1200)
+        assert rc == 0, output[-4000:]
+    finally:
+        with_adapters("fleet-2", None)
+        result = loop()
+    print(json.dumps({k: v for k, v in result.items() if k != "log"}, indent=2))
+    assert added == ([ADAPTER, ADDED], [ADAPTER, ADDED]) and answered == ADDED
+    code, gone = shared_post((KEYS / "lab-team-a").read_text().strip(), {"model": ADDED, "prompt": "hi"})
+    assert code == 404 and gone["error"]["code"] == "model_not_found", gone
+    assert served_adapters("fleet-2", "cpu0") == served_adapters("fleet-2", "cpu1") == [ADAPTER]
+    assert result["requests"] >= 10, result
+    assert result["failed"] == 0 and result["cut"] == 0, result["errors"]
+    assert result["models"][ADAPTER]["ok"] >= 3, result["models"]

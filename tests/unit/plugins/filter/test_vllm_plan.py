@@ -36,6 +36,8 @@ def test_filter_plugin_filters():
         "vllm_plan_read",
         "vllm_plan_for_version",
         "vllm_tune_candidates",
+        "vllm_lora_sources",
+        "vllm_lora_configs",
     }
     assert filters["vllm_min_driver"]("0.33.0")["driver"] == "580.65.06"
     with pytest.raises(AnsibleFilterError, match="vllm_min_driver: vllm_version='latest'"):
@@ -288,3 +290,30 @@ def test_the_answers_gates_settings_are_checked_in_the_plan_with_the_host_and_th
     assert any("vllm_rollout_answers_site_prompts" in e and "vllm_rollout role's argument spec" in e for e in errors), (
         errors
     )
+
+
+def test_the_plan_reads_each_adapters_config_once_from_the_mirror_or_the_controller(tmp_path):
+    """vllm_lora_sources: each adapter folder once, over hosts; vllm_lora_configs: the uri loop's answers and the
+    controller's folders, a failed read kept as its error (the plan names it with the host and the fix)."""
+    filters = load_filters().FilterModule().filters()
+    adapters = [{"name": "a", "url": "http://m/a/"}, {"name": "b", "src": str(tmp_path / "b")}]
+    hostvars = {
+        h: {"vllm_profile_name": "cpu-lab-tiny", "vllm_lora_adapters": adapters[:n]} for h, n in (("x", 1), ("y", 2))
+    }
+    sources = filters["vllm_lora_sources"](hostvars, ["x", "y"])
+    assert sources == [
+        {"source": "controller", "location": str(tmp_path / "b")},
+        {"source": "url", "location": "http://m/a"},
+    ]
+    read = [
+        {"item": sources[1], "status": 200, "content": '{"r": 8}'},
+        {"item": {"location": "http://m/z"}, "status": -1, "msg": "refused"},
+    ]
+    assert filters["vllm_lora_configs"](read, sources[:1]) == {
+        "http://m/a": '{"r": 8}',
+        "http://m/z": {"error": "refused"},
+        str(tmp_path / "b"): {"error": f"{tmp_path / 'b' / 'adapter_config.json'}: No such file or directory"},
+    }
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "adapter_config.json").write_text("{}")
+    assert filters["vllm_lora_configs"]([], sources[:1]) == {str(tmp_path / "b"): "{}"}

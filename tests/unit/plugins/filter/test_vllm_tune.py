@@ -157,6 +157,10 @@ RENDERED = {"{{ lab_mirror_url }}": "http://10.89.77.2:8080", "{{ lab_cache_dir 
 
 
 def rendered(value):
+    if isinstance(value, list):
+        return [rendered(item) for item in value]
+    if isinstance(value, dict):
+        return {key: rendered(item) for key, item in value.items()}
     for jinja, text in RENDERED.items():
         value = value.replace(jinja, text) if isinstance(value, str) else value
     return value
