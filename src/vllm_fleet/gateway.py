@@ -344,8 +344,8 @@ def route_errors(
     adapters: dict[str, dict[str, set[str]]] = {}
     for server in servers_list:
         for adapter in server.get("adapters") or []:
-            weights = str(server.get("weights") or server.get("model"))
-            adapters.setdefault(str(adapter), {}).setdefault(weights, set()).add(str(server["host"]))
+            held = str(server.get("weights") or server.get("model"))
+            adapters.setdefault(str(adapter), {}).setdefault(held, set()).add(str(server["host"]))
     for adapter, models in sorted(adapters.items()):
         on = ", ".join(sorted({h for hs in models.values() for h in hs}))
         if adapter in served:
