@@ -35,6 +35,7 @@ import argparse
 import ast
 import email.parser
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -325,6 +326,51 @@ def wheel_component(entry: Entry) -> Component:
     )
 
 
+def model_components(entries: list[Entry]) -> list[Component]:
+    """One SBOM component per model and LoRA adapter the bundle carries: each folder under models/ or adapters/ that
+    holds a SHA256SUMS (what the hosts check its files against). Its hash is its SHA256SUMS's (which holds every
+    file's, as the manifest does); an adapter names the base model it was trained for, its rank and its PEFT type,
+    from its adapter_config.json."""
+    by_path = {e.path: e for e in entries}
+    components = []
+    for entry in sorted(entries, key=lambda e: e.path):
+        found = re.fullmatch(r"(models|adapters)/(.+)/SHA256SUMS", entry.path)
+        if not found:
+            continue
+        kind, name = found.groups()
+        folder = entry.path.rsplit("/", 1)[0]
+        properties = [
+            Property(name="vllm-fleet:bundle-path", value=folder),
+            Property(name="vllm-fleet:kind", value="model" if kind == "models" else "lora-adapter"),
+        ]
+        config = by_path.get(f"{folder}/adapter_config.json")
+        if kind == "adapters" and config is not None:
+            try:
+                peft = json.loads(config.source.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise BundleError(
+                    f"{config.source}: not readable JSON ({exc}); fix: the adapter's own adapter_config.json"
+                ) from exc
+            for key in ("base_model_name_or_path", "r", "peft_type"):
+                if isinstance(peft, dict) and peft.get(key) not in (None, ""):
+                    properties.append(Property(name=f"vllm-fleet:adapter-{key}", value=str(peft[key])))
+        components.append(
+            Component(
+                type=ComponentType.MACHINE_LEARNING_MODEL,
+                name=name,
+                bom_ref=folder,
+                description=(
+                    f"the model {name} (its files listed in {entry.path})"
+                    if kind == "models"
+                    else f"the LoRA adapter {name} (its files listed in {entry.path})"
+                ),
+                hashes=[HashType(alg=HashAlgorithm.SHA_256, content=entry.sha256)],
+                properties=properties,
+            )
+        )
+    return components
+
+
 def project_component(entry: Entry, version: str, commit: str) -> Component:
     """The SBOM component of the project's archive (project/<project>-<commit>.tar): vllm-fleet at `version`."""
     description = f"the vllm-fleet project at commit {commit} (git archive)"
@@ -333,7 +379,8 @@ def project_component(entry: Entry, version: str, commit: str) -> Component:
 
 def sbom_json(name: str, commit: str, entries: list[Entry], version: str = __version__) -> str:
     """The CycloneDX 1.6 SBOM (JSON) of the wheels under wheelhouse/*/, of the project's archive (vllm-fleet at
-    `version`, the one the project states) and of its collection tarball, validated against the schema.
+    `version`, the one the project states), of its collection tarball and of the models and LoRA adapters
+    (``model_components``), validated against the schema.
     ``metadata.tools`` names the vllm-fleet that wrote it (this library's version)."""
     bom = Bom()
     bom.metadata.tools.components.add(
@@ -360,9 +407,10 @@ def sbom_json(name: str, commit: str, entries: list[Entry], version: str = __ver
     collections = [
         collection_component(e, commit) for e in entries if re.fullmatch(rf"{COLLECTION}/[^/]+\.tar\.gz", e.path)
     ]
-    for component in [*wheels, *projects, *collections]:
+    models = model_components(entries)
+    for component in [*wheels, *projects, *collections, *models]:
         bom.components.add(component)
-    bom.register_dependency(root, [*wheels, *projects, *collections])
+    bom.register_dependency(root, [*wheels, *projects, *collections, *models])
     text = JsonV1Dot6(bom).output_as_string(indent=2)
     error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
     if error is not None:

