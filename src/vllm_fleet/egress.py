@@ -51,6 +51,7 @@ SETTINGS = (
     "vllm_monitoring_smtp_smarthost",
     "vllm_monitoring_mirror_check",
     "vllm_signed_manifest_url",
+    "vllm_lora_adapters",
 )
 # Set by the filter for a host of the group vllm_monitoring: its mirror's check reads the mirror
 # (vllm_monitoring_mirror_check).
@@ -159,6 +160,11 @@ def _allow(host: str, allow: Any, errors: list[str]) -> tuple[list[dict[str, Any
 def _urls(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(setting, URL) of every destination the host's roles reach by URL."""
     found = [(name, str(settings[name])) for name in URL_SETTINGS if settings.get(name)]
+    adapters = settings.get("vllm_lora_adapters")
+    if isinstance(adapters, list):
+        for index, adapter in enumerate(adapters):
+            if isinstance(adapter, Mapping) and adapter.get("url"):
+                found.append((f"vllm_lora_adapters[{index}].url", str(adapter["url"])))
     receivers = settings.get("vllm_monitoring_receivers")
     if isinstance(receivers, list):
         for index, receiver in enumerate(receivers):

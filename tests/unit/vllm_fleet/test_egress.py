@@ -342,3 +342,21 @@ def test_the_errors_alone_are_the_rules_errors_without_the_rules(settings):
         expected = egress.rules(host, settings, peers)["errors"]
         assert egress.errors(host, settings, egress.named_peers(peers)) == expected
         assert expected or settings.get("vllm_egress_fleet_networks") == ["10.0.0.0/16"], settings
+
+
+def test_an_adapters_mirror_is_admitted_like_the_models():
+    """A LoRA adapter fetched from another mirror than the model's (vllm_lora_adapters[N].url): its host and port get
+    a rule of their own, named by the setting; a folder on the controller (src) needs none."""
+    settings = {
+        "vllm_model_url": "http://10.89.77.2:8080/models/lab/tiny-qwen2",
+        "vllm_lora_adapters": [
+            {"name": "legal", "url": "https://10.0.30.7/adapters/legal"},
+            {"name": "local", "src": "/srv/adapters/local"},
+        ],
+    }
+    result = egress.rules("fleet-1", settings, LAB_PEERS)
+    assert result["errors"] == []
+    (rule,) = [r for r in result["rules"] if "vllm_lora_adapters" in r["why"]]
+    assert (rule["to"], rule["ports"], rule["why"]) == ("10.0.30.7/32", [443], "vllm_lora_adapters[0].url"), rule
+    bad = egress.rules("fleet-1", {"vllm_lora_adapters": [{"name": "x", "url": "http:///adapters/x"}]}, {})
+    assert "vllm_lora_adapters[0].url='http:///adapters/x' has no host and port egress could admit" in bad["errors"][0]
