@@ -12,6 +12,7 @@ request rate shared between the two gateways."""
 import json
 import os
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
@@ -159,6 +160,46 @@ def test_an_adapter_goes_only_to_the_hosts_that_load_it(gateways):
         assert code == 200 and answer["model"] == LEGAL["name"] and answer["address"] in loading, answer
         seen.add(answer["address"])
     assert seen <= loading
+
+
+def admin(config, command):
+    """One command of HAProxy's runtime API on the gateway's admin socket (beside its configuration); its answer."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(config.parent / "admin.sock"))
+        sock.sendall(command.encode() + b"\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer.decode()
+
+
+def test_an_instance_drained_in_its_models_backend_is_drained_for_its_adapter_too(gateways):
+    """The rollout drains an instance once, in its model's backend (drain.yml): its server in the adapter's backend
+    tracks that one, so HAProxy drains it there too, and the adapter's requests all go to the other host that loads it
+    until the first is ready again; the drain's wait counts the sessions of both (gateway.server_sessions)."""
+    from vllm_fleet import gateway
+
+    door, config = gateways["doors"]["gw-01.example.internal"]
+    first, second = (BACKENDS[name] for name in ADAPTED)
+    server = gateway.server_name(ADAPTED[0], "main")
+    model_backend = gateway.backend_name(LARGE)
+    assert admin(config, f"set server {model_backend}/{server} state drain").strip() == ""
+    try:
+        stat = admin(config, "show stat")
+        rows = [line.split(",") for line in stat.splitlines() if f",{server}," in line]
+        # "DRAIN (agent)": the stand-in hosts run no sentinel, whose agent the servers also ask.
+        assert {(row[0], row[17].split()[0]) for row in rows} == {
+            (model_backend, "DRAIN"),
+            ("model-legal-summaries", "DRAIN"),
+        }
+        assert gateway.server_sessions(stat, model_backend, server) == 0
+        for turn in range(6):
+            body = {"model": LEGAL["name"], "prompt": f"summarise case {turn} " * 50}
+            code, answer = status(door, KEYS["chat-frontend"], "/v1/completions", body)
+            assert code == 200 and answer["address"] == second, answer
+    finally:
+        admin(config, f"set server {model_backend}/{server} state ready")
+    assert first != second
 
 
 def test_each_tenant_lists_and_uses_only_its_models_and_refusals_reach_no_instance(gateways):
