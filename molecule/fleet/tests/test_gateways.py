@@ -6,6 +6,7 @@ tenant at its limit after the address moves. Runs after test_fleet.py, on the fl
 
 import hashlib
 import json
+import os
 import socket
 import ssl
 import struct
@@ -17,9 +18,11 @@ import yaml
 
 from lab import (
     CA,
+    CACHE,
     GATEWAY_ADDRESSES,
     GATEWAY_HOSTS,
     HOSTS,
+    INSTANCES,
     INVENTORY,
     KEYS,
     MODELS,
@@ -211,6 +214,8 @@ def test_vrrp_from_anyone_but_the_other_gateway_is_dropped_and_counted():
 
 # --- LoRA adapters (lab/inventory/group_vars/lab_nodes.yml: lab-tutor beside the tiny model on every lab host) ---
 ADAPTER, ADDED = "lab-tutor", "lab-poet"
+MIRROR = "http://10.89.77.2:8080/adapters/lab"
+BOTH = [{"name": ADAPTER, "url": f"{MIRROR}/tutor"}, {"name": ADDED, "url": f"{MIRROR}/poet"}]
 
 
 def shared_post(key, body, path="/v1/completions"):
@@ -281,17 +286,36 @@ def with_adapters(host, adapters):
     path.write_text(yaml.safe_dump(values, sort_keys=False))
 
 
+def test_an_adapter_altered_on_the_mirror_stops_its_host_before_any_restart():
+    """lab-poet added on fleet-2, its weights altered in place on the mirror (its SHA256SUMS and the signed manifest
+    as they were): the host fetches it before the rollout restarts anything, the file does not match its SHA256SUMS,
+    and the run stops there, no instance drained or restarted. The file is put back, and the inventory."""
+    weights = CACHE / "mirror" / "adapters" / "lab" / "poet" / "adapter_model.safetensors"
+    data, times = weights.read_bytes(), weights.stat()
+    pids = {instance: on("fleet-2", "systemctl", "show", "-p", "MainPID", f"vllm@{instance}") for instance in INSTANCES}
+    try:
+        weights.write_bytes(data + b"\0")
+        with_adapters("fleet-2", BOTH)
+        rc, output = site("-l", "fleet-2:vllm_gateways", run_id="lora-altered", timeout=900)
+    finally:
+        weights.write_bytes(data)
+        os.utime(weights, ns=(times.st_atime_ns, times.st_mtime_ns))
+        with_adapters("fleet-2", None)
+    assert rc != 0, output[-3000:]
+    assert f"Fetch each file adapter {ADDED}" in output and "fatal: [fleet-2]" in output, output[-6000:]
+    assert "Drain the instance at every gateway" not in output  # the rollout never began
+    assert {i: on("fleet-2", "systemctl", "show", "-p", "MainPID", f"vllm@{i}") for i in INSTANCES} == pids
+
+
 def test_an_adapter_added_and_removed_rolls_out_with_streams_running_and_none_failing():
     """lab-poet added on fleet-2 (its host_vars, as an operator does), then removed: each a rolling change of
     site.yml limited to fleet-2 and the gateways, instance by instance, each drained at the gateways first. Streams
     to the fleet's models and to lab-tutor run through the shared address all along: none fails and none is cut. Once
     added, lab-poet answers through the gateway and both fleet-2 instances list it (verification read their own
     /v1/models back against the plan); once removed, the gateway says it does not exist and no instance lists it."""
-    mirror = "http://10.89.77.2:8080/adapters/lab"
-    both = [{"name": ADAPTER, "url": f"{mirror}/tutor"}, {"name": ADDED, "url": f"{mirror}/poet"}]
     loop = stream_loop("lora-change", seconds=1500, think=4, url=SHARED, models=[*MODELS.values(), ADAPTER])
     try:
-        with_adapters("fleet-2", both)
+        with_adapters("fleet-2", BOTH)
         rc, output = site("-l", "fleet-2:vllm_gateways", run_id="lora-add", timeout=1200)
         assert rc == 0, output[-4000:]
         added = (served_adapters("fleet-2", "cpu0"), served_adapters("fleet-2", "cpu1"))
