@@ -43,6 +43,7 @@ _PLAN_VARS = tuple(
             "vllm_lora_max_loras",
             "vllm_lora_max_rank",
             "vllm_lora_max_cpu_loras",
+            "vllm_lora_runtime_updates",
             *planner.DEPLOY_VARS,
             *inputs.UNIT_VARS,
         )
@@ -287,6 +288,12 @@ def vllm_lora_configs(url_results, controller_sources):
     return configs
 
 
+def vllm_lora_runtime_change(before, after):
+    """What vLLM's runtime endpoints must do for an instance running `before` to serve the adapters of `after`: {load:
+    [{name, path}], unload: [name]}, or {} when anything but its adapters differs (a restart applies it)."""
+    return lora.runtime_change(before, after)
+
+
 def _made(host, variables):
     """The host's entry of the plan this run made (its fact vllm_plan: plan.yml's, made once for the run, its entry
     replaced on the host when its GPUs were detected), or None where this run made none (a run limited to other
@@ -401,6 +408,7 @@ class FilterModule:
             "vllm_plan_hosts": vllm_plan_hosts,
             "vllm_lora_sources": vllm_lora_sources,
             "vllm_lora_configs": vllm_lora_configs,
+            "vllm_lora_runtime_change": vllm_lora_runtime_change,
             "vllm_plan_table": vllm_plan_table,
             "vllm_plan_instances": vllm_plan_instances,
             "vllm_plan_read": vllm_plan_read,

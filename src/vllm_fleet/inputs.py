@@ -467,6 +467,12 @@ def _environment(host: str, environment: Any, allow: Any) -> list[str]:
                 "profile's tensor_parallel_size to place the instances"
             )
             continue
+        if key == "VLLM_ALLOW_RUNTIME_LORA_UPDATING":
+            errors.append(
+                f"{host}: vllm_environment.{key} would open vLLM's runtime LoRA endpoints behind the plan's back; fix: "
+                "remove it and set vllm_lora_runtime_updates: true (the plan then checks and sets it)"
+            )
+            continue
         if key in TEMPLATE_ENV:
             errors.append(
                 f"{host}: vllm_environment.{key} would override what the unit's environment file sets "

@@ -41,6 +41,10 @@ DEFAULT_MAX_RANK = 16
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 ADAPTER_KEYS = ("name", "url", "src")
 SETTINGS = ("vllm_lora_adapters", "vllm_lora_max_loras", "vllm_lora_max_rank", "vllm_lora_max_cpu_loras")
+# vLLM's switch for its runtime LoRA endpoints (/v1/load_lora_adapter, /v1/unload_lora_adapter): the instance's
+# environment carries it where vllm_lora_runtime_updates is on.
+RUNTIME_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+MODULES_FLAG = "--lora-modules"
 ADAPTERS_DIR = "adapters"
 CONFIG_FILE = "adapter_config.json"
 FIX_ADAPTERS = (
@@ -174,6 +178,12 @@ def settings(
                 f"{host}: vllm_lora_max_loras={max_loras} is more than the {len(adapters)} adapter(s) the host serves: "
                 f"each slot reserves GPU memory the KV cache then lacks; fix: vllm_lora_max_loras: {len(adapters)}"
             )
+    runtime = hostvars.get("vllm_lora_runtime_updates")
+    if runtime not in (None, "", True, False):
+        errors.append(
+            f"{host}: vllm_lora_runtime_updates={inputs.short(runtime)} is not true or false; fix: false (the default: "
+            "adapters change with a rolling restart) or true (added and removed at runtime, docs/adapters.md)"
+        )
     if errors:
         return None, errors
     assert max_loras is not None and rank is not None and cpu is not None  # no errors: all three are set
@@ -181,6 +191,7 @@ def settings(
         "max_loras": max_loras,
         "max_lora_rank": rank,
         "max_cpu_loras": cpu or max(len(adapters), max_loras),
+        "runtime_updates": runtime is True,
         "adapters": adapters,
     }, []
 
@@ -301,3 +312,60 @@ def args(lora: Mapping[str, Any] | None, served: str) -> dict[str, Any]:
             for a in lora["adapters"]
         ],
     }
+
+
+def modules_in_args(args: Any) -> list[dict[str, str]] | None:
+    """The adapters a `vllm serve` command line loads (its --lora-modules values: JSON objects, or name=path), each
+    {name, path}; None when `args` is no list."""
+    if not isinstance(args, (list, tuple)):
+        return None
+    found: list[dict[str, str]] = []
+    taking = False
+    for arg in map(str, args):
+        if arg.startswith("--"):
+            taking = arg == MODULES_FLAG
+            continue
+        if not taking:
+            continue
+        try:
+            module = json.loads(arg)
+        except ValueError:
+            module = None
+        if isinstance(module, Mapping) and module.get("name"):
+            found.append({"name": str(module["name"]), "path": str(module.get("path") or "")})
+        elif "=" in arg:
+            name, path = arg.split("=", 1)
+            found.append({"name": name, "path": path})
+    return found
+
+
+def without_modules(args: Iterable[Any]) -> list[str]:
+    """A command line less its --lora-modules and their values."""
+    kept: list[str] = []
+    taking = False
+    for arg in map(str, args):
+        if arg.startswith("--"):
+            taking = arg == MODULES_FLAG
+            if taking:
+                continue
+        elif taking:
+            continue
+        kept.append(arg)
+    return kept
+
+
+def runtime_change(before: Any, after: Any) -> dict[str, Any]:
+    """What vLLM's runtime endpoints must do for an instance to serve the adapters of `after` (its new command line)
+    when `before` (the one it runs) differs from it in its adapters only: {load: [{name, path}], unload: [name]};
+    {} when anything else differs (a restart then applies it), when nothing does, or when either is no list. An
+    adapter of one name whose path changed is unloaded and loaded again."""
+    old, new = modules_in_args(before), modules_in_args(after)
+    if old is None or new is None or without_modules(before) != without_modules(after):
+        return {}
+    old_paths = {m["name"]: m["path"] for m in old}
+    new_paths = {m["name"]: m["path"] for m in new}
+    unload = sorted(n for n, path in old_paths.items() if new_paths.get(n) != path)
+    load = [m for m in new if old_paths.get(m["name"]) != m["path"]]
+    if not load and not unload:
+        return {}
+    return {"load": load, "unload": unload}

@@ -192,6 +192,14 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
             adapters = dict(adapters, adapters=[dict(a, **ranks.get(a["name"], {})) for a in adapters["adapters"]])
     entry["lora"] = adapters
     extra = hostvars.get("vllm_extra_args") or {}
+    if adapters and adapters["runtime_updates"] and isinstance(extra, Mapping):
+        servers = extra.get("api_server_count")
+        if servers not in (None, "", 1, "1"):
+            errors.append(
+                f"{host}: vllm_lora_runtime_updates is on with vllm_extra_args.api_server_count="
+                f"{inputs.short(servers)}: vLLM refuses runtime LoRA updates with more than one API server; fix: "
+                "vllm_lora_runtime_updates: false (adapters change with a rolling restart), or one API server"
+            )
     prompt_tokens = hostvars.get("vllm_typical_prompt_tokens", DEFAULT_TYPICAL_PROMPT_TOKENS)
     output_tokens = hostvars.get("vllm_typical_output_tokens", DEFAULT_TYPICAL_OUTPUT_TOKENS)
     errors += _positive_int(host, "vllm_typical_prompt_tokens", prompt_tokens)
@@ -278,6 +286,8 @@ def plan_host(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
         instance["adapters"] = [a["name"] for a in (adapters or {}).get("adapters", [])]
         if device == "gpu":
             instance["environment"] = dict(instance["environment"], **needs["environment"])
+        if adapters and adapters["runtime_updates"]:
+            instance["environment"] = dict(instance.get("environment") or {}, **{lora.RUNTIME_ENV: "True"})
     entry["instances"] = laid["instances"]
     if rendered is not None:
         entry["dropped"] = rendered.dropped

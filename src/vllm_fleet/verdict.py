@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_fleet import egress as _egress
+from vllm_fleet import lora as _lora
 from vllm_fleet import metrics as _metrics
 from vllm_fleet.endpoints import WILDCARD_ADDRESSES as WILDCARD_ADDRESSES  # re-exported: the filter plugin's API
 from vllm_fleet.endpoints import probe_url as probe_url  # re-exported: the filter plugin's API
@@ -266,27 +267,9 @@ def _judge_models(probes: _Probes, served: str, out: _Lines) -> tuple[str, list[
 
 
 def adapters_in_args(args: Any) -> list[str] | None:
-    """The LoRA adapters' names a `vllm serve` command line loads (its --lora-modules: JSON objects, or name=path),
-    or None when it is no list."""
-    if not isinstance(args, (list, tuple)):
-        return None
-    names: list[str] = []
-    taking = False
-    for arg in map(str, args):
-        if arg.startswith("--"):
-            taking = arg == "--lora-modules"
-            continue
-        if not taking:
-            continue
-        try:
-            module = json.loads(arg)
-        except ValueError:
-            module = None
-        if isinstance(module, Mapping) and module.get("name"):
-            names.append(str(module["name"]))
-        elif "=" in arg:
-            names.append(arg.split("=", 1)[0])
-    return names
+    """The LoRA adapters' names a `vllm serve` command line loads (its --lora-modules), or None when it is no list."""
+    modules = _lora.modules_in_args(args)
+    return None if modules is None else [m["name"] for m in modules]
 
 
 def _judge_adapters(
@@ -450,6 +433,10 @@ def _judge_command_line(probes: _Probes, expect: Mapping[str, Any], out: _Lines)
             "(%s)" % (where, short((result or {}).get("msg") if isinstance(result, Mapping) else result, 120, str))
         )
         return {"state": "unreadable", "drifts": []}
+    if expect.get("runtime_adapters"):
+        # Adapters added or removed at runtime (vllm_lora_runtime_updates) leave the process's --lora-modules as it
+        # started; its own /v1/models is what it serves (_judge_adapters).
+        expected, running = _lora.without_modules(expected), _lora.without_modules(running)
     drifts = command_line_drift(list(expected), running)
     out.errors.extend("command-line read-back: %s" % d for d in drifts)
     return {

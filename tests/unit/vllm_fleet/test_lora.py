@@ -213,3 +213,55 @@ def test_limits_left_unset_take_vllms_defaults():
         "max_lora_rank": 16,
         "max_cpu_loras": 1,
     }
+
+
+M = "--lora-modules"
+TUTOR = '{"base_model_name":"tiny","name":"tutor","path":"/var/lib/vllm/adapters/tutor"}'
+POET = '{"base_model_name":"tiny","name":"poet","path":"/var/lib/vllm/adapters/poet"}'
+BASE = ["/m", "--served-model-name", "tiny", "--enable-lora", "--max-loras", "1"]
+
+
+def test_a_change_of_adapters_alone_is_made_at_runtime():
+    assert lora.runtime_change([*BASE, M, TUTOR], [*BASE, M, TUTOR, POET]) == {
+        "load": [{"name": "poet", "path": "/var/lib/vllm/adapters/poet"}],
+        "unload": [],
+    }
+    assert lora.runtime_change([*BASE, M, TUTOR, POET, "--port", "8000"], [*BASE, M, POET, "--port", "8000"]) == {
+        "load": [],
+        "unload": ["tutor"],
+    }
+    moved = TUTOR.replace("/adapters/tutor", "/adapters/tutor-2")
+    assert lora.runtime_change([*BASE, M, TUTOR], [*BASE, M, moved]) == {
+        "load": [{"name": "tutor", "path": "/var/lib/vllm/adapters/tutor-2"}],
+        "unload": ["tutor"],
+    }
+    # The old name=path form reads the same.
+    assert lora.modules_in_args(["m", M, "a=/x/a", "--port", "1"]) == [{"name": "a", "path": "/x/a"}]
+
+
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        ([*BASE, M, TUTOR], [*BASE, M, TUTOR]),  # nothing changes
+        ([*BASE, M, TUTOR], [*BASE[:-1], "2", M, TUTOR, POET]),  # another argument changes too: a restart
+        ([*BASE, M, TUTOR], [*BASE]),  # the last adapter goes: LoRA's limits stay, --lora-modules goes
+        ([], [*BASE, M, TUTOR]),  # no arguments recorded (a first start)
+        (None, [*BASE, M, TUTOR]),
+    ],
+)
+def test_anything_else_is_left_to_a_restart(before, after):
+    expected = {"load": [], "unload": ["tutor"]} if before == [*BASE, M, TUTOR] and after == [*BASE] else {}
+    assert lora.runtime_change(before, after) == expected
+
+
+def test_runtime_updates_open_vllms_endpoints_in_the_instances_environment_only_where_set():
+    on = plan(vllm_lora_runtime_updates=True)
+    assert on["errors"] == [] and on["lora"]["runtime_updates"] is True
+    assert all(i["environment"][lora.RUNTIME_ENV] == "True" for i in on["instances"])
+    off = plan()
+    assert all(lora.RUNTIME_ENV not in i.get("environment", {}) for i in off["instances"])
+    two = plan(vllm_lora_runtime_updates=True, vllm_extra_args={"api_server_count": 2})
+    assert any("vLLM refuses runtime LoRA updates with more than one API server" in e for e in two["errors"])
+    by_hand = plan(vllm_environment={"VLLM_CPU_KVCACHE_SPACE": "1", lora.RUNTIME_ENV: "True"})
+    assert any("set vllm_lora_runtime_updates: true" in e for e in by_hand["errors"]), by_hand["errors"]
+    assert "is not true or false" in plan(vllm_lora_runtime_updates="yes")["errors"][0]

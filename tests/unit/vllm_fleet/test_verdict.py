@@ -593,3 +593,20 @@ def test_without_a_command_line_the_plans_adapters_are_expected():
     assert (
         "/v1/models serves the adapters ['poet', 'tutor'], the plan has ['tutor']; not planned: poet" in entry["errors"]
     )
+
+
+def test_adapters_changed_at_runtime_leave_the_command_line_as_it_started():
+    """vllm_lora_runtime_updates: the process still runs the --lora-modules it started with (tutor), the plan has
+    tutor and poet, loaded at runtime: the command line matches on the rest, /v1/models says what it serves."""
+    started_with = LORA_ARGS[:-1]
+    entry = verdict.host_entry(
+        "h",
+        probes(models=ok(MODELS_ADAPTERS), cmdline=cmdline(started_with)),
+        expect(args=LORA_ARGS, runtime_adapters=True),
+    )
+    assert entry["profile"]["command_line"]["state"] == "matches", entry["errors"]
+    assert entry["ok"], entry["errors"]
+    strict = verdict.host_entry(
+        "h", probes(models=ok(MODELS_ADAPTERS), cmdline=cmdline(started_with)), expect(args=LORA_ARGS)
+    )
+    assert strict["profile"]["command_line"]["state"] == "drift"

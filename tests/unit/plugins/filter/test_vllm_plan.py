@@ -38,6 +38,7 @@ def test_filter_plugin_filters():
         "vllm_tune_candidates",
         "vllm_lora_sources",
         "vllm_lora_configs",
+        "vllm_lora_runtime_change",
     }
     assert filters["vllm_min_driver"]("0.33.0")["driver"] == "580.65.06"
     with pytest.raises(AnsibleFilterError, match="vllm_min_driver: vllm_version='latest'"):
