@@ -275,15 +275,21 @@ def test_an_adapter_is_refused_to_a_tenant_whose_list_does_not_name_it():
         assert [m["id"] for m in cards if m.get("parent")] == wanted, cards
 
 
-def with_adapters(host, adapters):
-    """The operator's inventory with `adapters` as the host's vllm_lora_adapters (its host_vars), or without them."""
+def with_vars(host, **values):
+    """The operator's inventory with `values` among the host's own variables (its host_vars); a value None removes
+    the variable."""
     path = INVENTORY / "host_vars" / f"{host}.yml"
-    values = yaml.safe_load(path.read_text())
-    if adapters is None:
-        values.pop("vllm_lora_adapters", None)
-    else:
-        values["vllm_lora_adapters"] = adapters
-    path.write_text(yaml.safe_dump(values, sort_keys=False))
+    current = yaml.safe_load(path.read_text())
+    for name, value in values.items():
+        if value is None:
+            current.pop(name, None)
+        else:
+            current[name] = value
+    path.write_text(yaml.safe_dump(current, sort_keys=False))
+
+
+def main_pids(host):
+    return {i: on(host, "systemctl", "show", "-p", "MainPID", "--value", f"vllm@{i}").strip() for i in INSTANCES}
 
 
 def test_an_adapter_altered_on_the_mirror_stops_its_host_before_any_restart():
@@ -292,45 +298,57 @@ def test_an_adapter_altered_on_the_mirror_stops_its_host_before_any_restart():
     and the run stops there, no instance drained or restarted. The file is put back, and the inventory."""
     weights = CACHE / "mirror" / "adapters" / "lab" / "poet" / "adapter_model.safetensors"
     data, times = weights.read_bytes(), weights.stat()
-    pids = {instance: on("fleet-2", "systemctl", "show", "-p", "MainPID", f"vllm@{instance}") for instance in INSTANCES}
+    pids = main_pids("fleet-2")
     try:
         weights.write_bytes(data + b"\0")
-        with_adapters("fleet-2", BOTH)
+        with_vars("fleet-2", vllm_lora_adapters=BOTH)
         rc, output = site("-l", "fleet-2:vllm_gateways", run_id="lora-altered", timeout=900)
     finally:
         weights.write_bytes(data)
         os.utime(weights, ns=(times.st_atime_ns, times.st_mtime_ns))
-        with_adapters("fleet-2", None)
+        with_vars("fleet-2", vllm_lora_adapters=None)
     assert rc != 0, output[-3000:]
     assert f"Fetch each file adapter {ADDED}" in output and "fatal: [fleet-2]" in output, output[-6000:]
     assert "Drain the instance at every gateway" not in output  # the rollout never began
-    assert {i: on("fleet-2", "systemctl", "show", "-p", "MainPID", f"vllm@{i}") for i in INSTANCES} == pids
+    assert main_pids("fleet-2") == pids
 
 
-def test_an_adapter_added_and_removed_rolls_out_with_streams_running_and_none_failing():
-    """lab-poet added on fleet-2 (its host_vars, as an operator does), then removed: each a rolling change of
-    site.yml limited to fleet-2 and the gateways, instance by instance, each drained at the gateways first. Streams
-    to the fleet's models and to lab-tutor run through the shared address all along: none fails and none is cut. Once
-    added, lab-poet answers through the gateway and both fleet-2 instances list it (verification read their own
-    /v1/models back against the plan); once removed, the gateway says it does not exist and no instance lists it."""
-    loop = stream_loop("lora-change", seconds=1500, think=4, url=SHARED, models=[*MODELS.values(), ADAPTER])
+def test_an_adapter_added_at_runtime_and_removed_by_a_restart_with_streams_running_and_none_failing():
+    """Three runs of site.yml limited to fleet-2 and the gateways, as an operator makes them (its host_vars), with
+    streams to the fleet's models and to lab-tutor through the shared address all along (none fails, none is cut):
+    1. vllm_lora_runtime_updates on: the instances' environment changes, so each is drained and restarted;
+    2. lab-poet added: only the adapters change, so nothing restarts (the same main processes): each instance loads it
+       through vLLM's runtime endpoint, both list it in their own /v1/models (the verification read them back against
+       the plan) and it answers by its name through the gateway;
+    3. the setting off again and lab-poet removed: a rolling restart, after which the gateway says lab-poet does not
+       exist and no instance lists it."""
+    loop = stream_loop("lora-change", seconds=1800, think=4, url=SHARED, models=[*MODELS.values(), ADAPTER])
     try:
-        with_adapters("fleet-2", BOTH)
-        rc, output = site("-l", "fleet-2:vllm_gateways", run_id="lora-add", timeout=1200)
+        with_vars("fleet-2", vllm_lora_runtime_updates=True)
+        rc, output = site("-l", "fleet-2:vllm_gateways", run_id="lora-runtime-on", timeout=1200)
+        assert rc == 0, output[-4000:]
+        before = main_pids("fleet-2")
+        with_vars("fleet-2", vllm_lora_adapters=BOTH)
+        rc, output = site("-l", "fleet-2:vllm_gateways", run_id="lora-add-runtime", timeout=1200)
         assert rc == 0, output[-4000:]
         added = (served_adapters("fleet-2", "cpu0"), served_adapters("fleet-2", "cpu1"))
+        after = main_pids("fleet-2")
+        loaded = output.count(f"(item={ADDED})")
         answered = greedy(ADDED)[0]
-        with_adapters("fleet-2", None)
+        with_vars("fleet-2", vllm_lora_runtime_updates=None, vllm_lora_adapters=None)
         rc, output = site("-l", "fleet-2:vllm_gateways", run_id="lora-remove", timeout=1200)
         assert rc == 0, output[-4000:]
     finally:
-        with_adapters("fleet-2", None)
+        with_vars("fleet-2", vllm_lora_runtime_updates=None, vllm_lora_adapters=None)
         result = loop()
     print(json.dumps({k: v for k, v in result.items() if k != "log"}, indent=2))
     assert added == ([ADAPTER, ADDED], [ADAPTER, ADDED]) and answered == ADDED
+    assert after == before, (before, after)  # loaded at runtime: no restart
+    assert loaded >= 2, "the load task ran for each instance"
     code, gone = shared_post((KEYS / "lab-team-a").read_text().strip(), {"model": ADDED, "prompt": "hi"})
     assert code == 404 and gone["error"]["code"] == "model_not_found", gone
     assert served_adapters("fleet-2", "cpu0") == served_adapters("fleet-2", "cpu1") == [ADAPTER]
+    assert main_pids("fleet-2") != after  # removed with the setting off: restarted
     assert result["requests"] >= 10, result
     assert result["failed"] == 0 and result["cut"] == 0, result["errors"]
     assert result["models"][ADAPTER]["ok"] >= 3, result["models"]
