@@ -221,6 +221,15 @@ def test_each_tenant_lists_and_uses_only_its_models_and_refusals_reach_no_instan
         (KEYS["chat-frontend"], {"model": "no such model", "prompt": "hi"}, "/v1/completions", 404, "model_not_found"),
         (KEYS["chat-frontend"], {"prompt": "hi"}, "/v1/completions", 400, "model_required"),
         (KEYS["chat-frontend"], None, "/v1/models/" + SMALL, 404, "not_found"),
+        # vLLM's runtime LoRA endpoints are never forwarded, whatever model the body names.
+        (
+            KEYS["chat-frontend"],
+            {"model": LARGE, "lora_name": "x", "lora_path": "/"},
+            "/v1/load_lora_adapter",
+            404,
+            "not_found",
+        ),
+        (KEYS["chat-frontend"], {"model": LARGE, "lora_name": "x"}, "/v1/unload_lora_adapter", 404, "not_found"),
         ("x" * 40, {"model": SMALL}, "/v1/completions", 401, "invalid_api_key"),
     ):
         code, refused = status(door, key, path, body)
