@@ -322,6 +322,37 @@ CASES = [
     ("driver-source", {"nvidia_driver_source": "ppa"}, "nvidia_driver_source", "one of distro, cuda, local"),
     ("driver-count", {"nvidia_driver_expected_count": "two"}, "nvidia_driver_expected_count", "is not an int"),
     ("verify-scheme", {"vllm_verify_scheme": "ftp"}, "vllm_verify_scheme", "one of http, https"),
+    # --- LoRA adapters, each adapter_config.json read on the controller (src: a folder there) ---------------------
+    (
+        "lora-rank-above-limit",
+        {"vllm_lora_adapters": [{"name": "legal", "src": "ADAPTER_RANK_32"}]},
+        "vllm_lora_adapters[0]",
+        "has rank 32, above vllm_lora_max_rank=16",
+    ),
+    (
+        "lora-other-base-model",
+        {"vllm_lora_adapters": [{"name": "legal", "src": "ADAPTER_LLAMA"}]},
+        "vllm_lora_adapters[0]",
+        "was trained for 'meta-llama/Llama-3.1-8B-Instruct'",
+    ),
+    (
+        "lora-no-config",
+        {"vllm_lora_adapters": [{"name": "legal", "src": "ADAPTER_EMPTY"}]},
+        "vllm_lora_adapters[0]",
+        "could not be read on the controller",
+    ),
+    (
+        "lora-name-with-a-slash",
+        {"vllm_lora_adapters": [{"name": "Qwen/Qwen2.5-7B-Instruct", "src": "ADAPTER_OK"}]},
+        "vllm_lora_adapters[0].name",
+        "is not an adapter name",
+    ),
+    (
+        "lora-rank-not-offered",
+        {"vllm_lora_adapters": [{"name": "legal", "src": "ADAPTER_OK"}], "vllm_lora_max_rank": 48},
+        "vllm_lora_max_rank",
+        "not a rank vLLM offers",
+    ),
     (
         "verify-budget",
         {"vllm_verify_smoke_latency_budget": "fast"},
@@ -344,8 +375,17 @@ ODD = [
     ("odd-api-key", {"vllm_api_key": SECRET + '"\\$%'}),
     ("odd-opt-in", {"vllm_environment": {"PYTHONPATH": "/opt/faults"}, "vllm_environment_allow": ["PYTHONPATH"]}),
     ("odd-store-true-off", {"vllm_extra_args": {"disable_log_stats": False}}),
+    ("odd-adapter", {"vllm_lora_adapters": [{"name": "legal:v2", "src": "ADAPTER_OK"}]}),
 ]
 CLEAN = "clean"
+# The adapters' folders on the controller the LoRA cases name (each adapter_config.json as training writes it).
+LORA = {"peft_type": "LORA", "r": 8, "lora_alpha": 16, "base_model_name_or_path": "Qwen/Qwen2.5-7B-Instruct"}
+ADAPTERS = {
+    "ADAPTER_OK": LORA,
+    "ADAPTER_RANK_32": dict(LORA, r=32),
+    "ADAPTER_LLAMA": dict(LORA, base_model_name_or_path="meta-llama/Llama-3.1-8B-Instruct"),
+    "ADAPTER_EMPTY": None,
+}
 
 
 def host_name(case):
@@ -382,9 +422,23 @@ def plan(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bad-input")
     llama = tmp / "llama-3.1-8b.json"
     llama.write_text(json.dumps(LLAMA_8B))
+    adapters = {}
+    for name, config in ADAPTERS.items():
+        adapters[name] = tmp / "adapters" / name
+        adapters[name].mkdir(parents=True)
+        if config is not None:
+            (adapters[name] / "adapter_config.json").write_text(json.dumps(config))
+
+    def placed(value):
+        if isinstance(value, list):
+            return [placed(v) for v in value]
+        if isinstance(value, dict):
+            return {k: placed(v) for k, v in value.items()}
+        return str(llama) if value == "LLAMA_CONFIG" else str(adapters[value]) if value in adapters else value
+
     hosts = {host_name(CLEAN): {}}
     for case, variables, *_ in CASES + ODD:
-        hosts[host_name(case)] = {k: (str(llama) if v == "LLAMA_CONFIG" else v) for k, v in variables.items()}
+        hosts[host_name(case)] = placed(variables)
     reports = tmp / "reports"
     proc = run("-i", str(inventory(tmp / "inventory", hosts)), "playbooks/plan.yml", "-e", f"vllm_report_dir={reports}")
     plan = json.loads((reports / "plan.json").read_text())
