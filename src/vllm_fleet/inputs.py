@@ -43,6 +43,18 @@ def short(value: Any, limit: int = 120, render: Callable[[Any], str] = repr) -> 
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def whole(value: Any) -> int | None:
+    """A whole number of the inventory: an int, or digits only (-e gives strings); None for anything else (a bool
+    too)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
 SECRET_WORDS = ("key", "token", "password", "secret")
 
 

@@ -53,16 +53,6 @@ FIX_ADAPTERS = (
 )
 
 
-def _whole(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return None
-
-
 def settings(
     host: str, hostvars: Mapping[str, Any], state_dir: str = "/var/lib/vllm"
 ) -> tuple[dict[str, Any] | None, list[str]]:
@@ -73,7 +63,7 @@ def settings(
     given = hostvars.get("vllm_lora_adapters")
     if given in (None, "", []):
         for setting in SETTINGS[1:]:
-            if hostvars.get(setting) not in (None, "", 0) and _whole(hostvars.get(setting)) is None:
+            if hostvars.get(setting) not in (None, "", 0) and inputs.whole(hostvars.get(setting)) is None:
                 errors.append(f"{host}: {setting}={inputs.short(hostvars[setting])} is not a whole number; fix: e.g. 4")
         return None, errors
     if not isinstance(given, list):
@@ -141,7 +131,7 @@ def settings(
     ):
         raw = hostvars.get(setting)
         raw = default if raw in (None, "") else raw
-        number = _whole(raw)
+        number = inputs.whole(raw)
         if number is None or number < (0 if setting == "vllm_lora_max_cpu_loras" else 1):
             errors.append(
                 f"{host}: {setting}={inputs.short(raw)} is not a whole number of at least "
@@ -261,7 +251,7 @@ def config_errors(
                 "fix: a LoRA adapter (peft_type LORA), or remove this entry"
             )
             continue
-        rank = _whole(config.get("r"))
+        rank = inputs.whole(config.get("r"))
         if rank is None or rank < 1:
             errors.append(f"{where} gives no rank (r={inputs.short(config.get('r'))}); fix: the adapter's own file")
             continue

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .inputs import plain, short
+from .inputs import plain, short, whole
 
 # name: (the least it may be, what it is)
 WHOLE_NUMBERS = {
@@ -27,16 +27,6 @@ BOOLEANS = ("vllm_sentinel", "vllm_sentinel_act")
 SETTINGS = (*BOOLEANS, *WHOLE_NUMBERS, *PORTS, *XID_LISTS, "vllm_sentinel_xid_journal_match")
 
 
-def _whole(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    return None
-
-
 def errors(host: str, settings: Mapping[str, Any], instance_ports: Iterable[Any] = ()) -> list[str]:
     """Each bad sentinel setting of ``host``, with its value and the fix; [] when all hold."""
     settings = plain(settings)
@@ -49,13 +39,13 @@ def errors(host: str, settings: Mapping[str, Any], instance_ports: Iterable[Any]
         if not isinstance(settings.get(name), bool) and str(settings.get(name)).lower() not in ("true", "false"):
             bad(name, "is not true or false", "set it to true or false")
     for name, (least, what) in WHOLE_NUMBERS.items():
-        number = _whole(settings.get(name))
+        number = whole(settings.get(name))
         if number is None or number < least:
             bad(name, "is not a whole number of %s of at least %d" % (what, least), "set it to %d or more" % least)
     ports: dict[str, int] = {}
-    taken = {_whole(p) for p in instance_ports}
+    taken = {whole(p) for p in instance_ports}
     for name in PORTS:
-        port = _whole(settings.get(name))
+        port = whole(settings.get(name))
         if port is None or not 1 <= port <= 65535:
             bad(name, "is not a port (1-65535)", "give a free TCP port of the host")
         elif port in taken:
@@ -67,7 +57,7 @@ def errors(host: str, settings: Mapping[str, Any], instance_ports: Iterable[Any]
     seen: dict[int, str] = {}
     for name in XID_LISTS:
         codes = settings.get(name)
-        if not isinstance(codes, list) or any(_whole(c) is None for c in codes):
+        if not isinstance(codes, list) or any(whole(c) is None for c in codes):
             bad(name, "is not a list of Xid codes (whole numbers)", "list NVIDIA Xid codes, e.g. [79, 48]")
             continue
         for number in (int(c) for c in codes):
