@@ -57,6 +57,7 @@ TMP = Path(os.environ.get("GPU_HARNESS_TMP", "/tmp"))
 BUNDLE_DIR = TMP / "gpu-bundle"
 SITE = TMP / "gpu-site"
 MODELS = TMP / "gpu-models"
+ADAPTERS = TMP / "gpu-adapters"
 WORK = TMP / "gpu-work"
 START_TIMEOUT_S = 420
 TOKENIZER_SPECIALS = ("<unk>", "<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -79,6 +80,7 @@ LOG_PATTERNS = (
     r"init engine .* took",
     r"memory profiling",
     r"VocabMapping",
+    r"LoRA",
     r"Using .* backend",
     r"attention backend",
     r"[Ee]rror",
@@ -172,13 +174,47 @@ def write_models(plan: dict, root: Path = MODELS) -> dict[str, str]:
     return paths
 
 
+def write_adapters(plan: dict, paths: dict[str, str], root: Path = ADAPTERS) -> dict[str, str]:
+    """Build every LoRA adapter the plan names (plan["adapters"]: {name: {model, rank, seed}}) with
+    lab/scripts/build-lora-adapter.py, for the model's folder that write_models wrote (random non-zero weights of the
+    model's shapes, PEFT's format); returns {"adapter:NAME": path}, the keys substitute() replaces."""
+    out = {}
+    for name, spec in (plan.get("adapters") or {}).items():
+        folder = root / name
+        if not (folder / "adapter_config.json").exists():
+            subprocess.run(
+                [
+                    sys.executable,
+                    str(REPO / "lab" / "scripts" / "build-lora-adapter.py"),
+                    paths[spec["model"]],
+                    str(folder),
+                    "--base",
+                    spec["model"],
+                    "--rank",
+                    str(spec["rank"]),
+                    "--seed",
+                    str(spec["seed"]),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+        out[f"adapter:{name}"] = str(folder)
+    return out
+
+
 def substitute(args: list[str], paths: dict[str, str]) -> list[str]:
-    """Replace {model:ID} and {tokenizer} placeholders (also inside JSON arguments)."""
+    """Replace {model:ID}, {adapter:NAME} and {tokenizer} placeholders (also inside JSON arguments)."""
     out = []
     for arg in args:
         for key, path in paths.items():
-            arg = arg.replace("{tokenizer}" if key == "tokenizer" else "{model:%s}" % key, path)
-        if "{model:" in arg or "{tokenizer}" in arg:
+            if key == "tokenizer":
+                arg = arg.replace("{tokenizer}", path)
+            elif key.startswith("adapter:"):
+                arg = arg.replace("{%s}" % key, json.dumps(path)[1:-1])  # also inside a JSON argument
+            else:
+                arg = arg.replace("{model:%s}" % key, path)
+        if "{model:" in arg or "{adapter:" in arg or "{tokenizer}" in arg:
             raise ValueError(f"unresolved placeholder in argument {arg!r}")
         out.append(arg)
     return out
@@ -848,6 +884,9 @@ class Runner:
             ]
             if action.get("save_detailed"):
                 cmd.append("--save-detailed")
+            if action.get("lora_modules"):  # each request names one of these adapters (vLLM's assignment below)
+                cmd += ["--lora-modules", *action["lora_modules"]]
+                cmd += ["--lora-assignment", action.get("lora_assignment", "round-robin")]
             out["argv"] = ["vllm", *cmd[3:]]
             try:
                 proc = subprocess.run(
@@ -1034,6 +1073,13 @@ class Runner:
             log(wrong)
             return 2
         self.paths = write_models(self.plan)
+        try:
+            self.paths.update(write_adapters(self.plan, self.paths))
+        except (OSError, subprocess.CalledProcessError) as exc:
+            self.results["refused"] = f"building the plan's LoRA adapters failed: {exc} {getattr(exc, 'stderr', '')}"
+            self.save()
+            log(self.results["refused"])
+            return 1
         self.save()
         done_file = WORK / "done.json"
         done = json.loads(done_file.read_text()) if done_file.exists() else {}

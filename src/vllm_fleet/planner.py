@@ -492,6 +492,9 @@ def _capacity(
         "runtime_reserve_bytes": size.runtime,
         "cuda_graph_reserve_bytes": size.graphs * size.tp,
     }
+    if size.lora_bytes:  # LoRA adapters (issue #53): only then, so that every other host plans as before
+        entry["estimates"]["lora_reserve_bytes"] = size.lora_bytes
+        entry["notes"].append(size.lora_note)
     # What a warm restart estimates otherwise (the rest as `estimates`): a smaller activation peak, its larger cache
     # is capacity.kv_cache_tokens_warm. Apart, so that `estimates` stays the first start's (gpu/bench records it).
     entry["estimates_warm"] = {"activation_peak_bytes": size.activation_warm}

