@@ -30,6 +30,13 @@ from vllm_fleet import catalogue, planner, profiles  # noqa: E402
 GIB = 1 << 30
 QWEN7B = catalogue.lookup("Qwen/Qwen2.5-7B-Instruct")  # hidden 3584, 28 heads / 4 KV heads of 128, inter 18944
 ADAPTERS = [{"name": "legal", "url": "http://mirror.site/adapters/legal"}]
+
+
+def adapters(count):
+    """`count` adapters: the plan refuses more LoRA slots than a host serves adapters."""
+    return [{"name": f"dept-{n}", "url": f"http://mirror.site/adapters/dept-{n}"} for n in range(count)]
+
+
 # Meta-Llama-3-8B's config.json fields the planner reads: a model type whose vLLM class has LoRA embedding modules.
 LLAMA3_8B = {
     "model_type": "llama",
@@ -93,7 +100,7 @@ def test_a_model_with_lora_embedding_modules_also_reserves_its_embedding_and_lm_
 
 def test_lora_shrinks_the_kv_cache_by_exactly_its_slots():
     base = plan()
-    lora = plan(vllm_lora_adapters=ADAPTERS, vllm_lora_max_loras=4)
+    lora = plan(vllm_lora_adapters=adapters(4), vllm_lora_max_loras=4)
     reserve = lora["estimates"]["lora_reserve_bytes"]
     assert reserve == sizing.lora_reserve(QWEN7B, 4, 16, 2, batched_tokens=8192, transient_bytes=12) == 324_534_272
     c0, c1 = base["capacity"], lora["capacity"]
@@ -134,18 +141,18 @@ def test_settings_the_lora_checks_refuse_reserve_nothing_rather_than_fail(hostva
 
 
 def test_an_fp8_kv_cache_or_an_awq_model_takes_the_slots_in_the_models_dtype():
-    fp8 = plan(profile={"kv_cache_dtype": "fp8"}, vllm_lora_adapters=ADAPTERS, vllm_lora_max_loras=4)
+    fp8 = plan(profile={"kv_cache_dtype": "fp8"}, vllm_lora_adapters=adapters(4), vllm_lora_max_loras=4)
     assert fp8["estimates"]["lora_reserve_bytes"] == 324_534_272  # bf16, as without fp8
-    awq = plan("rtx4090-7b-awq", vllm_lora_adapters=ADAPTERS, vllm_lora_max_loras=4)
+    awq = plan("rtx4090-7b-awq", vllm_lora_adapters=adapters(4), vllm_lora_max_loras=4)
     assert awq["estimates"]["lora_reserve_bytes"] == 324_534_272  # the AWQ model runs in float16: 2 B too
 
 
 def test_lora_slots_that_leave_no_room_are_named_in_the_does_not_fit_message():
-    entry = plan(vllm_lora_adapters=ADAPTERS, vllm_lora_max_loras=22, vllm_lora_max_rank=64)
+    entry = plan(vllm_lora_adapters=adapters(22), vllm_lora_max_loras=22, vllm_lora_max_rank=64)
     (message,) = entry["errors"]
     assert "runtime 0.35 GiB + LoRA slots 6.62 GiB leave -0.23 GiB for the KV cache" in message
     assert message.endswith(", or fewer or smaller LoRA slots (vllm_lora_max_loras=22, vllm_lora_max_rank=64)")
-    short = plan(vllm_lora_adapters=ADAPTERS, vllm_lora_max_loras=21, vllm_lora_max_rank=64)
+    short = plan(vllm_lora_adapters=adapters(21), vllm_lora_max_loras=21, vllm_lora_max_rank=64)
     (message,) = short["errors"]
     assert "holds 1,376 tokens" in message
     assert "fewer or smaller LoRA slots (vllm_lora_max_loras=21, vllm_lora_max_rank=64: 6.32 GiB per GPU)" in message
