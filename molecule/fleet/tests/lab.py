@@ -227,9 +227,14 @@ def runtime_api(host, command, check=True):
 
 def backend_rows(host, check=True):
     """The model backends' rows in a gateway's `show stat` (CSV: one backend per served model, model-NAME), each a
-    {column: value} row."""
+    {column: value} row. A LoRA adapter's backend (model-ADAPTER too) is left out: its servers track the model's
+    (`tracked`), whose row says their state, takes their drain and counts their model's requests."""
     text = runtime_api(host, "show stat", check=check).lstrip("# ")
-    return [row for row in csv.DictReader(io.StringIO(text)) if (row.get("pxname") or "").startswith("model-")]
+    return [
+        row
+        for row in csv.DictReader(io.StringIO(text))
+        if (row.get("pxname") or "").startswith("model-") and not row.get("tracked")
+    ]
 
 
 def gateway_state(server):
