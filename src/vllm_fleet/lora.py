@@ -45,6 +45,8 @@ SETTINGS = ("vllm_lora_adapters", "vllm_lora_max_loras", "vllm_lora_max_rank", "
 # environment carries it where vllm_lora_runtime_updates is on.
 RUNTIME_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
 MODULES_FLAG = "--lora-modules"
+# With runtime updates and vllm_lora_max_cpu_loras 0, the adapters host memory holds, in steps of this many.
+RUNTIME_CPU_STEP = 8
 ADAPTERS_DIR = "adapters"
 CONFIG_FILE = "adapter_config.json"
 FIX_ADAPTERS = (
@@ -177,10 +179,15 @@ def settings(
     if errors:
         return None, errors
     assert max_loras is not None and rank is not None and cpu is not None  # no errors: all three are set
+    held = cpu or max(len(adapters), max_loras)
+    if runtime is True and not cpu:
+        # Adapters added at runtime need room in host memory, and a command line that does not change with their
+        # count (it would restart the instances): as many as it serves, in steps of RUNTIME_CPU_STEP.
+        held = -(-held // RUNTIME_CPU_STEP) * RUNTIME_CPU_STEP
     return {
         "max_loras": max_loras,
         "max_lora_rank": rank,
-        "max_cpu_loras": cpu or max(len(adapters), max_loras),
+        "max_cpu_loras": held,
         "runtime_updates": runtime is True,
         "adapters": adapters,
     }, []

@@ -257,6 +257,19 @@ def test_anything_else_is_left_to_a_restart(before, after):
 def test_runtime_updates_open_vllms_endpoints_in_the_instances_environment_only_where_set():
     on = plan(vllm_lora_runtime_updates=True)
     assert on["errors"] == [] and on["lora"]["runtime_updates"] is True
+    # Room in host memory for adapters added at runtime, in steps of 8: one more adapter changes no argument.
+    assert on["lora"]["max_cpu_loras"] == 8
+    more = plan(
+        vllm_lora_runtime_updates=True,
+        adapters=[{"name": "tutor", "url": f"{URL}/tutor"}, {"name": "poet", "url": f"{URL}/poet"}],
+    )
+    assert lora.runtime_change(on["instances"][0]["args"], more["instances"][0]["args"]) == {
+        "load": [{"name": "poet", "path": "/var/lib/vllm/adapters/poet"}],
+        "unload": [],
+    }
+    nine = plan(vllm_lora_runtime_updates=True, adapters=[{"name": f"a{n}", "url": f"{URL}/a{n}"} for n in range(9)])
+    assert nine["lora"]["max_cpu_loras"] == 16
+    assert plan(vllm_lora_runtime_updates=True, vllm_lora_max_cpu_loras=3)["lora"]["max_cpu_loras"] == 3
     assert all(i["environment"][lora.RUNTIME_ENV] == "True" for i in on["instances"])
     off = plan()
     assert all(lora.RUNTIME_ENV not in i.get("environment", {}) for i in off["instances"])
