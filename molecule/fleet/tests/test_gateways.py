@@ -4,6 +4,7 @@ start alike (one system prompt, one conversation) go to one instance, and a drai
 another and come back to it when it is ready again; the tenants' request rates, shared between the gateways, hold a
 tenant at its limit after the address moves. Runs after test_fleet.py, on the fleet it leaves serving."""
 
+import contextlib
 import hashlib
 import json
 import os
@@ -129,6 +130,157 @@ def shared_status(key, path="/v1/models"):
         return refused.code
 
 
+# --- LoRA adapters (molecule/fleet/host_vars/fleet-2.yml: lab-tutor beside fleet-2's model, added and removed at
+# runtime there; fleet-1 serves none) ---
+ADAPTER, ADDED = "lab-tutor", "lab-poet"
+MIRROR = "http://10.89.77.2:8080/adapters/lab"
+BOTH = [{"name": ADAPTER, "url": f"{MIRROR}/tutor"}, {"name": ADDED, "url": f"{MIRROR}/poet"}]
+
+
+def shared_post(key, body, path="/v1/completions"):
+    """(HTTP status, JSON answer) of one POST through the shared address."""
+    request = urllib.request.Request(
+        SHARED + path,
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60, context=ssl.create_default_context(cafile=str(CA))) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read() or b"{}")
+
+
+def greedy(model, key_name="lab-team-a"):
+    """The greedy answer (text and token ids) of one completion by `model`'s name through the shared address."""
+    code, answer = shared_post(
+        (KEYS / key_name).read_text().strip(),
+        {"model": model, "prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0, "return_token_ids": True},
+    )
+    assert code == 200, (model, answer)
+    choice = answer["choices"][0]
+    return answer["model"], choice["text"], choice.get("token_ids")
+
+
+def served_adapters(host, instance="cpu0"):
+    """The adapters an instance lists in its own /v1/models (the cards with a parent), from inside its host."""
+    port = 8000 if instance == "cpu0" else 8001
+    listed = json.loads(on(host, "curl", "-s", "-m", "30", f"http://{HOSTS[host]}:{port}/v1/models"))
+    return sorted(m["id"] for m in listed["data"] if m.get("parent"))
+
+
+def test_an_adapter_answers_by_its_name_through_the_gateway_and_differently_from_its_model():
+    """lab-tutor, staged from the mirror beside fleet-2's model on both its instances: a completion by its name through
+    the shared address is answered by it (vLLM names it as the model), greedily, and not as its model answers; fleet-1's
+    instances load no adapter."""
+    model, text, tokens = greedy(ADAPTER)
+    base = greedy(MODELS["fleet-2"])
+    assert model == ADAPTER
+    assert (text, tokens) != base[1:], (text, tokens, base)
+    assert [served_adapters("fleet-2", i) for i in INSTANCES] == [[ADAPTER]] * 2
+    assert [served_adapters("fleet-1", i) for i in INSTANCES] == [[]] * 2
+
+
+def test_an_adapter_is_refused_to_a_tenant_whose_list_does_not_name_it():
+    """lab-team-b may use tiny-qwen2 (its list), not its adapter: 403 from the gateway, OpenAI-shaped, and its
+    /v1/models lists no adapter; lab-team-a's lists the adapter with its model as parent."""
+    key = (KEYS / "lab-team-b").read_text().strip()
+    # Only test_a_dead_holder_is_replaced... (below) drives lab-team-b to its limit of 120 requests a minute, whose 429
+    # would come before the 403: should it have run first, wait (bounded) until the tenant is under it.
+    deadline = time.monotonic() + 90
+    while shared_status(key) == 429 and time.monotonic() < deadline:
+        time.sleep(5)
+    code, refused = shared_post(key, {"model": ADAPTER, "prompt": "hi"})
+    assert code == 403 and refused["error"]["code"] == "model_not_allowed", refused
+    for tenant, wanted in (("lab-team-b", []), ("lab-team-a", [ADAPTER])):
+        request = urllib.request.Request(
+            SHARED + "/v1/models", headers={"Authorization": f"Bearer {(KEYS / tenant).read_text().strip()}"}
+        )
+        with urllib.request.urlopen(request, timeout=10, context=ssl.create_default_context(cafile=str(CA))) as answer:
+            cards = json.loads(answer.read())["data"]
+        assert [m["id"] for m in cards if m.get("parent")] == wanted, cards
+
+
+@contextlib.contextmanager
+def with_vars(host, **values):
+    """The operator's inventory with `values` among the host's own variables (its host_vars), put back as it was on
+    leaving."""
+    path = INVENTORY / "host_vars" / f"{host}.yml"
+    text = path.read_text()
+    path.write_text(yaml.safe_dump({**yaml.safe_load(text), **values}, sort_keys=False))
+    try:
+        yield
+    finally:
+        path.write_text(text)
+
+
+def main_pids(host):
+    return {i: on(host, "systemctl", "show", "-p", "MainPID", "--value", f"vllm@{i}").strip() for i in INSTANCES}
+
+
+def test_an_adapter_altered_on_the_mirror_stops_its_host_before_any_restart():
+    """lab-poet added on fleet-2, its weights altered in place on the mirror (its SHA256SUMS and the signed manifest
+    as they were): the host fetches it before the rollout restarts anything, the file does not match its SHA256SUMS,
+    and the run stops there, no instance drained or restarted. The file is put back, and the inventory."""
+    weights = CACHE / "mirror" / "adapters" / "lab" / "poet" / "adapter_model.safetensors"
+    data, times = weights.read_bytes(), weights.stat()
+    pids = main_pids("fleet-2")
+    try:
+        weights.write_bytes(data + b"\0")
+        with with_vars("fleet-2", vllm_lora_adapters=BOTH):
+            rc, output = site("-l", "fleet-2:vllm_gateways", run_id="lora-altered", timeout=900)
+    finally:
+        weights.write_bytes(data)
+        os.utime(weights, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert rc != 0, output[-3000:]
+    assert f"Fetch each file adapter {ADDED}" in output and "fatal: [fleet-2]" in output, output[-6000:]
+    assert "Drain the instance at every gateway" not in output  # the rollout never began
+    assert main_pids("fleet-2") == pids
+
+
+def test_an_adapter_added_and_removed_at_runtime_with_streams_running_and_none_failing():
+    """Two runs of site.yml limited to fleet-2 and the gateways, as an operator makes them (its host_vars, where
+    vllm_lora_runtime_updates is on), with streams to fleet-2's model and to lab-tutor through the shared address all
+    along (none fails, none is cut):
+    1. lab-poet added: only the adapters change, so nothing restarts (the same main processes): each instance loads it
+       through vLLM's runtime endpoint, both list it in their own /v1/models (the verification read them back against
+       the plan) and it answers by its name through the gateway;
+    2. lab-poet removed: each instance unloads it at runtime, still without a restart; the gateway then says lab-poet
+       does not exist and no instance lists it.
+    An adapter change with the setting off is an argument change like any other, which the rollout makes instance by
+    instance with drains (test_fleet.py's good change)."""
+    before = main_pids("fleet-2")
+    loop = stream_loop("lora-change", seconds=1200, think=4, url=SHARED, models=[MODELS["fleet-2"], ADAPTER])
+    try:
+        with with_vars("fleet-2", vllm_lora_adapters=BOTH):
+            rc, output = site("-l", "fleet-2:vllm_gateways", run_id="lora-add-runtime", timeout=1200)
+            assert rc == 0, output[-4000:]
+            added = [served_adapters("fleet-2", i) for i in INSTANCES]
+            loaded = output.count(f"(item={ADDED})")
+            answered = greedy(ADDED)[0]
+            after_adding = main_pids("fleet-2")
+        rc, output = site("-l", "fleet-2:vllm_gateways", run_id="lora-remove-runtime", timeout=1200)
+        assert rc == 0, output[-4000:]
+        unloaded = output.count(f"(item={ADDED})")
+    finally:
+        result = loop()
+        # The runs above planned fleet-2 alone: plan.json, which test_instances.py reads, holds every host again.
+        planned, _ = playbook("playbooks/plan.yml", timeout=300)
+    assert planned == 0
+    print(json.dumps({k: v for k, v in result.items() if k != "log"}, indent=2))
+    assert added == [sorted([ADAPTER, ADDED])] * 2 and answered == ADDED
+    assert loaded >= 2 and unloaded >= 2, "the load and unload tasks ran for each instance"
+    code, gone = shared_post((KEYS / "lab-team-a").read_text().strip(), {"model": ADDED, "prompt": "hi"})
+    assert code == 404 and gone["error"]["code"] == "model_not_found", gone
+    assert [served_adapters("fleet-2", i) for i in INSTANCES] == [[ADAPTER]] * 2
+    assert before == after_adding == main_pids("fleet-2"), "loaded and unloaded at runtime: no restart"
+    assert result["requests"] >= 10, result
+    assert result["failed"] == 0 and result["cut"] == 0, result["errors"]
+    # One user streams fleet-2's own model, the other the adapter (both served on fleet-2 only).
+    assert result["models"][ADAPTER]["ok"] >= 3 and result["models"][MODELS["fleet-2"]]["ok"] >= 3, result["models"]
+
+
 def test_a_dead_holder_is_replaced_within_3_s_and_a_tenant_at_its_limit_stays_limited():
     """lab-team-b may send 120 requests a minute. At its limit through the shared address (429), the gateway holding
     the address dies at once (podman kill: no clean stop, its network gone, as a power loss). The other misses three
@@ -211,154 +363,3 @@ def test_vrrp_from_anyone_but_the_other_gateway_is_dropped_and_counted():
     assert vrrp_refused(holder) - before >= 5, (before, rules)
     assert vip_holders() == [holder]
     assert "version 3" in on(holder, "cat", "/etc/keepalived/keepalived.conf")
-
-
-# --- LoRA adapters (lab/inventory/group_vars/lab_nodes.yml: lab-tutor beside the tiny model on every lab host) ---
-ADAPTER, ADDED = "lab-tutor", "lab-poet"
-MIRROR = "http://10.89.77.2:8080/adapters/lab"
-BOTH = [{"name": ADAPTER, "url": f"{MIRROR}/tutor"}, {"name": ADDED, "url": f"{MIRROR}/poet"}]
-
-
-def shared_post(key, body, path="/v1/completions"):
-    """(HTTP status, JSON answer) of one POST through the shared address."""
-    request = urllib.request.Request(
-        SHARED + path,
-        data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60, context=ssl.create_default_context(cafile=str(CA))) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as refused:
-        return refused.code, json.loads(refused.read() or b"{}")
-
-
-def greedy(model, key_name="lab-team-a"):
-    """The greedy answer (text and token ids) of one completion by `model`'s name through the shared address."""
-    code, answer = shared_post(
-        (KEYS / key_name).read_text().strip(),
-        {"model": model, "prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0, "return_token_ids": True},
-    )
-    assert code == 200, (model, answer)
-    choice = answer["choices"][0]
-    return answer["model"], choice["text"], choice.get("token_ids")
-
-
-def served_adapters(host, instance="cpu0"):
-    """The adapters an instance lists in its own /v1/models (the cards with a parent), from inside its host."""
-    port = 8000 if instance == "cpu0" else 8001
-    listed = json.loads(on(host, "curl", "-s", "-m", "30", f"http://{HOSTS[host]}:{port}/v1/models"))
-    return sorted(m["id"] for m in listed["data"] if m.get("parent"))
-
-
-def test_an_adapter_answers_by_its_name_through_the_gateway_and_differently_from_its_model():
-    """lab-tutor, staged from the mirror beside the tiny model on every instance: a completion by its name through the
-    shared address is answered by it (vLLM names it as the model), greedily, and not as the model itself answers."""
-    model, text, tokens = greedy(ADAPTER)
-    base = greedy("tiny-qwen2")
-    assert model == ADAPTER
-    assert (text, tokens) != base[1:], (text, tokens, base)
-    assert all(served_adapters(host, i) == [ADAPTER] for host in HOSTS for i in ("cpu0", "cpu1"))
-
-
-def test_an_adapter_is_refused_to_a_tenant_whose_list_does_not_name_it():
-    """lab-team-b may use tiny-qwen2 (its list), not its adapter: 403 from the gateway, OpenAI-shaped, and its
-    /v1/models lists no adapter; lab-team-a's lists the adapter with its model as parent."""
-    key = (KEYS / "lab-team-b").read_text().strip()
-    # The test before drove lab-team-b to its limit of 120 requests a minute: wait (bounded) until it is under it.
-    deadline = time.monotonic() + 90
-    while shared_status(key) == 429 and time.monotonic() < deadline:
-        time.sleep(5)
-    code, refused = shared_post(key, {"model": ADAPTER, "prompt": "hi"})
-    assert code == 403 and refused["error"]["code"] == "model_not_allowed", refused
-    for tenant, wanted in (("lab-team-b", []), ("lab-team-a", [ADAPTER])):
-        request = urllib.request.Request(
-            SHARED + "/v1/models", headers={"Authorization": f"Bearer {(KEYS / tenant).read_text().strip()}"}
-        )
-        with urllib.request.urlopen(request, timeout=10, context=ssl.create_default_context(cafile=str(CA))) as answer:
-            cards = json.loads(answer.read())["data"]
-        assert [m["id"] for m in cards if m.get("parent")] == wanted, cards
-
-
-def with_vars(host, **values):
-    """The operator's inventory with `values` among the host's own variables (its host_vars); a value None removes
-    the variable."""
-    path = INVENTORY / "host_vars" / f"{host}.yml"
-    current = yaml.safe_load(path.read_text())
-    for name, value in values.items():
-        if value is None:
-            current.pop(name, None)
-        else:
-            current[name] = value
-    path.write_text(yaml.safe_dump(current, sort_keys=False))
-
-
-def main_pids(host):
-    return {i: on(host, "systemctl", "show", "-p", "MainPID", "--value", f"vllm@{i}").strip() for i in INSTANCES}
-
-
-def test_an_adapter_altered_on_the_mirror_stops_its_host_before_any_restart():
-    """lab-poet added on fleet-2, its weights altered in place on the mirror (its SHA256SUMS and the signed manifest
-    as they were): the host fetches it before the rollout restarts anything, the file does not match its SHA256SUMS,
-    and the run stops there, no instance drained or restarted. The file is put back, and the inventory."""
-    weights = CACHE / "mirror" / "adapters" / "lab" / "poet" / "adapter_model.safetensors"
-    data, times = weights.read_bytes(), weights.stat()
-    pids = main_pids("fleet-2")
-    try:
-        weights.write_bytes(data + b"\0")
-        with_vars("fleet-2", vllm_lora_adapters=BOTH)
-        rc, output = site("-l", "fleet-2:vllm_gateways", run_id="lora-altered", timeout=900)
-    finally:
-        weights.write_bytes(data)
-        os.utime(weights, ns=(times.st_atime_ns, times.st_mtime_ns))
-        with_vars("fleet-2", vllm_lora_adapters=None)
-    assert rc != 0, output[-3000:]
-    assert f"Fetch each file adapter {ADDED}" in output and "fatal: [fleet-2]" in output, output[-6000:]
-    assert "Drain the instance at every gateway" not in output  # the rollout never began
-    assert main_pids("fleet-2") == pids
-
-
-def test_an_adapter_added_at_runtime_and_removed_by_a_restart_with_streams_running_and_none_failing():
-    """Three runs of site.yml limited to fleet-2 and the gateways, as an operator makes them (its host_vars), with
-    streams to fleet-2's model and to lab-tutor through the shared address all along (none fails, none is cut):
-    1. vllm_lora_runtime_updates on: the instances' environment changes, so each is drained and restarted;
-    2. lab-poet added: only the adapters change, so nothing restarts (the same main processes): each instance loads it
-       through vLLM's runtime endpoint, both list it in their own /v1/models (the verification read them back against
-       the plan) and it answers by its name through the gateway;
-    3. the setting off again and lab-poet removed: a rolling restart, after which the gateway says lab-poet does not
-       exist and no instance lists it."""
-    loop = stream_loop("lora-change", seconds=1800, think=4, url=SHARED, models=[MODELS["fleet-2"], ADAPTER])
-    try:
-        with_vars("fleet-2", vllm_lora_runtime_updates=True)
-        rc, output = site("-l", "fleet-2:vllm_gateways", run_id="lora-runtime-on", timeout=1200)
-        assert rc == 0, output[-4000:]
-        before = main_pids("fleet-2")
-        with_vars("fleet-2", vllm_lora_adapters=BOTH)
-        rc, output = site("-l", "fleet-2:vllm_gateways", run_id="lora-add-runtime", timeout=1200)
-        assert rc == 0, output[-4000:]
-        added = (served_adapters("fleet-2", "cpu0"), served_adapters("fleet-2", "cpu1"))
-        after = main_pids("fleet-2")
-        loaded = output.count(f"(item={ADDED})")
-        answered = greedy(ADDED)[0]
-        with_vars("fleet-2", vllm_lora_runtime_updates=None, vllm_lora_adapters=None)
-        rc, output = site("-l", "fleet-2:vllm_gateways", run_id="lora-remove", timeout=1200)
-        assert rc == 0, output[-4000:]
-    finally:
-        with_vars("fleet-2", vllm_lora_runtime_updates=None, vllm_lora_adapters=None)
-        result = loop()
-        # The runs above planned fleet-2 alone: plan.json, which test_instances.py reads, holds every host again.
-        planned, _ = playbook("playbooks/plan.yml", timeout=300)
-    assert planned == 0
-    print(json.dumps({k: v for k, v in result.items() if k != "log"}, indent=2))
-    assert added == (sorted([ADAPTER, ADDED]),) * 2 and answered == ADDED
-    assert after == before, (before, after)  # loaded at runtime: no restart
-    assert loaded >= 2, "the load task ran for each instance"
-    code, gone = shared_post((KEYS / "lab-team-a").read_text().strip(), {"model": ADDED, "prompt": "hi"})
-    assert code == 404 and gone["error"]["code"] == "model_not_found", gone
-    assert served_adapters("fleet-2", "cpu0") == served_adapters("fleet-2", "cpu1") == [ADAPTER]
-    assert main_pids("fleet-2") != after  # removed with the setting off: restarted
-    assert result["requests"] >= 10, result
-    assert result["failed"] == 0 and result["cut"] == 0, result["errors"]
-    # One user streams fleet-2's own model, the other the adapter (served on both hosts).
-    assert result["models"][ADAPTER]["ok"] >= 3 and result["models"][MODELS["fleet-2"]]["ok"] >= 3, result["models"]
