@@ -57,7 +57,15 @@ STARTS = [("lora-8x64", (8, 64, 8)), ("lora-4x16", (4, 16, 4)), ("base", None)]
 # The loads: random prompts of 512 tokens, answers of 128 (ignore_eos), 96 requests 32 at a time.
 LOAD = {"input_len": 512, "output_len": 128, "num_prompts": 96, "max_concurrency": 32}
 IN_USE = {0: [], 1: ["a1"], 4: ["a1", "a2", "a3", "a4"]}
+# Each repeat in turn, the second reversed (0, 1, 4, 4, 1, 0, then 0, 1, 4 again for a third), so that no count of
+# adapters always runs first or last.
 ORDER = [0, 1, 4, 4, 1, 0]
+
+
+def order(repeats: int) -> list[int]:
+    return [n for r in range(repeats) for n in (ORDER[:3] if r % 2 == 0 else ORDER[3:])]
+
+
 ENVIRONMENT = {k: v for k, v in plan_mod.ENVIRONMENT.items() if k != "VLLM_DISABLED_KERNELS"}  # no Ada emulation
 HARNESS_ARGS = ["--load-format", "dummy", "--tokenizer", "{tokenizer}", "--host", "127.0.0.1"]
 
@@ -109,10 +117,11 @@ def hostvars(lora: tuple[int, int, int] | None, gpu: dict, utilization: float | 
     return out
 
 
-def loads(served: str) -> list[dict]:
+def loads(served: str, repeats: int = 2) -> list[dict]:
     out = []
-    for index, in_use in enumerate(ORDER):
-        repeat = 1 + ORDER[:index].count(in_use)
+    sequence = order(repeats)
+    for index, in_use in enumerate(sequence):
+        repeat = 1 + sequence[:index].count(in_use)
         out.append(
             dict(
                 LOAD,
@@ -127,7 +136,8 @@ def loads(served: str) -> list[dict]:
     return out
 
 
-def build(host: dict = H100) -> dict:
+def build(host: dict = H100, starts: list[str] | None = None, repeats: int = 2) -> dict:
+    """The plan: every start of STARTS (or those named in `starts`, in STARTS's order), the loads `repeats` times."""
     settings = profiles.resolve("lora", PROFILE)
     util = settings["gpu_memory_utilization"]
     emulated = plan_mod.emulated_utilization(CARD["memory_mib"], util, host["memory_mib"])
@@ -137,13 +147,15 @@ def build(host: dict = H100) -> dict:
     )
     experiments = []
     for name, lora in STARTS:
+        if starts is not None and name not in starts:
+            continue
         card = planner.plan_host(name, hostvars(lora, CARD))
         args = list(rendered.args)
         actions: list[dict] = []
         if lora:
             args += lora_args(lora[0], lora[1], adapter_names(lora[2]), served)
         if name == "lora-4x16":
-            actions = loads(served)
+            actions = loads(served, repeats)
         experiments.append(
             {
                 "name": name,
@@ -183,6 +195,7 @@ def build(host: dict = H100) -> dict:
         "tokenizer_vocab_size": catalogue.catalogue()[MODEL]["config"]["vocab_size"],
         "models": {MODEL: {"config": catalogue.catalogue()[MODEL]["config"]}},
         "adapters": {n: {"model": MODEL, "rank": ADAPTER_RANK, "seed": i} for i, n in enumerate(adapter_names(8), 1)},
+        "load_repeats": repeats,
         "experiments": experiments,
     }
 
@@ -261,13 +274,19 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("plan", help="write the plan (the harness's format)")
     p.add_argument("--host-gpu", default=None, help='the host card, "NAME,MIB,GB_S" (default: an H100)')
     p.add_argument("--out", type=Path, default=HERE / "lora-h100.json")
+    p.add_argument("--starts", default=None, help="only these starts, by name, comma-separated (default: every one)")
+    p.add_argument("--repeats", type=int, default=2, help="how many times each count of adapters in use is loaded")
     s = sub.add_parser("summarize", help="the KV caches against the planner and the loads, as JSON")
     s.add_argument("--results", type=Path, required=True, help="the results folder (with the plan as experiments.json)")
     s.add_argument("--cuda-total-mib", type=int, default=None, help="CUDA's total memory of the host card, MiB")
     args = parser.parse_args(argv)
     if args.cmd == "plan":
         host = plan_mod._host_gpu(args.host_gpu) if args.host_gpu else H100
-        args.out.write_text(json.dumps(build(host), indent=1) + "\n", encoding="utf-8")
+        starts = args.starts.split(",") if args.starts else None
+        unknown = sorted(set(starts or []) - {name for name, _ in STARTS})
+        if unknown or args.repeats < 1:
+            parser.error(f"--starts takes {', '.join(n for n, _ in STARTS)} and --repeats 1 or more; not {unknown}")
+        args.out.write_text(json.dumps(build(host, starts, args.repeats), indent=1) + "\n", encoding="utf-8")
         print(f"wrote {args.out}")
         return 0
     summary = summarize(args.results, args.cuda_total_mib)

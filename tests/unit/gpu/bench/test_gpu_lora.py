@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from gpu_modules import GPU, harness, load
 from test_gpu_harness import fake_site  # noqa: F401  (the stand-in vLLM and nvidia-smi, a fixture)
 from vllm_fleet import catalogue, sizing
@@ -47,7 +49,26 @@ def test_the_plan_starts_the_profile_with_each_lora_setting_and_the_planners_pre
     assert committed
     for path in committed:
         written = json.loads(path.read_text())
-        assert lora.build(written["host_gpu"]) == written, path.name
+        starts = [e["name"] for e in written["experiments"]]
+        assert lora.build(written["host_gpu"], starts, written["load_repeats"]) == written, path.name
+
+
+def test_a_plan_of_the_loads_alone_repeats_each_count_in_turn():
+    """--starts lora-4x16 --repeats 3: the one start, and 0, 1, 4 adapters in use three times, the second reversed."""
+    plan = lora.build(lora.H100, ["lora-4x16"], 3)
+    (only,) = plan["experiments"]
+    assert only["name"] == "lora-4x16" and plan["load_repeats"] == 3
+    assert [len(a["lora_modules"]) for a in only["actions"]] == [0, 1, 4, 4, 1, 0, 0, 1, 4]
+    assert [a["name"] for a in only["actions"]][-3:] == ["adapters-0-r3", "adapters-1-r3", "adapters-4-r3"]
+    assert len({a["seed"] for a in only["actions"]}) == 9
+
+
+def test_a_plan_naming_a_start_it_does_not_have_is_refused(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    with pytest.raises(SystemExit) as stopped:
+        lora.main(["plan", "--starts", "lora-4x16,nope", "--out", str(out)])
+    assert stopped.value.code == 2 and not out.exists()
+    assert "not ['nope']" in capsys.readouterr().err
 
 
 def test_adapter_placeholders_resolve_also_inside_json():
