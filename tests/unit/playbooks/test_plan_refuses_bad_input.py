@@ -21,20 +21,9 @@ from conftest import ROOT
 
 SECRET = "sk-lab-7f3a9c"  # a test value, not a real key: it must never appear in a message
 UNIT_LINE = "\nExecStartPre=+/bin/sh -c id"
-# Llama-3.1-8B's dimensions, typed by hand from its published config.json (a target of another tokenizer family).
-LLAMA_8B = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "max_position_embeddings": 131072,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-}
+# Llama-3.1-8B's dimensions, written by hand from its published config.json (fixtures/models/README.md): a target of
+# another tokenizer family.
+LLAMA_8B = json.loads((Path(__file__).parents[1] / "fixtures" / "models" / "llama-3.1-8b.json").read_text())
 FOUR_4090 = {
     "name": "NVIDIA GeForce RTX 4090",
     "memory_mib": 24564,

@@ -23,9 +23,11 @@ def test_human_readable_bytes_as_vllm_reads_them(text, value):
 # layer and unit of rank, qkv_proj 3 x hidden + (q + 2 kv), o_proj q + hidden, gate_up_proj 2 x hidden + 2 x
 # intermediate, down_proj intermediate + hidden, each split over tensor parallelism as vLLM splits it.
 import json  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 from conftest import H200, L40, LAB, RTX4090  # noqa: E402
-from vllm_fleet import catalogue, planner, profiles  # noqa: E402
+from test_planner import plan as plan_with  # noqa: E402
+from vllm_fleet import catalogue, profiles  # noqa: E402
 
 GIB = 1 << 30
 QWEN7B = catalogue.lookup("Qwen/Qwen2.5-7B-Instruct")  # hidden 3584, 28 heads / 4 KV heads of 128, inter 18944
@@ -37,30 +39,14 @@ def adapters(count):
     return [{"name": f"dept-{n}", "url": f"http://mirror.site/adapters/dept-{n}"} for n in range(count)]
 
 
-# Meta-Llama-3-8B's config.json fields the planner reads: a model type whose vLLM class has LoRA embedding modules.
-LLAMA3_8B = {
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "max_position_embeddings": 8192,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-}
+# Llama 3.1 8B's config.json fields the planner reads (a fixture written by hand, fixtures/models/README.md): a model
+# type whose vLLM class has LoRA embedding modules.
+LLAMA_8B = json.loads((Path(__file__).parents[1] / "fixtures" / "models" / "llama-3.1-8b.json").read_text())
 
 
 def plan(profile_name="rtx4090-7b-prefill", profile=None, gpu=RTX4090, version="0.26.0", **more):
-    hostvars = {
-        "vllm_profile_name": profile_name,
-        "vllm_profile": profile or {},
-        "vllm_gpu": gpu,
-        "vllm_version": version,
-        **more,
-    }
-    return planner.plan_host("h1", hostvars)
+    """test_planner.py's plan, on the 4090 7B profile and vLLM 0.26.0 (run 15's) unless told otherwise."""
+    return plan_with(profile_name, profile, gpu, version, **more)
 
 
 def test_lora_slots_of_a_qwen2_block_by_hand():
@@ -86,14 +72,14 @@ def test_lora_slots_under_tensor_parallelism_are_each_gpus_share():
 
 
 def test_a_model_with_lora_embedding_modules_also_reserves_its_embedding_and_lm_head():
-    llama = catalogue.architecture("meta-llama/Meta-Llama-3-8B", LLAMA3_8B)
+    llama = catalogue.architecture("meta-llama/Llama-3.1-8B", LLAMA_8B)
     layers = 32 * (9 * 4096 + 2 * 1024 + 3 * 14336)  # 81,920 per layer (docs/research: 10 MiB a layer at 4 x 16)
     embeddings = 2 * (128256 + 4096)  # embed_tokens (vocab x r, hidden x r) and the LM head's (r x hidden, vocab x r)
     assert sizing.lora_reserve(llama, 4, 16, 2) == (layers + embeddings) * 4 * 16 * 2
     # the same under tensor parallelism: vLLM does not split these slots
     assert (
         sizing.lora_reserve(llama, 4, 16, 2, tp=2)
-        - sizing.lora_reserve(catalogue.architecture("m", dict(LLAMA3_8B, model_type="mistral")), 4, 16, 2, tp=2)
+        - sizing.lora_reserve(catalogue.architecture("m", dict(LLAMA_8B, model_type="mistral")), 4, 16, 2, tp=2)
         == embeddings * 4 * 16 * 2
     )
 
