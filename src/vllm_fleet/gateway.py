@@ -405,7 +405,7 @@ def route_errors(
                 "fix: name the models it may use, leave models out for every model, or remove the tenant"
             )
     if max_body is not None:
-        number = _whole(max_body)
+        number = inputs.whole(max_body)
         if number is None or not MAX_BODY[0] <= number <= MAX_BODY[1]:
             errors.append(
                 f"{host}: vllm_gateway_max_body_bytes={inputs.short(max_body)} must be a whole number of bytes from "
@@ -436,16 +436,6 @@ def _text(value: Any) -> str | None:
     if type(value).__name__ == "EncryptedString":  # ansible-core's !vault value: a str in all but its type
         return str(value)
     return None
-
-
-def _whole(value: Any) -> int | None:
-    """A whole number of the inventory (an int, or digits only: -e gives strings); None for anything else."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    text = _text(value)
-    return int(text) if text is not None and re.fullmatch(r"[0-9]+", text) else None
 
 
 def _control(host: str, name: str, value: Any, secret: bool = False) -> list[str]:
@@ -571,7 +561,7 @@ def _seconds(host: str, values: Mapping[str, Any]) -> list[str]:
     errors = []
     for name, (default, zero) in TIMEOUTS.items():
         value = values.get(name)
-        number = _whole(value)
+        number = inputs.whole(value)
         if value is not None and (number is None or number < 1):
             errors.append(
                 f"{host}: {name}={inputs.short(value)} must be a positive number of seconds, a whole number "
@@ -579,7 +569,7 @@ def _seconds(host: str, values: Mapping[str, Any]) -> list[str]:
             )
     for name, default in COUNTS.items():
         value = values.get(name)
-        number = _whole(value)
+        number = inputs.whole(value)
         if value is not None and (number is None or number < 1):
             errors.append(f"{host}: {name}={inputs.short(value)} must be a positive whole number; fix: e.g. {default}")
     for name, (low, high), default, why in (
@@ -597,7 +587,7 @@ def _seconds(host: str, values: Mapping[str, Any]) -> list[str]:
         ),
     ):
         value = values.get(name)
-        number = _whole(value)
+        number = inputs.whole(value)
         if value is not None and (number is None or not low <= number <= high):
             errors.append(
                 f"{host}: {name}={inputs.short(value)} must be a whole number from {low} to {high} ({why}); "
@@ -712,7 +702,7 @@ def check(host: str, values: Mapping[str, Any], now: datetime.datetime | None = 
             errors.append(f"{where} has unknown keys {unknown}; fix: only {', '.join(TENANT_KEYS)}")
     for name in ("vllm_gateway_port", "vllm_gateway_metrics_port"):
         port = values.get(name)
-        if port is not None and not 1 <= (_whole(port) or 0) <= 65535:
+        if port is not None and not 1 <= (inputs.whole(port) or 0) <= 65535:
             errors.append(
                 f"{host}: {name}={inputs.short(port)} must be a port number from 1 to 65535; fix: e.g. 443 and 8405"
             )
@@ -820,7 +810,7 @@ def _vrrp_numbers(host: str, gateways: Mapping[str, Mapping[str, Any]]) -> list[
     errors = []
     low, high = VRRP_PRIORITY
     name = "vllm_gateway_vrrp_priority"
-    priority = _whole(values.get(name))
+    priority = inputs.whole(values.get(name))
     if values.get(name) is None:
         errors.append(
             f"{host}: {name} is not set, and every gateway that shares vllm_gateway_vip needs its own; fix: a "
@@ -834,7 +824,7 @@ def _vrrp_numbers(host: str, gateways: Mapping[str, Mapping[str, Any]]) -> list[
             "100 on the next"
         )
     else:
-        same = sorted(n for n, v in gateways.items() if n != host and _whole(v.get(name)) == priority)
+        same = sorted(n for n, v in gateways.items() if n != host and inputs.whole(v.get(name)) == priority)
         if same:
             errors.append(
                 f"{host}: {name}={priority} is also the priority of {', '.join(same)}: two gateways of one priority "
@@ -843,21 +833,21 @@ def _vrrp_numbers(host: str, gateways: Mapping[str, Mapping[str, Any]]) -> list[
     name = "vllm_gateway_vrrp_router_id"
     low, high = VRRP_ROUTER_ID
     value = _or_default(values, name, VRRP_ROUTER_ID_DEFAULT)
-    if not low <= (_whole(value) or 0) <= high:
+    if not low <= (inputs.whole(value) or 0) <= high:
         errors.append(
             f"{host}: {name}={inputs.short(value)} must be a whole number from {low} to {high} (VRRP's "
             f"virtual_router_id); fix: e.g. {VRRP_ROUTER_ID_DEFAULT}, the same on every gateway and unused by other "
             "VRRP routers of the network"
         )
     errors += _vrrp_timing(host, gateways)
-    router_id = _whole(_or_default(values, name, VRRP_ROUTER_ID_DEFAULT))
+    router_id = inputs.whole(_or_default(values, name, VRRP_ROUTER_ID_DEFAULT))
     if router_id is not None and VRRP_ROUTER_ID[0] <= router_id <= VRRP_ROUTER_ID[1]:
         errors += _same_on_all(
             host,
             gateways,
             name,
             router_id,
-            lambda v: _whole(_or_default(v, name, VRRP_ROUTER_ID_DEFAULT)),
+            lambda v: inputs.whole(_or_default(v, name, VRRP_ROUTER_ID_DEFAULT)),
             VRRP_ROUTER_ID_DEFAULT,
             "gateways of different router ids are separate VRRP routers and each would take the address",
         )
@@ -887,7 +877,7 @@ def _same_on_all(
 
 def vrrp_version(values: Mapping[str, Any]) -> int | None:
     """A gateway's VRRP version (vllm_gateway_vrrp_version, by default 3); None when it is not 2 or 3."""
-    version = _whole(_or_default(values, "vllm_gateway_vrrp_version", VRRP_VERSION_DEFAULT))
+    version = inputs.whole(_or_default(values, "vllm_gateway_vrrp_version", VRRP_VERSION_DEFAULT))
     return version if version in VRRP_VERSIONS else None
 
 

@@ -273,3 +273,28 @@ def test_a_signed_mirror_with_its_key_and_folders_under_it_passes():
 def test_the_chain_of_custodys_settings_are_refused_by_name(over, message):
     found = errors(**dict(SIGNED, **over))
     assert any(message in e for e in found), found
+
+
+class EncryptedString(str):
+    """Stands in for ansible-core's !vault value (ansible.parsing.vault.EncryptedString), which inputs.whole knows by
+    its type's name: a str in all but its type."""
+
+
+@pytest.mark.parametrize(
+    "value,number",
+    [
+        (8, 8),
+        ("8", 8),
+        (" 16 ", 16),
+        (EncryptedString("32"), 32),
+        (True, None),
+        ("8.0", None),
+        ("-1", None),
+        ("²", None),  # str.isdigit() says yes, int() refuses it
+        ("٣", None),  # an Arabic-Indic three: int() would read it as 3
+        (None, None),
+        (8.0, None),
+    ],
+)
+def test_a_whole_number_is_an_int_or_ascii_digits(value, number):
+    assert inputs.whole(value) == number
