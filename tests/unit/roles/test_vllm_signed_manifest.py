@@ -1,6 +1,7 @@
 """The chain of custody on the host, as the vllm role's own tasks run it (real ansible-playbook on this machine, the
 host a local connection): the mirror's signed manifest read on the controller (roles/vllm/tasks/signed_manifest.yml),
-then a model staged from the mirror (stage_model.yml) and the wheelhouse's lock checked (install_release.yml's two tasks).
+then a model staged from the mirror (stage_model.yml) and the wheelhouse's lock checked (install_release.yml's two
+tasks).
 The mirror is a stand-in on loopback serving files made here, signed by the real minisign with keys made here. A
 model or a lock changed on the mirror (with its files changed to match, as someone who can write there would) is
 refused by name, before the host's folder is made."""

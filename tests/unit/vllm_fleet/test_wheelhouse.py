@@ -448,8 +448,8 @@ def test_a_lock_written_without_hashes_gets_them_and_a_missing_wheel_is_named(tm
 
 
 def test_pip_installs_from_a_hashed_lock_and_refuses_an_altered_wheel_naming_it_and_both_digests(tmp_path):
-    """The hosts' own install command (roles/vllm/tasks/install_release.yml: pip --no-index --no-deps --find-links FOLDER -r
-    FOLDER/requirements.lock) with this project's lock, in a throwaway venv: it installs the signed wheel, and
+    """The hosts' own install command (roles/vllm/tasks/install_release.yml: pip --no-index --no-deps --find-links
+    FOLDER -r FOLDER/requirements.lock) with this project's lock, in a throwaway venv: it installs the signed wheel, and
     installs nothing when the wheel on the mirror is another one of the same name (here: one file added inside)."""
     import hashlib
     import venv
