@@ -182,27 +182,6 @@ def test_an_adapter_answers_by_its_name_through_the_gateway_and_differently_from
     assert [served_adapters("fleet-1", i) for i in INSTANCES] == [[]] * 2
 
 
-def test_an_adapter_is_refused_to_a_tenant_whose_list_does_not_name_it():
-    """lab-team-b may use tiny-qwen2 (its list), not its adapter: 403 from the gateway, OpenAI-shaped, and its
-    /v1/models lists no adapter; lab-team-a's lists the adapter with its model as parent."""
-    key = (KEYS / "lab-team-b").read_text().strip()
-    # test_fleet.py's test_a_tenant_rate_limit_holds... drove lab-team-b to its limit of 120 requests a minute just
-    # before, and the gateway says 429 before it looks at the model: ask again every 5 s (bounded) while it does.
-    deadline = time.monotonic() + 90
-    code, refused = shared_post(key, {"model": ADAPTER, "prompt": "hi"})
-    while code == 429 and time.monotonic() < deadline:
-        time.sleep(5)
-        code, refused = shared_post(key, {"model": ADAPTER, "prompt": "hi"})
-    assert code == 403 and refused["error"]["code"] == "model_not_allowed", refused
-    for tenant, wanted in (("lab-team-b", []), ("lab-team-a", [ADAPTER])):
-        request = urllib.request.Request(
-            SHARED + "/v1/models", headers={"Authorization": f"Bearer {(KEYS / tenant).read_text().strip()}"}
-        )
-        with urllib.request.urlopen(request, timeout=10, context=ssl.create_default_context(cafile=str(CA))) as answer:
-            cards = json.loads(answer.read())["data"]
-        assert [m["id"] for m in cards if m.get("parent")] == wanted, cards
-
-
 @contextlib.contextmanager
 def with_vars(host, **values):
     """The operator's inventory with `values` among the host's own variables (its host_vars), put back as it was on
@@ -280,6 +259,28 @@ def test_an_adapter_added_and_removed_at_runtime_with_streams_running_and_none_f
     assert result["failed"] == 0 and result["cut"] == 0, result["errors"]
     # One user streams fleet-2's own model, the other the adapter (both served on fleet-2 only).
     assert result["models"][ADAPTER]["ok"] >= 3 and result["models"][MODELS["fleet-2"]]["ok"] >= 3, result["models"]
+
+
+def test_an_adapter_is_refused_to_a_tenant_whose_list_does_not_name_it():
+    """lab-team-b may use tiny-qwen2 (its list), not its adapter: 403 from the gateway, OpenAI-shaped, and its
+    /v1/models lists no adapter; lab-team-a's lists the adapter with its model as parent."""
+    key = (KEYS / "lab-team-b").read_text().strip()
+    # test_fleet.py's test_a_tenant_rate_limit_holds... drives lab-team-b to its limit of 120 requests a minute, and
+    # the gateway says 429 before it looks at the model. This test runs minutes after it (after the adapters' runs,
+    # not before them), when the minute is long over; should it still say 429, ask again every 5 s (bounded).
+    deadline = time.monotonic() + 90
+    code, refused = shared_post(key, {"model": ADAPTER, "prompt": "hi"})
+    while code == 429 and time.monotonic() < deadline:
+        time.sleep(5)
+        code, refused = shared_post(key, {"model": ADAPTER, "prompt": "hi"})
+    assert code == 403 and refused["error"]["code"] == "model_not_allowed", refused
+    for tenant, wanted in (("lab-team-b", []), ("lab-team-a", [ADAPTER])):
+        request = urllib.request.Request(
+            SHARED + "/v1/models", headers={"Authorization": f"Bearer {(KEYS / tenant).read_text().strip()}"}
+        )
+        with urllib.request.urlopen(request, timeout=10, context=ssl.create_default_context(cafile=str(CA))) as answer:
+            cards = json.loads(answer.read())["data"]
+        assert [m["id"] for m in cards if m.get("parent")] == wanted, cards
 
 
 def test_a_dead_holder_is_replaced_within_3_s_and_a_tenant_at_its_limit_stays_limited():
